@@ -1,0 +1,129 @@
+//! Identifier newtypes with upstream precedent (`types.UID`, `UniquePodName`, `UniqueVolumeName`).
+//!
+//! A newtype keeps a pod UID from being passed where a volume name is expected; each wraps a
+//! `String` and converts cheaply in both directions.
+
+use std::fmt;
+
+macro_rules! string_newtype {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Wraps a string.
+            pub fn new(value: impl Into<String>) -> Self {
+                Self(value.into())
+            }
+
+            /// The identifier as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// True for the empty identifier (upstream's `""`, e.g. "no mirror pod yet").
+            pub fn is_empty(&self) -> bool {
+                self.0.is_empty()
+            }
+
+            /// Unwraps the string.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(value: String) -> Self {
+                Self(value)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(value: &str) -> Self {
+                Self(value.to_owned())
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+string_newtype!(
+    /// A pod's `metadata.uid`. For a static pod this is the UID the agent computed from its
+    /// manifest; its mirror pod in the API has a different one.
+    PodUid
+);
+
+string_newtype!(
+    /// The unique name of a pod inside the volume manager (upstream: `types.UniquePodName`,
+    /// which is the pod UID).
+    UniquePodName
+);
+
+string_newtype!(
+    /// The unique name of a volume (upstream: `v1.UniqueVolumeName`): `<plugin>/<pod uid>-<volume>`
+    /// for per-pod volumes, `<plugin>/<volume id>` for attachable ones.
+    UniqueVolumeName
+);
+
+impl From<PodUid> for UniquePodName {
+    fn from(uid: PodUid) -> Self {
+        UniquePodName(uid.0)
+    }
+}
+
+impl UniqueVolumeName {
+    /// Upstream `GetUniqueVolumeName(pluginName, volumeName)`: `<plugin>/<volume>`.
+    pub fn for_plugin(plugin: &str, volume: &str) -> Self {
+        Self(format!("{plugin}/{volume}"))
+    }
+
+    /// Upstream `GetUniqueVolumeNameFromSpecWithPod`: `<plugin>/<pod uid>-<volume>`, the name
+    /// of a volume that is not shared between pods (emptyDir, configMap, ...).
+    pub fn for_pod(plugin: &str, pod: &UniquePodName, volume: &str) -> Self {
+        Self(format!("{plugin}/{pod}-{volume}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_volume_names_follow_upstream_shapes() {
+        let pod = UniquePodName::from(PodUid::new("uid-1"));
+        assert_eq!(
+            UniqueVolumeName::for_pod("kubernetes.io/empty-dir", &pod, "cache").as_str(),
+            "kubernetes.io/empty-dir/uid-1-cache"
+        );
+        assert_eq!(
+            UniqueVolumeName::for_plugin("kubernetes.io/fake", "disk-1").as_str(),
+            "kubernetes.io/fake/disk-1"
+        );
+    }
+
+    #[test]
+    fn newtypes_borrow_as_str_for_map_lookups() {
+        let mut map = std::collections::HashMap::new();
+        map.insert(PodUid::new("a"), 1);
+        assert_eq!(map.get("a"), Some(&1));
+        assert!(PodUid::default().is_empty());
+    }
+}

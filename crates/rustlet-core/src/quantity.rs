@@ -1,0 +1,109 @@
+//! Value comparison of resource quantities (`100m` equals `0.1`), as upstream's semantic
+//! equality compares `resource.Quantity` with `Cmp`.
+//!
+//! A quantity is parsed into an exact decimal `mantissa × 10^exponent`; binary suffixes are
+//! multiplied into the mantissa. What does not parse, or overflows, is compared as text.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+#[derive(Debug, PartialEq, Eq)]
+struct Decimal {
+    mantissa: i128,
+    exponent: i32,
+}
+
+fn parse(text: &str) -> Option<Decimal> {
+    let text = text.trim();
+    let (negative, rest) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+    let (number, suffix) = rest.split_at(number_end);
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    if int_part.is_empty() && frac_part.is_empty() {
+        return None;
+    }
+    let mut mantissa: i128 = 0;
+    for digit in int_part.bytes().chain(frac_part.bytes()) {
+        mantissa = mantissa.checked_mul(10)?.checked_add(i128::from(digit - b'0'))?;
+    }
+    let mut exponent = -i32::try_from(frac_part.len()).ok()?;
+    let binary_power = |k: u32| -> Option<i128> { 1i128.checked_shl(10 * k) };
+    match suffix {
+        "" => {}
+        "Ki" => mantissa = mantissa.checked_mul(binary_power(1)?)?,
+        "Mi" => mantissa = mantissa.checked_mul(binary_power(2)?)?,
+        "Gi" => mantissa = mantissa.checked_mul(binary_power(3)?)?,
+        "Ti" => mantissa = mantissa.checked_mul(binary_power(4)?)?,
+        "Pi" => mantissa = mantissa.checked_mul(binary_power(5)?)?,
+        "Ei" => mantissa = mantissa.checked_mul(binary_power(6)?)?,
+        "n" => exponent -= 9,
+        "u" => exponent -= 6,
+        "m" => exponent -= 3,
+        "k" => exponent += 3,
+        "M" => exponent += 6,
+        "G" => exponent += 9,
+        "T" => exponent += 12,
+        "P" => exponent += 15,
+        "E" => exponent += 18,
+        s if s.starts_with(['e', 'E']) => exponent += s[1..].parse::<i32>().ok()?,
+        _ => return None,
+    }
+    if negative {
+        mantissa = -mantissa;
+    }
+    if mantissa == 0 {
+        return Some(Decimal { mantissa: 0, exponent: 0 });
+    }
+    while mantissa % 10 == 0 {
+        mantissa /= 10;
+        exponent += 1;
+    }
+    Some(Decimal { mantissa, exponent })
+}
+
+/// True when both quantities denote the same value.
+pub fn quantity_eq(a: &Quantity, b: &Quantity) -> bool {
+    if a.0 == b.0 {
+        return true;
+    }
+    match (parse(&a.0), parse(&b.0)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(s: &str) -> Quantity {
+        Quantity(s.to_owned())
+    }
+
+    #[test]
+    fn equal_values_in_different_notations() {
+        for (a, b) in [
+            ("100m", "0.1"),
+            ("1", "1000m"),
+            ("1Ki", "1024"),
+            ("1Mi", "1048576"),
+            ("1k", "1000"),
+            ("1e3", "1k"),
+            ("0", "0m"),
+            ("1.5Gi", "1536Mi"),
+            ("-1", "-1000m"),
+        ] {
+            assert!(quantity_eq(&q(a), &q(b)), "{a} == {b}");
+        }
+    }
+
+    #[test]
+    fn different_values_differ() {
+        for (a, b) in [("100m", "0.2"), ("1Ki", "1k"), ("1", "-1"), ("abc", "abd")] {
+            assert!(!quantity_eq(&q(a), &q(b)), "{a} != {b}");
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! The pure part of accepting a status update (R1-R12): upstream `updateStatusInternal`
+//! without the lock, the channel and the logging.
+//!
+//! The caller (the status manager) owns the cache; it passes the cached entry in and stores
+//! what [`prepare_update`] returns. Nothing here reads a clock: `now` is an argument.
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::equality::is_pod_status_by_kubelet_equal;
+use crate::features::FeatureGates;
+use crate::normalize::normalize_status;
+use crate::pod::{PodPhase, is_static_pod, status_observed_generation};
+use crate::transition::{TransitionError, check_container_state_transition, update_last_transition_times};
+
+/// One cached pod status (upstream `versionedPodStatus`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VersionedPodStatus {
+    /// Strictly increasing by one per accepted update; the first accepted update is 1.
+    pub version: u64,
+    /// Name of the pod (of the mirror pod, for a static pod) to sync to.
+    pub pod_name: String,
+    /// Namespace of that pod.
+    pub pod_namespace: String,
+    /// Set by `TerminatePod`; sticky for non-static pods (R5).
+    pub pod_is_finished: bool,
+    /// When the first not-yet-synced update of this entry was accepted.
+    pub at: Timestamp,
+    /// The normalised status (R10).
+    pub status: PodStatus,
+}
+
+/// Which mutator an update comes from; it decides the force and finished flags (R3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateSource {
+    /// `SetPodStatus`: forced when the pod has a deletion timestamp; sets observedGeneration.
+    SetPodStatus,
+    /// `SetContainerReadiness` / `SetContainerStartup`: never forced.
+    ContainerProbe,
+    /// `TerminatePod`: always forced, marks the pod finished.
+    TerminatePod,
+}
+
+/// What the caller knows besides the update itself.
+#[derive(Clone, Copy, Debug)]
+pub struct UpdateContext<'a> {
+    /// The cached entry for this pod UID, if any.
+    pub cached: Option<&'a VersionedPodStatus>,
+    /// The mirror pod's status when the pod is static and its mirror is known (R4).
+    pub mirror_status: Option<&'a PodStatus>,
+    /// The current time.
+    pub now: Timestamp,
+    /// Feature gates in force.
+    pub gates: &'a FeatureGates,
+}
+
+/// The result of [`prepare_update`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum UpdateOutcome {
+    /// Store this entry and kick the sync task.
+    Accepted(Box<Accepted>),
+    /// Equal to the cached status and not forced (R11): nothing to store, no kick.
+    Unchanged,
+    /// A container tried to leave the terminated state (R6): nothing changes.
+    Rejected(TransitionError),
+}
+
+/// An accepted update and what was noticed on the way.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accepted {
+    /// The new cache entry.
+    pub entry: VersionedPodStatus,
+    /// `Some((kept, attempted))` when the update tried to move a terminal phase elsewhere and
+    /// the terminal phase was kept (defence in depth; upstream does this in the status
+    /// generator, see the spec's 0.3 and lesson 8).
+    pub phase_regression_prevented: Option<(String, String)>,
+    /// `pod_is_finished` was false in the update but forced true by R5.
+    pub finished_was_sticky: bool,
+}
+
+/// Runs R2-R12 for one update and returns what to store.
+pub fn prepare_update(
+    pod: &Pod,
+    mut status: PodStatus,
+    source: UpdateSource,
+    ctx: UpdateContext<'_>,
+) -> UpdateOutcome {
+    let static_pod = is_static_pod(pod);
+    let (force, mut finished) = match source {
+        UpdateSource::SetPodStatus => (pod.metadata.deletion_timestamp.is_some(), false),
+        UpdateSource::ContainerProbe => (false, false),
+        UpdateSource::TerminatePod => (true, true),
+    };
+    if source == UpdateSource::SetPodStatus {
+        status.observed_generation = status_observed_generation(pod, ctx.gates); // R2
+    }
+
+    // R4: the old status.
+    let empty = PodStatus::default();
+    let old = match (ctx.cached, ctx.mirror_status) {
+        (Some(cached), _) => &cached.status,
+        (None, Some(mirror)) => mirror,
+        (None, None) => pod.status.as_ref().unwrap_or(&empty),
+    };
+
+    // R5: finished is sticky for non-static pods.
+    let mut finished_was_sticky = false;
+    if let Some(cached) = ctx.cached
+        && !static_pod
+        && cached.pod_is_finished
+        && !finished
+    {
+        finished = true;
+        finished_was_sticky = true;
+    }
+
+    // R6.
+    let default_spec = Default::default();
+    let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+    if let Err(err) = check_container_state_transition(old, &status, spec, ctx.gates) {
+        return UpdateOutcome::Rejected(err);
+    }
+
+    // A terminal phase never goes back (the generator's guard, kept here too).
+    let old_phase = PodPhase::of(old);
+    let new_phase = PodPhase::of(&status);
+    let mut phase_regression_prevented = None;
+    if old_phase.is_terminal() && new_phase != old_phase {
+        phase_regression_prevented =
+            Some((old_phase.as_str().to_owned(), new_phase.as_str().to_owned()));
+        status.phase = old.phase.clone();
+    }
+
+    update_last_transition_times(&mut status, old, ctx.now); // R7
+
+    // R8: StartTime never changes once set.
+    match &old.start_time {
+        Some(t) => status.start_time = Some(t.clone()),
+        None if status.start_time.is_none() => status.start_time = Some(Time(ctx.now)),
+        None => {}
+    }
+
+    // R9: observedGeneration never goes down.
+    if old.observed_generation.unwrap_or(0) > status.observed_generation.unwrap_or(0) {
+        status.observed_generation = old.observed_generation;
+    }
+
+    normalize_status(pod.spec.as_ref(), &mut status); // R10
+
+    // R11.
+    if let Some(cached) = ctx.cached
+        && !force
+        && is_pod_status_by_kubelet_equal(&cached.status, &status, ctx.gates)
+    {
+        return UpdateOutcome::Unchanged;
+    }
+
+    // R12.
+    let entry = VersionedPodStatus {
+        version: ctx.cached.map_or(0, |c| c.version) + 1,
+        pod_name: pod.metadata.name.clone().unwrap_or_default(),
+        pod_namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        pod_is_finished: finished,
+        at: ctx.cached.map_or(ctx.now, |c| c.at),
+        status,
+    };
+    UpdateOutcome::Accepted(Box::new(Accepted { entry, phase_regression_prevented, finished_was_sticky }))
+}
+
+impl UpdateOutcome {
+    /// The accepted entry, if any.
+    pub fn accepted(&self) -> Option<&VersionedPodStatus> {
+        match self {
+            Self::Accepted(a) => Some(&a.entry),
+            _ => None,
+        }
+    }
+}

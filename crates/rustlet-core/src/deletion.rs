@@ -62,3 +62,64 @@ pub fn deletion_decision(pod: &Pod, pod_is_finished: bool) -> DeletionDecision {
 pub fn can_be_deleted(pod: &Pod, pod_is_finished: bool) -> bool {
     deletion_decision(pod, pod_is_finished) == DeletionDecision::Delete
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::CONFIG_MIRROR_ANNOTATION;
+    use crate::testutil::*;
+    use k8s_openapi::api::core::v1::PodStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn deleted_pod(phase: &str) -> Pod {
+        let mut pod = test_pod();
+        pod.metadata.deletion_timestamp = Some(Time(ts("2026-01-01T00:00:00Z")));
+        pod.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn r40_deletion_needs_timestamp_terminal_api_phase_and_finished() {
+        assert_eq!(
+            deletion_decision(&test_pod(), true),
+            DeletionDecision::NotRequested
+        );
+        assert_eq!(
+            deletion_decision(&deleted_pod("Running"), true),
+            DeletionDecision::PhaseNotTerminal
+        );
+        assert_eq!(
+            deletion_decision(&deleted_pod("Failed"), false),
+            DeletionDecision::NotFinished
+        );
+        assert_eq!(
+            deletion_decision(&deleted_pod("Failed"), true),
+            DeletionDecision::Delete
+        );
+        assert!(can_be_deleted(&deleted_pod("Succeeded"), true));
+    }
+
+    #[test]
+    fn r66_mirror_pods_are_never_deleted() {
+        let mut mirror = deleted_pod("Failed");
+        mirror.metadata.annotations =
+            Some([(CONFIG_MIRROR_ANNOTATION.to_owned(), "x".to_owned())].into());
+        assert_eq!(
+            deletion_decision(&mirror, true),
+            DeletionDecision::MirrorPod
+        );
+    }
+
+    #[test]
+    fn deletion_safety_seam_is_mockable_and_has_a_fixed_fake() {
+        let mut mock = MockPodDeletionSafety::new();
+        mock.expect_pod_could_have_running_containers()
+            .times(1)
+            .return_const(true);
+        assert!(mock.pod_could_have_running_containers(&test_pod()));
+        assert!(!FixedDeletionSafety::default().pod_could_have_running_containers(&test_pod()));
+    }
+}

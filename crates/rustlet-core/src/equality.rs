@@ -24,7 +24,10 @@ fn str_eq(a: &Option<String>, b: &Option<String>) -> bool {
 }
 
 fn list_eq<T>(a: &Option<Vec<T>>, b: &Option<Vec<T>>, eq: impl Fn(&T, &T) -> bool) -> bool {
-    let (a, b) = (a.as_deref().unwrap_or_default(), b.as_deref().unwrap_or_default());
+    let (a, b) = (
+        a.as_deref().unwrap_or_default(),
+        b.as_deref().unwrap_or_default(),
+    );
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| eq(x, y))
 }
 
@@ -35,14 +38,20 @@ fn quantities_eq(
     let empty = BTreeMap::new();
     let (a, b) = (a.as_ref().unwrap_or(&empty), b.as_ref().unwrap_or(&empty));
     a.len() == b.len()
-        && a.iter().zip(b).all(|((ka, va), (kb, vb))| ka == kb && quantity_eq(va, vb))
+        && a.iter()
+            .zip(b)
+            .all(|((ka, va), (kb, vb))| ka == kb && quantity_eq(va, vb))
 }
 
 fn resources_eq(a: &Option<ResourceRequirements>, b: &Option<ResourceRequirements>) -> bool {
     match (a, b) {
         (None, None) => true,
         (Some(a), Some(b)) => {
-            let ResourceRequirements { claims, limits, requests } = a;
+            let ResourceRequirements {
+                claims,
+                limits,
+                requests,
+            } = a;
             list_eq(claims, &b.claims, PartialEq::eq)
                 && quantities_eq(limits, &b.limits)
                 && quantities_eq(requests, &b.requests)
@@ -55,7 +64,11 @@ fn resources_eq(a: &Option<ResourceRequirements>, b: &Option<ResourceRequirement
 fn state_eq(a: &Option<ContainerState>, b: &Option<ContainerState>) -> bool {
     let empty = ContainerState::default();
     let (a, b) = (a.as_ref().unwrap_or(&empty), b.as_ref().unwrap_or(&empty));
-    let ContainerState { running, terminated, waiting } = a;
+    let ContainerState {
+        running,
+        terminated,
+        waiting,
+    } = a;
     let running_eq = match (running, &b.running) {
         (None, None) => true,
         (Some(x), Some(y)) => x.started_at == y.started_at,
@@ -102,7 +115,11 @@ pub fn container_status_eq(a: &ContainerStatus, b: &ContainerStatus) -> bool {
         volume_mounts,
     } = a;
     quantities_eq(allocated_resources, &b.allocated_resources)
-        && list_eq(allocated_resources_status, &b.allocated_resources_status, PartialEq::eq)
+        && list_eq(
+            allocated_resources_status,
+            &b.allocated_resources_status,
+            PartialEq::eq,
+        )
         && str_eq(container_id, &b.container_id)
         && *image == b.image
         && *image_id == b.image_id
@@ -138,8 +155,10 @@ pub fn is_pod_status_by_kubelet_equal(
     new: &PodStatus,
     gates: &FeatureGates,
 ) -> bool {
-    let (old_conditions, new_conditions) =
-        (counted_conditions(old, gates), counted_conditions(new, gates));
+    let (old_conditions, new_conditions) = (
+        counted_conditions(old, gates),
+        counted_conditions(new, gates),
+    );
     if old_conditions.len() != new_conditions.len() {
         return false;
     }
@@ -154,10 +173,10 @@ pub fn is_pod_status_by_kubelet_equal(
 
     let PodStatus {
         allocated_resources,
-        conditions: _,                             // compared above
+        conditions: _, // compared above
         container_statuses,
         ephemeral_container_statuses,
-        extended_resource_claim_status: _,         // ignored: DRA, never written by the kubelet
+        extended_resource_claim_status: _, // ignored: DRA, never written by the kubelet
         host_ip,
         host_ips,
         init_container_statuses,
@@ -171,17 +190,29 @@ pub fn is_pod_status_by_kubelet_equal(
         qos_class,
         reason,
         resize,
-        resource_claim_statuses: _,                // ignored: DRA
+        resource_claim_statuses: _, // ignored: DRA
         resources,
         start_time,
-        volume_health: _,                          // ignored: not kubelet-owned (errata 8)
+        volume_health: _, // ignored: not kubelet-owned (errata 8)
     } = old;
     quantities_eq(allocated_resources, &new.allocated_resources)
-        && list_eq(container_statuses, &new.container_statuses, container_status_eq)
-        && list_eq(ephemeral_container_statuses, &new.ephemeral_container_statuses, container_status_eq)
+        && list_eq(
+            container_statuses,
+            &new.container_statuses,
+            container_status_eq,
+        )
+        && list_eq(
+            ephemeral_container_statuses,
+            &new.ephemeral_container_statuses,
+            container_status_eq,
+        )
         && str_eq(host_ip, &new.host_ip)
         && list_eq(host_ips, &new.host_ips, PartialEq::eq)
-        && list_eq(init_container_statuses, &new.init_container_statuses, container_status_eq)
+        && list_eq(
+            init_container_statuses,
+            &new.init_container_statuses,
+            container_status_eq,
+        )
         && str_eq(message, &new.message)
         && str_eq(nominated_node_name, &new.nominated_node_name)
         && observed_generation.unwrap_or(0) == new.observed_generation.unwrap_or(0)
@@ -235,7 +266,10 @@ mod tests {
             };
             normalize_status(Some(&spec), &mut status);
             if let Some(first) = &first {
-                assert!(is_pod_status_by_kubelet_equal(first, &status, &gates()), "seed {seed}");
+                assert!(
+                    is_pod_status_by_kubelet_equal(first, &status, &gates()),
+                    "seed {seed}"
+                );
             } else {
                 first = Some(status);
             }
@@ -259,7 +293,11 @@ mod tests {
             }]),
             ..base.clone()
         };
-        assert!(is_pod_status_by_kubelet_equal(&base, &with_claims, &gates()));
+        assert!(is_pod_status_by_kubelet_equal(
+            &base,
+            &with_claims,
+            &gates()
+        ));
     }
 
     fn base() -> PodStatus {
@@ -303,41 +341,115 @@ mod tests {
             ),
             (
                 "volumeHealth",
-                PodStatus { volume_health: Some(vec![PodVolumeHealth::default()]), ..base() },
+                PodStatus {
+                    volume_health: Some(vec![PodVolumeHealth::default()]),
+                    ..base()
+                },
             ),
             (
                 "foreign condition",
-                PodStatus { conditions: Some(vec![cond("example.com/x", "True")]), ..base() },
+                PodStatus {
+                    conditions: Some(vec![cond("example.com/x", "True")]),
+                    ..base()
+                },
             ),
         ];
         for (field, status) in ignored {
-            assert!(is_pod_status_by_kubelet_equal(&base(), &status, &gates()), "{field}");
+            assert!(
+                is_pod_status_by_kubelet_equal(&base(), &status, &gates()),
+                "{field}"
+            );
         }
 
-        let q = |s: &str| {
-            Some(BTreeMap::from([("cpu".to_owned(), Quantity(s.to_owned()))]))
-        };
+        let q = |s: &str| Some(BTreeMap::from([("cpu".to_owned(), Quantity(s.to_owned()))]));
         let owned: Vec<(&str, PodStatus)> = vec![
-            ("phase", PodStatus { phase: Some("Succeeded".into()), ..base() }),
-            ("conditions", PodStatus { conditions: Some(vec![cond("Ready", "True")]), ..base() }),
-            ("message", PodStatus { message: Some("m".into()), ..base() }),
-            ("reason", PodStatus { reason: Some("r".into()), ..base() }),
-            ("nominatedNodeName", PodStatus { nominated_node_name: Some("n".into()), ..base() }),
-            ("hostIP", PodStatus { host_ip: Some("1.2.3.4".into()), ..base() }),
+            (
+                "phase",
+                PodStatus {
+                    phase: Some("Succeeded".into()),
+                    ..base()
+                },
+            ),
+            (
+                "conditions",
+                PodStatus {
+                    conditions: Some(vec![cond("Ready", "True")]),
+                    ..base()
+                },
+            ),
+            (
+                "message",
+                PodStatus {
+                    message: Some("m".into()),
+                    ..base()
+                },
+            ),
+            (
+                "reason",
+                PodStatus {
+                    reason: Some("r".into()),
+                    ..base()
+                },
+            ),
+            (
+                "nominatedNodeName",
+                PodStatus {
+                    nominated_node_name: Some("n".into()),
+                    ..base()
+                },
+            ),
+            (
+                "hostIP",
+                PodStatus {
+                    host_ip: Some("1.2.3.4".into()),
+                    ..base()
+                },
+            ),
             (
                 "hostIPs",
-                PodStatus { host_ips: Some(vec![HostIP { ip: "1.2.3.4".into() }]), ..base() },
+                PodStatus {
+                    host_ips: Some(vec![HostIP {
+                        ip: "1.2.3.4".into(),
+                    }]),
+                    ..base()
+                },
             ),
-            ("podIP", PodStatus { pod_ip: Some("10.0.0.1".into()), ..base() }),
-            ("podIPs", PodStatus { pod_ips: Some(vec![PodIP { ip: "10.0.0.1".into() }]), ..base() }),
-            ("startTime", PodStatus { start_time: Some(Time(ts("2026-01-01T00:00:00Z"))), ..base() }),
+            (
+                "podIP",
+                PodStatus {
+                    pod_ip: Some("10.0.0.1".into()),
+                    ..base()
+                },
+            ),
+            (
+                "podIPs",
+                PodStatus {
+                    pod_ips: Some(vec![PodIP {
+                        ip: "10.0.0.1".into(),
+                    }]),
+                    ..base()
+                },
+            ),
+            (
+                "startTime",
+                PodStatus {
+                    start_time: Some(Time(ts("2026-01-01T00:00:00Z"))),
+                    ..base()
+                },
+            ),
             (
                 "initContainerStatuses",
-                PodStatus { init_container_statuses: Some(vec![status_in("i", running())]), ..base() },
+                PodStatus {
+                    init_container_statuses: Some(vec![status_in("i", running())]),
+                    ..base()
+                },
             ),
             (
                 "containerStatuses",
-                PodStatus { container_statuses: Some(vec![status_in("c", running())]), ..base() },
+                PodStatus {
+                    container_statuses: Some(vec![status_in("c", running())]),
+                    ..base()
+                },
             ),
             (
                 "ephemeralContainerStatuses",
@@ -346,37 +458,80 @@ mod tests {
                     ..base()
                 },
             ),
-            ("qosClass", PodStatus { qos_class: Some("Guaranteed".into()), ..base() }),
-            ("resize", PodStatus { resize: Some("InProgress".into()), ..base() }),
-            ("allocatedResources", PodStatus { allocated_resources: q("100m"), ..base() }),
-            ("observedGeneration", PodStatus { observed_generation: Some(1), ..base() }),
+            (
+                "qosClass",
+                PodStatus {
+                    qos_class: Some("Guaranteed".into()),
+                    ..base()
+                },
+            ),
+            (
+                "resize",
+                PodStatus {
+                    resize: Some("InProgress".into()),
+                    ..base()
+                },
+            ),
+            (
+                "allocatedResources",
+                PodStatus {
+                    allocated_resources: q("100m"),
+                    ..base()
+                },
+            ),
+            (
+                "observedGeneration",
+                PodStatus {
+                    observed_generation: Some(1),
+                    ..base()
+                },
+            ),
             (
                 "resources",
                 PodStatus {
-                    resources: Some(ResourceRequirements { requests: q("100m"), ..Default::default() }),
+                    resources: Some(ResourceRequirements {
+                        requests: q("100m"),
+                        ..Default::default()
+                    }),
                     ..base()
                 },
             ),
         ];
         for (field, status) in owned {
-            assert!(!is_pod_status_by_kubelet_equal(&base(), &status, &gates()), "{field}");
-            assert!(!is_pod_status_by_kubelet_equal(&status, &base(), &gates()), "{field} (rev)");
+            assert!(
+                !is_pod_status_by_kubelet_equal(&base(), &status, &gates()),
+                "{field}"
+            );
+            assert!(
+                !is_pod_status_by_kubelet_equal(&status, &base(), &gates()),
+                "{field} (rev)"
+            );
         }
     }
 
     #[test]
     fn r11_owned_condition_fields_compared_but_not_times() {
         let a = PodStatus {
-            conditions: Some(vec![condition_at("Ready", "True", ts("2026-01-01T00:00:00Z"))]),
+            conditions: Some(vec![condition_at(
+                "Ready",
+                "True",
+                ts("2026-01-01T00:00:00Z"),
+            )]),
             ..base()
         };
         let later = PodStatus {
-            conditions: Some(vec![condition_at("Ready", "True", ts("2026-02-01T00:00:00Z"))]),
+            conditions: Some(vec![condition_at(
+                "Ready",
+                "True",
+                ts("2026-02-01T00:00:00Z"),
+            )]),
             ..base()
         };
         assert!(is_pod_status_by_kubelet_equal(&a, &later, &gates()));
-        let other_reason =
-            PodStatus { conditions: Some(vec![cond_reason("Ready", "True", "X")]), ..base() };
+        let other_reason = PodStatus {
+            conditions: Some(vec![cond_reason("Ready", "True", "X")]),
+            ..base()
+        };
         assert!(!is_pod_status_by_kubelet_equal(&a, &other_reason, &gates()));
         // Removing an owned condition is a change (the size check).
         assert!(!is_pod_status_by_kubelet_equal(&a, &base(), &gates()));
@@ -390,12 +545,25 @@ mod tests {
             observed_generation: Some(0),
             ..base()
         };
-        assert!(is_pod_status_by_kubelet_equal(&base(), &empty_strings, &gates()));
+        assert!(is_pod_status_by_kubelet_equal(
+            &base(),
+            &empty_strings,
+            &gates()
+        ));
         let q = |s: &str| Some(BTreeMap::from([("cpu".to_owned(), Quantity(s.to_owned()))]));
-        let a = PodStatus { allocated_resources: q("100m"), ..base() };
-        let b = PodStatus { allocated_resources: q("0.1"), ..base() };
+        let a = PodStatus {
+            allocated_resources: q("100m"),
+            ..base()
+        };
+        let b = PodStatus {
+            allocated_resources: q("0.1"),
+            ..base()
+        };
         assert!(is_pod_status_by_kubelet_equal(&a, &b, &gates()));
-        let started_none = PodStatus { container_statuses: Some(vec![status_named("c")]), ..base() };
+        let started_none = PodStatus {
+            container_statuses: Some(vec![status_named("c")]),
+            ..base()
+        };
         let mut started_false = started_none.clone();
         started_false.container_statuses.as_mut().unwrap()[0].started = Some(false);
         assert!(

@@ -41,7 +41,10 @@ pub struct GenerateContext<'a> {
 impl GenerateContext<'_> {
     fn spec(&self) -> &PodSpec {
         static EMPTY: std::sync::OnceLock<PodSpec> = std::sync::OnceLock::new();
-        self.pod.spec.as_ref().unwrap_or_else(|| EMPTY.get_or_init(PodSpec::default))
+        self.pod
+            .spec
+            .as_ref()
+            .unwrap_or_else(|| EMPTY.get_or_init(PodSpec::default))
     }
 
     fn condition(&self, type_: &str, status: &str) -> PodCondition {
@@ -58,7 +61,13 @@ impl GenerateContext<'_> {
         }
     }
 
-    fn condition_with(&self, type_: &str, status: &str, reason: &str, message: String) -> PodCondition {
+    fn condition_with(
+        &self,
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: String,
+    ) -> PodCondition {
         PodCondition {
             reason: Some(reason.to_owned()),
             message: (!message.is_empty()).then_some(message),
@@ -83,7 +92,10 @@ fn terminal_condition(ctx: &GenerateContext<'_>, type_: &str, phase: &PodPhase) 
 }
 
 /// G6: `ContainersReady` for a terminal phase (upstream `generateContainersReadyConditionForTerminalPhase`).
-pub fn containers_ready_for_terminal_phase(ctx: &GenerateContext<'_>, phase: &PodPhase) -> PodCondition {
+pub fn containers_ready_for_terminal_phase(
+    ctx: &GenerateContext<'_>,
+    phase: &PodPhase,
+) -> PodCondition {
     terminal_condition(ctx, condition_type::CONTAINERS_READY, phase)
 }
 
@@ -108,7 +120,11 @@ pub fn containers_ready_condition(
         );
     };
     let spec = ctx.spec();
-    let sidecars = spec.init_containers.iter().flatten().filter(|c| is_restartable_init_container(c));
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| is_restartable_init_container(c));
     let (mut unknown, mut unready) = (Vec::new(), Vec::new());
     for container in sidecars.chain(spec.containers.iter()) {
         match container_status(statuses, &container.name) {
@@ -122,10 +138,16 @@ pub fn containers_ready_condition(
     }
     let mut messages = Vec::new();
     if !unknown.is_empty() {
-        messages.push(format!("containers with unknown status: {}", go_list(&unknown)));
+        messages.push(format!(
+            "containers with unknown status: {}",
+            go_list(&unknown)
+        ));
     }
     if !unready.is_empty() {
-        messages.push(format!("containers with unready status: {}", go_list(&unready)));
+        messages.push(format!(
+            "containers with unready status: {}",
+            go_list(&unready)
+        ));
     }
     if messages.is_empty() {
         ctx.condition(condition_type::CONTAINERS_READY, condition_status::TRUE)
@@ -185,7 +207,9 @@ pub fn pod_ready_condition(
 pub fn has_any_regular_container_started(spec: &PodSpec, statuses: &[ContainerStatus]) -> bool {
     statuses.iter().any(|s| {
         spec.containers.iter().any(|c| c.name == s.name)
-            && s.state.as_ref().is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+            && s.state
+                .as_ref()
+                .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
     })
 }
 
@@ -234,18 +258,25 @@ pub fn pod_initialized_condition(
     }
     let mut messages = Vec::new();
     if !unknown.is_empty() {
-        messages.push(format!("containers with unknown status: {}", go_list(&unknown)));
+        messages.push(format!(
+            "containers with unknown status: {}",
+            go_list(&unknown)
+        ));
     }
     if !incomplete.is_empty() {
-        messages.push(format!("containers with incomplete status: {}", go_list(&incomplete)));
+        messages.push(format!(
+            "containers with incomplete status: {}",
+            go_list(&incomplete)
+        ));
     }
     if messages.is_empty() {
         return ctx.condition(condition_type::INITIALIZED, condition_status::TRUE);
     }
-    let was_initialized = ctx.gates.restart_all_containers_on_container_exits
-        && ctx.old_status.conditions.iter().flatten().any(|c| {
-            c.type_ == condition_type::INITIALIZED && c.status == condition_status::TRUE
-        });
+    let was_initialized =
+        ctx.gates.restart_all_containers_on_container_exits
+            && ctx.old_status.conditions.iter().flatten().any(|c| {
+                c.type_ == condition_type::INITIALIZED && c.status == condition_status::TRUE
+            });
     if was_initialized {
         return ctx.condition(condition_type::INITIALIZED, condition_status::TRUE);
     }
@@ -286,12 +317,22 @@ pub struct SandboxStatus {
 /// none, more than one is ready, the newest is not ready, its network mode no longer matches
 /// `hostNetwork`, or a pod-network sandbox has no IP.
 pub fn pod_sandbox_changed(pod: &Pod, sandboxes: &[SandboxStatus]) -> bool {
-    let Some(newest) = sandboxes.first() else { return true };
+    let Some(newest) = sandboxes.first() else {
+        return true;
+    };
     if sandboxes.iter().filter(|s| s.ready).count() > 1 || !newest.ready {
         return true;
     }
-    let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
-    let wanted = if host_network { NamespaceMode::Node } else { NamespaceMode::Pod };
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let wanted = if host_network {
+        NamespaceMode::Node
+    } else {
+        NamespaceMode::Pod
+    };
     newest.network_namespace != wanted
         || (!host_network && newest.ip.as_deref().unwrap_or("").is_empty())
 }
@@ -322,7 +363,10 @@ pub enum RestartAllState {
 }
 
 /// G5: `AllContainersRestarting` (v1.35+); carries no observedGeneration.
-pub fn all_containers_restarting_condition(restart: RestartAllState, phase: &PodPhase) -> PodCondition {
+pub fn all_containers_restarting_condition(
+    restart: RestartAllState,
+    phase: &PodPhase,
+) -> PodCondition {
     let mk = |status: &str, reason: Option<&str>, message: Option<&str>| PodCondition {
         type_: condition_type::ALL_CONTAINERS_RESTARTING.to_owned(),
         status: status.to_owned(),
@@ -350,7 +394,10 @@ pub fn all_containers_restarting_condition(restart: RestartAllState, phase: &Pod
 /// Deviation (the spec allows it): the regeneration sees init statuses too, so a pod with
 /// sidecars and readiness gates does not report "needs reconcile" on every check.
 pub fn need_to_reconcile_pod_readiness(pod: &Pod, gates: &FeatureGates) -> bool {
-    let has_gates = pod.spec.as_ref().is_some_and(|s| s.readiness_gates.as_ref().is_some_and(|g| !g.is_empty()));
+    let has_gates = pod
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.readiness_gates.as_ref().is_some_and(|g| !g.is_empty()));
     if !has_gates {
         return false;
     }
@@ -365,7 +412,11 @@ pub fn need_to_reconcile_pod_readiness(pod: &Pod, gates: &FeatureGates) -> bool 
             (None, None) => None,
             (init, regular) => Some(init.iter().chain(regular).flatten().cloned().collect()),
         };
-    let ctx = GenerateContext { pod, old_status: status, gates };
+    let ctx = GenerateContext {
+        pod,
+        old_status: status,
+        gates,
+    };
     let generated = pod_ready_condition(&ctx, conditions, all.as_deref(), &PodPhase::of(status));
     current.status != generated.status
         || current.message.as_deref().unwrap_or("") != generated.message.as_deref().unwrap_or("")

@@ -7,7 +7,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::features::FeatureGates;
-use crate::generate::{GenerateContext, containers_ready_for_terminal_phase, pod_ready_for_terminal_phase};
+use crate::generate::{
+    GenerateContext, containers_ready_for_terminal_phase, pod_ready_for_terminal_phase,
+};
 use crate::pod::{
     PodPhase, condition_type, is_condition_true, pod_condition_by_kubelet,
     pod_condition_shared_by_kubelet,
@@ -71,7 +73,10 @@ pub fn merge_pod_status(api: &PodStatus, local: &PodStatus, ctx: MergeContext<'_
     let mut conditions: Vec<PodCondition> =
         Vec::with_capacity(api_conditions.len() + local_conditions.len());
     conditions.extend(
-        api_conditions.iter().filter(|c| !pod_condition_by_kubelet(&c.type_, ctx.gates)).cloned(),
+        api_conditions
+            .iter()
+            .filter(|c| !pod_condition_by_kubelet(&c.type_, ctx.gates))
+            .cloned(),
     );
     for condition in local_conditions {
         if pod_condition_by_kubelet(&condition.type_, ctx.gates) {
@@ -114,9 +119,21 @@ pub fn merge_pod_status(api: &PodStatus, local: &PodStatus, ctx: MergeContext<'_
         && (is_condition_true(&merged, condition_type::READY)
             || is_condition_true(&merged, condition_type::CONTAINERS_READY))
     {
-        let gen_ctx = GenerateContext { pod: ctx.pod, old_status: api, gates: ctx.gates };
-        update_pod_condition(&mut merged, containers_ready_for_terminal_phase(&gen_ctx, &phase), ctx.now);
-        update_pod_condition(&mut merged, pod_ready_for_terminal_phase(&gen_ctx, &phase), ctx.now);
+        let gen_ctx = GenerateContext {
+            pod: ctx.pod,
+            old_status: api,
+            gates: ctx.gates,
+        };
+        update_pod_condition(
+            &mut merged,
+            containers_ready_for_terminal_phase(&gen_ctx, &phase),
+            ctx.now,
+        );
+        update_pod_condition(
+            &mut merged,
+            pod_ready_for_terminal_phase(&gen_ctx, &phase),
+            ctx.now,
+        );
     }
     merged
 }

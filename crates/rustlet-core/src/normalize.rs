@@ -79,10 +79,15 @@ fn normalize_container_statuses(statuses: &mut [ContainerStatus], budget: usize)
 /// Upstream `SortInitContainerStatuses`: moves init statuses into spec order; statuses whose
 /// names are not in the spec end up after the matched ones.
 pub fn sort_init_container_statuses(spec: Option<&PodSpec>, statuses: &mut [ContainerStatus]) {
-    let Some(init) = spec.and_then(|s| s.init_containers.as_ref()) else { return };
+    let Some(init) = spec.and_then(|s| s.init_containers.as_ref()) else {
+        return;
+    };
     let mut current = 0;
     for container in init {
-        if let Some(offset) = statuses[current..].iter().position(|s| s.name == container.name) {
+        if let Some(offset) = statuses[current..]
+            .iter()
+            .position(|s| s.name == container.name)
+        {
             statuses.swap(current, current + offset);
             current += 1;
         }
@@ -135,7 +140,16 @@ mod tests {
     }
 
     fn last_message_len(s: &ContainerStatus) -> usize {
-        s.last_state.as_ref().unwrap().terminated.as_ref().unwrap().message.as_ref().unwrap().len()
+        s.last_state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .message
+            .as_ref()
+            .unwrap()
+            .len()
     }
 
     #[test]
@@ -144,7 +158,9 @@ mod tests {
         // ephemeral, and an empty spec (so the budget stays 12288).
         let sizes = [192, 200, 208];
         let mk = |prefix: &str| -> Vec<ContainerStatus> {
-            (0..16).map(|i| message_status(&format!("{prefix}{i:02}"), sizes[i % 3])).collect()
+            (0..16)
+                .map(|i| message_status(&format!("{prefix}{i:02}"), sizes[i % 3]))
+                .collect()
         };
         let mut status = PodStatus {
             init_container_statuses: Some(mk("init")),
@@ -166,14 +182,19 @@ mod tests {
     fn r10_messages_over_budget_are_cut_per_container() {
         // Three spec containers and one ephemeral container share 12288 bytes: 3072 each.
         let mut spec = spec_with(&[], &["a", "b", "c"]);
-        spec.ephemeral_containers =
-            Some(vec![EphemeralContainer { name: "dbg".into(), ..Default::default() }]);
+        spec.ephemeral_containers = Some(vec![EphemeralContainer {
+            name: "dbg".into(),
+            ..Default::default()
+        }]);
         let mut status = PodStatus {
             container_statuses: Some(vec![message_status("a", 10_000)]),
             ..Default::default()
         };
         normalize_status(Some(&spec), &mut status);
-        assert_eq!(last_message_len(&status.container_statuses.as_ref().unwrap()[0]), 3072);
+        assert_eq!(
+            last_message_len(&status.container_statuses.as_ref().unwrap()[0]),
+            3072
+        );
     }
 
     #[test]
@@ -191,7 +212,9 @@ mod tests {
         let now = ts("2026-01-02T03:04:05.678901234Z");
         let second = ts("2026-01-02T03:04:05Z");
         let running = ContainerState {
-            running: Some(ContainerStateRunning { started_at: Some(Time(now)) }),
+            running: Some(ContainerStateRunning {
+                started_at: Some(Time(now)),
+            }),
             ..Default::default()
         };
         let terminated = ContainerState {
@@ -236,7 +259,10 @@ mod tests {
 
     #[test]
     fn r10_times_before_the_epoch_round_to_the_earlier_second() {
-        assert_eq!(truncate_to_second(ts("1969-12-31T23:59:58.5Z")), ts("1969-12-31T23:59:58Z"));
+        assert_eq!(
+            truncate_to_second(ts("1969-12-31T23:59:58.5Z")),
+            ts("1969-12-31T23:59:58Z")
+        );
     }
 
     #[test]
@@ -254,6 +280,9 @@ mod tests {
         };
         normalize_status(Some(&spec), &mut status);
         assert_eq!(names(&status.container_statuses), ["a", "b"]);
-        assert_eq!(names(&status.init_container_statuses), ["i3", "i1", "i2", "zz"]);
+        assert_eq!(
+            names(&status.init_container_statuses),
+            ["i3", "i1", "i2", "zz"]
+        );
     }
 }

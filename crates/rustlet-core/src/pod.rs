@@ -106,7 +106,11 @@ pub fn is_phase_terminal(status: &PodStatus) -> bool {
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 /// A pod is static when its config source annotation is present and is not `api` (errata 7).
@@ -137,7 +141,10 @@ pub fn condition_in<'a>(
     conditions: &'a [PodCondition],
     type_: &str,
 ) -> Option<(usize, &'a PodCondition)> {
-    conditions.iter().enumerate().find(|(_, c)| c.type_ == type_)
+    conditions
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.type_ == type_)
 }
 
 /// The first condition of this type in a status (upstream `GetPodCondition`).
@@ -154,7 +161,11 @@ pub fn is_condition_true(status: &PodStatus, type_: &str) -> bool {
 pub fn pod_condition_by_kubelet(type_: &str, gates: &FeatureGates) -> bool {
     use condition_type::*;
     match type_ {
-        POD_SCHEDULED | READY | INITIALIZED | CONTAINERS_READY | POD_RESIZE_IN_PROGRESS
+        POD_SCHEDULED
+        | READY
+        | INITIALIZED
+        | CONTAINERS_READY
+        | POD_RESIZE_IN_PROGRESS
         | POD_RESIZE_PENDING => true,
         POD_READY_TO_START_CONTAINERS => gates.pod_ready_to_start_containers_condition,
         _ => false,
@@ -191,7 +202,11 @@ pub fn condition_observed_generation(
 /// Upstream `CalculatePodStatusObservedGeneration` (R2).
 pub fn status_observed_generation(pod: &Pod, gates: &FeatureGates) -> Option<i64> {
     let generation = pod.metadata.generation.filter(|g| *g != 0)?;
-    let current = pod.status.as_ref().and_then(|s| s.observed_generation).unwrap_or(0);
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_generation)
+        .unwrap_or(0);
     (gates.pod_observed_generation_tracking || current != 0).then_some(generation)
 }
 
@@ -204,7 +219,10 @@ mod tests {
         Pod {
             metadata: ObjectMeta {
                 annotations: Some(
-                    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+                    pairs
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
                 ),
                 ..Default::default()
             },
@@ -227,7 +245,10 @@ mod tests {
         for foreign in ["abcd", "Unschedulable"] {
             assert!(!pod_condition_by_kubelet(foreign, &gates), "{foreign}");
         }
-        let off = FeatureGates { pod_ready_to_start_containers_condition: false, ..gates };
+        let off = FeatureGates {
+            pod_ready_to_start_containers_condition: false,
+            ..gates
+        };
         assert!(!pod_condition_by_kubelet("PodReadyToStartContainers", &off));
     }
 
@@ -241,9 +262,18 @@ mod tests {
     #[test]
     fn errata7_static_only_with_a_non_api_source_annotation() {
         assert!(!is_static_pod(&Pod::default()));
-        assert!(!is_static_pod(&pod_with_annotations(&[(CONFIG_SOURCE_ANNOTATION, "api")])));
-        assert!(is_static_pod(&pod_with_annotations(&[(CONFIG_SOURCE_ANNOTATION, "file")])));
-        assert!(is_mirror_pod(&pod_with_annotations(&[(CONFIG_MIRROR_ANNOTATION, "x")])));
+        assert!(!is_static_pod(&pod_with_annotations(&[(
+            CONFIG_SOURCE_ANNOTATION,
+            "api"
+        )])));
+        assert!(is_static_pod(&pod_with_annotations(&[(
+            CONFIG_SOURCE_ANNOTATION,
+            "file"
+        )])));
+        assert!(is_mirror_pod(&pod_with_annotations(&[(
+            CONFIG_MIRROR_ANNOTATION,
+            "x"
+        )])));
         assert!(!is_mirror_pod(&Pod::default()));
     }
 
@@ -253,7 +283,10 @@ mod tests {
         assert!(PodPhase::parse(Some("Succeeded")).is_terminal());
         assert!(!PodPhase::parse(Some("Running")).is_terminal());
         assert_eq!(PodPhase::parse(None), PodPhase::Other(String::new()));
-        assert_eq!(PodPhase::parse(Some("SomeUnknownPhase")).as_str(), "SomeUnknownPhase");
+        assert_eq!(
+            PodPhase::parse(Some("SomeUnknownPhase")).as_str(),
+            "SomeUnknownPhase"
+        );
     }
 
     #[test]
@@ -261,10 +294,20 @@ mod tests {
         let mut pod = Pod::default();
         pod.metadata.generation = Some(4);
         let on = FeatureGates::default();
-        let off = FeatureGates { pod_observed_generation_tracking: false, ..on.clone() };
+        let off = FeatureGates {
+            pod_observed_generation_tracking: false,
+            ..on.clone()
+        };
         assert_eq!(status_observed_generation(&pod, &on), Some(4));
         assert_eq!(status_observed_generation(&pod, &off), None);
-        pod.status = Some(PodStatus { observed_generation: Some(2), ..Default::default() });
-        assert_eq!(status_observed_generation(&pod, &off), Some(4), "no clear/restore fight");
+        pod.status = Some(PodStatus {
+            observed_generation: Some(2),
+            ..Default::default()
+        });
+        assert_eq!(
+            status_observed_generation(&pod, &off),
+            Some(4),
+            "no clear/restore fight"
+        );
     }
 }

@@ -19,12 +19,19 @@ pub enum ProbeOutcome {
 }
 
 /// R16: by exact `containerID` match, regular statuses first, then init; never ephemeral.
-fn find_container<'a>(status: &'a mut PodStatus, container_id: &str) -> Option<&'a mut ContainerStatus> {
+fn find_container<'a>(
+    status: &'a mut PodStatus,
+    container_id: &str,
+) -> Option<&'a mut ContainerStatus> {
     if container_id.is_empty() {
         return None;
     }
     let matches = |s: &&mut ContainerStatus| s.container_id.as_deref() == Some(container_id);
-    let PodStatus { container_statuses, init_container_statuses, .. } = status;
+    let PodStatus {
+        container_statuses,
+        init_container_statuses,
+        ..
+    } = status;
     container_statuses
         .iter_mut()
         .flatten()
@@ -58,7 +65,11 @@ pub fn with_container_readiness(
         .cloned()
         .collect();
     let phase = PodPhase::of(&status);
-    let ctx = GenerateContext { pod, old_status: cached, gates };
+    let ctx = GenerateContext {
+        pod,
+        old_status: cached,
+        gates,
+    };
     let conditions = status.conditions.as_deref().unwrap_or_default();
     let ready_condition = pod_ready_condition(&ctx, conditions, Some(&all), &phase);
     let containers_ready = containers_ready_condition(&ctx, Some(&all), &phase);
@@ -69,7 +80,11 @@ pub fn with_container_readiness(
 }
 
 /// R18: sets one container's `started`; unset to false is a change.
-pub fn with_container_startup(cached: &PodStatus, container_id: &str, started: bool) -> ProbeOutcome {
+pub fn with_container_startup(
+    cached: &PodStatus,
+    container_id: &str,
+    started: bool,
+) -> ProbeOutcome {
     let mut status = cached.clone();
     let Some(container) = find_container(&mut status, container_id) else {
         return ProbeOutcome::ContainerNotFound;

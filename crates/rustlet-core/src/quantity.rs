@@ -19,7 +19,9 @@ fn parse(text: &str) -> Option<Decimal> {
         b'+' => (false, &text[1..]),
         _ => (false, text),
     };
-    let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+    let number_end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
     let (number, suffix) = rest.split_at(number_end);
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
     if int_part.is_empty() && frac_part.is_empty() {
@@ -27,7 +29,9 @@ fn parse(text: &str) -> Option<Decimal> {
     }
     let mut mantissa: i128 = 0;
     for digit in int_part.bytes().chain(frac_part.bytes()) {
-        mantissa = mantissa.checked_mul(10)?.checked_add(i128::from(digit - b'0'))?;
+        mantissa = mantissa
+            .checked_mul(10)?
+            .checked_add(i128::from(digit - b'0'))?;
     }
     let mut exponent = -i32::try_from(frac_part.len()).ok()?;
     let binary_power = |k: u32| -> Option<i128> { 1i128.checked_shl(10 * k) };
@@ -55,7 +59,10 @@ fn parse(text: &str) -> Option<Decimal> {
         mantissa = -mantissa;
     }
     if mantissa == 0 {
-        return Some(Decimal { mantissa: 0, exponent: 0 });
+        return Some(Decimal {
+            mantissa: 0,
+            exponent: 0,
+        });
     }
     while mantissa % 10 == 0 {
         mantissa /= 10;

@@ -32,7 +32,10 @@ fn is_waiting(status: &ContainerStatus) -> bool {
 }
 
 fn is_terminated(status: &ContainerStatus) -> bool {
-    status.state.as_ref().is_some_and(|s| s.terminated.is_some())
+    status
+        .state
+        .as_ref()
+        .is_some_and(|s| s.terminated.is_some())
 }
 
 fn last_terminated(status: &ContainerStatus) -> Option<&ContainerStateTerminated> {
@@ -41,7 +44,11 @@ fn last_terminated(status: &ContainerStatus) -> Option<&ContainerStateTerminated
 
 /// R22: upstream `hasPodInitialized`, evaluated on the pod argument's own status.
 pub fn has_pod_initialized(pod: &Pod) -> bool {
-    let init_specs = pod.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+    let init_specs = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default();
     if init_specs.is_empty() {
         return true;
     }
@@ -55,23 +62,36 @@ pub fn has_pod_initialized(pod: &Pod) -> bool {
     {
         return true;
     }
-    let init_statuses = status.init_container_statuses.as_deref().unwrap_or_default();
-    let Some(last) = init_statuses.last() else { return false };
+    let init_statuses = status
+        .init_container_statuses
+        .as_deref()
+        .unwrap_or_default();
+    let Some(last) = init_statuses.last() else {
+        return false;
+    };
     let index = init_statuses.len() - 1;
     let Some(spec) = init_specs.get(index).filter(|c| c.name == last.name) else {
         return false;
     };
     if is_restartable_init_container(spec) {
-        return last.state.as_ref().is_some_and(|s| s.running.is_some()) && last.started == Some(true);
+        return last.state.as_ref().is_some_and(|s| s.running.is_some())
+            && last.started == Some(true);
     }
     last_terminated(last).is_some_and(|t| t.exit_code == 0)
-        || last.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0)
+        || last
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
 }
 
 /// R21: upstream `initializedContainers`: how many leading init statuses attempted to start
 /// (all but a trailing run of Waiting ones; at least the first).
 pub fn attempted_init_containers(statuses: &[ContainerStatus]) -> usize {
-    match statuses.iter().rposition(|s| !is_waiting(s) || last_terminated(s).is_some()) {
+    match statuses
+        .iter()
+        .rposition(|s| !is_waiting(s) || last_terminated(s).is_some())
+    {
         Some(i) => i + 1,
         None => statuses.len().min(1),
     }

@@ -29,7 +29,10 @@ pub fn test_pod() -> Pod {
 
 /// A spec with these init and regular containers.
 pub fn spec_with(init: &[&str], containers: &[&str]) -> PodSpec {
-    let mk = |n: &&str| Container { name: (*n).to_owned(), ..Default::default() };
+    let mk = |n: &&str| Container {
+        name: (*n).to_owned(),
+        ..Default::default()
+    };
     PodSpec {
         init_containers: (!init.is_empty()).then(|| init.iter().map(mk).collect()),
         containers: containers.iter().map(mk).collect(),
@@ -39,28 +42,44 @@ pub fn spec_with(init: &[&str], containers: &[&str]) -> PodSpec {
 
 /// A container status with a name and nothing else.
 pub fn status_named(name: &str) -> ContainerStatus {
-    ContainerStatus { name: name.to_owned(), ..Default::default() }
+    ContainerStatus {
+        name: name.to_owned(),
+        ..Default::default()
+    }
 }
 
 /// A container status in the given state.
 pub fn status_in(name: &str, state: ContainerState) -> ContainerStatus {
-    ContainerStatus { name: name.to_owned(), state: Some(state), ..Default::default() }
+    ContainerStatus {
+        name: name.to_owned(),
+        state: Some(state),
+        ..Default::default()
+    }
 }
 
 /// `state.waiting`.
 pub fn waiting() -> ContainerState {
-    ContainerState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() }
+    ContainerState {
+        waiting: Some(ContainerStateWaiting::default()),
+        ..Default::default()
+    }
 }
 
 /// `state.running`.
 pub fn running() -> ContainerState {
-    ContainerState { running: Some(ContainerStateRunning::default()), ..Default::default() }
+    ContainerState {
+        running: Some(ContainerStateRunning::default()),
+        ..Default::default()
+    }
 }
 
 /// `state.terminated` with an exit code.
 pub fn terminated(exit_code: i32) -> ContainerState {
     ContainerState {
-        terminated: Some(ContainerStateTerminated { exit_code, ..Default::default() }),
+        terminated: Some(ContainerStateTerminated {
+            exit_code,
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -72,15 +91,25 @@ pub fn names(statuses: &Option<Vec<ContainerStatus>>) -> Vec<String> {
 
 /// A condition with a type and status.
 pub fn cond(type_: &str, status: &str) -> PodCondition {
-    PodCondition { type_: type_.to_owned(), status: status.to_owned(), ..Default::default() }
+    PodCondition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        ..Default::default()
+    }
 }
 
 /// A condition with a reason.
 pub fn cond_reason(type_: &str, status: &str, reason: &str) -> PodCondition {
-    PodCondition { reason: Some(reason.to_owned()), ..cond(type_, status) }
+    PodCondition {
+        reason: Some(reason.to_owned()),
+        ..cond(type_, status)
+    }
 }
 
 /// A condition with a transition time.
 pub fn condition_at(type_: &str, status: &str, at: Timestamp) -> PodCondition {
-    PodCondition { last_transition_time: Some(Time(at)), ..cond(type_, status) }
+    PodCondition {
+        last_transition_time: Some(Time(at)),
+        ..cond(type_, status)
+    }
 }

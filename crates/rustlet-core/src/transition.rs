@@ -25,11 +25,19 @@ pub enum TransitionError {
 }
 
 fn is_terminated(status: &ContainerStatus) -> bool {
-    status.state.as_ref().is_some_and(|s| s.terminated.is_some())
+    status
+        .state
+        .as_ref()
+        .is_some_and(|s| s.terminated.is_some())
 }
 
 fn terminated_exit_code(status: &ContainerStatus) -> Option<i32> {
-    status.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)
+    status
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .map(|t| t.exit_code)
 }
 
 /// Upstream `findMatchingContainerRestartRule` then the container-level policy, then the pod's
@@ -37,7 +45,9 @@ fn terminated_exit_code(status: &ContainerStatus) -> Option<i32> {
 pub fn container_should_restart(container: &Container, spec: &PodSpec, exit_code: i32) -> bool {
     if let Some(policy) = &container.restart_policy {
         for rule in container.restart_policy_rules.iter().flatten() {
-            let Some(codes) = &rule.exit_codes else { continue };
+            let Some(codes) = &rule.exit_codes else {
+                continue;
+            };
             let listed = codes.values.iter().flatten().any(|c| *c == exit_code);
             let matched = match codes.operator.as_str() {
                 "In" => listed,
@@ -71,7 +81,9 @@ fn may_leave_terminated(
     spec: &PodSpec,
     gates: &FeatureGates,
 ) -> bool {
-    let Some(exit_code) = terminated_exit_code(old) else { return true };
+    let Some(exit_code) = terminated_exit_code(old) else {
+        return true;
+    };
     if exit_code != 0 && spec.restart_policy.as_deref() == Some("OnFailure") {
         return true;
     }
@@ -116,7 +128,9 @@ pub fn check_container_state_transition(
         if !may_leave_terminated(old_status, Some(container), spec, gates)
             && came_back(old_status, new_init)
         {
-            return Err(TransitionError::InitContainerRestarted(old_status.name.clone()));
+            return Err(TransitionError::InitContainerRestarted(
+                old_status.name.clone(),
+            ));
         }
     }
     Ok(())
@@ -142,7 +156,12 @@ pub fn update_last_transition_time(
     type_: &str,
     now: Timestamp,
 ) {
-    let Some(condition) = new.conditions.iter_mut().flatten().find(|c| c.type_ == type_) else {
+    let Some(condition) = new
+        .conditions
+        .iter_mut()
+        .flatten()
+        .find(|c| c.type_ == type_)
+    else {
         return;
     };
     let old_condition = old.conditions.iter().flatten().find(|c| c.type_ == type_);
@@ -171,13 +190,21 @@ mod tests {
 
     fn regular(states: &[(&str, k8s_openapi::api::core::v1::ContainerState)]) -> PodStatus {
         PodStatus {
-            container_statuses: Some(states.iter().map(|(n, s)| status_in(n, s.clone())).collect()),
+            container_statuses: Some(
+                states
+                    .iter()
+                    .map(|(n, s)| status_in(n, s.clone()))
+                    .collect(),
+            ),
             ..Default::default()
         }
     }
 
     fn with_policy(policy: &str) -> PodSpec {
-        PodSpec { restart_policy: Some(policy.into()), ..spec_with(&[], &["c"]) }
+        PodSpec {
+            restart_policy: Some(policy.into()),
+            ..spec_with(&[], &["c"])
+        }
     }
 
     #[test]
@@ -195,7 +222,9 @@ mod tests {
     fn r6_always_allows_everything() {
         let old = regular(&[("c", terminated(0))]);
         let new = regular(&[("c", running())]);
-        assert!(check_container_state_transition(&old, &new, &with_policy("Always"), &gates()).is_ok());
+        assert!(
+            check_container_state_transition(&old, &new, &with_policy("Always"), &gates()).is_ok()
+        );
     }
 
     #[test]
@@ -212,7 +241,9 @@ mod tests {
     fn r6_missing_status_is_not_a_transition() {
         let old = regular(&[("c", terminated(0))]);
         let new = regular(&[]);
-        assert!(check_container_state_transition(&old, &new, &with_policy("Never"), &gates()).is_ok());
+        assert!(
+            check_container_state_transition(&old, &new, &with_policy("Never"), &gates()).is_ok()
+        );
     }
 
     #[test]
@@ -221,7 +252,10 @@ mod tests {
         let old = regular(&[("c", terminated(0))]);
         let new = regular(&[("c", running())]);
         assert!(check_container_state_transition(&old, &new, &spec, &gates()).is_ok());
-        let off = FeatureGates { container_restart_rules: false, ..gates() };
+        let off = FeatureGates {
+            container_restart_rules: false,
+            ..gates()
+        };
         assert!(check_container_state_transition(&old, &new, &spec, &off).is_err());
     }
 
@@ -237,33 +271,66 @@ mod tests {
             }),
         }]);
         let new = regular(&[("c", running())]);
-        assert!(check_container_state_transition(&regular(&[("c", terminated(42))]), &new, &spec, &gates()).is_ok());
-        assert!(check_container_state_transition(&regular(&[("c", terminated(1))]), &new, &spec, &gates()).is_err());
+        assert!(
+            check_container_state_transition(
+                &regular(&[("c", terminated(42))]),
+                &new,
+                &spec,
+                &gates()
+            )
+            .is_ok()
+        );
+        assert!(
+            check_container_state_transition(
+                &regular(&[("c", terminated(1))]),
+                &new,
+                &spec,
+                &gates()
+            )
+            .is_err()
+        );
     }
 
     #[test]
     fn r6_init_containers_by_index_and_name_sidecars_exempt() {
-        let mut spec = PodSpec { restart_policy: Some("Never".into()), ..spec_with(&["i0", "side"], &["c"]) };
+        let mut spec = PodSpec {
+            restart_policy: Some("Never".into()),
+            ..spec_with(&["i0", "side"], &["c"])
+        };
         spec.init_containers.as_mut().unwrap()[1].restart_policy = Some("Always".into());
         let old = PodStatus {
-            init_container_statuses: Some(vec![status_in("i0", terminated(0)), status_in("side", terminated(0))]),
+            init_container_statuses: Some(vec![
+                status_in("i0", terminated(0)),
+                status_in("side", terminated(0)),
+            ]),
             ..Default::default()
         };
         let sidecar_back = PodStatus {
-            init_container_statuses: Some(vec![status_in("i0", terminated(0)), status_in("side", running())]),
+            init_container_statuses: Some(vec![
+                status_in("i0", terminated(0)),
+                status_in("side", running()),
+            ]),
             ..Default::default()
         };
         assert!(check_container_state_transition(&old, &sidecar_back, &spec, &gates()).is_ok());
         let init_back = PodStatus {
-            init_container_statuses: Some(vec![status_in("i0", running()), status_in("side", running())]),
+            init_container_statuses: Some(vec![
+                status_in("i0", running()),
+                status_in("side", running()),
+            ]),
             ..Default::default()
         };
         assert_eq!(
-            check_container_state_transition(&old, &init_back, &spec, &gates()).unwrap_err().to_string(),
+            check_container_state_transition(&old, &init_back, &spec, &gates())
+                .unwrap_err()
+                .to_string(),
             "terminated init container i0 attempted illegal transition to non-terminated state"
         );
         let swapped = PodStatus {
-            init_container_statuses: Some(vec![status_in("side", waiting()), status_in("i0", waiting())]),
+            init_container_statuses: Some(vec![
+                status_in("side", waiting()),
+                status_in("i0", waiting()),
+            ]),
             ..Default::default()
         };
         assert_eq!(
@@ -281,27 +348,57 @@ mod tests {
         update_last_transition_time(&mut status, &PodStatus::default(), "Ready", now);
         assert_eq!(status, PodStatus::default());
         // New condition without an old one: now.
-        let mut status = PodStatus { conditions: Some(vec![cond("Ready", "True")]), ..Default::default() };
+        let mut status = PodStatus {
+            conditions: Some(vec![cond("Ready", "True")]),
+            ..Default::default()
+        };
         update_last_transition_time(&mut status, &PodStatus::default(), "Ready", now);
-        assert_eq!(status.conditions.as_ref().unwrap()[0].last_transition_time, Some(Time(now)));
+        assert_eq!(
+            status.conditions.as_ref().unwrap()[0].last_transition_time,
+            Some(Time(now))
+        );
         // Status changed False -> True: now.
-        let old = PodStatus { conditions: Some(vec![condition_at("Ready", "False", old_time)]), ..Default::default() };
-        let mut status = PodStatus { conditions: Some(vec![cond("Ready", "True")]), ..Default::default() };
+        let old = PodStatus {
+            conditions: Some(vec![condition_at("Ready", "False", old_time)]),
+            ..Default::default()
+        };
+        let mut status = PodStatus {
+            conditions: Some(vec![cond("Ready", "True")]),
+            ..Default::default()
+        };
         update_last_transition_time(&mut status, &old, "Ready", now);
-        assert_eq!(status.conditions.as_ref().unwrap()[0].last_transition_time, Some(Time(now)));
+        assert_eq!(
+            status.conditions.as_ref().unwrap()[0].last_transition_time,
+            Some(Time(now))
+        );
         // Same status: the old time.
-        let old = PodStatus { conditions: Some(vec![condition_at("Ready", "True", old_time)]), ..Default::default() };
-        let mut status = PodStatus { conditions: Some(vec![cond("Ready", "True")]), ..Default::default() };
+        let old = PodStatus {
+            conditions: Some(vec![condition_at("Ready", "True", old_time)]),
+            ..Default::default()
+        };
+        let mut status = PodStatus {
+            conditions: Some(vec![cond("Ready", "True")]),
+            ..Default::default()
+        };
         update_last_transition_time(&mut status, &old, "Ready", now);
-        assert_eq!(status.conditions.as_ref().unwrap()[0].last_transition_time, Some(Time(old_time)));
+        assert_eq!(
+            status.conditions.as_ref().unwrap()[0].last_transition_time,
+            Some(Time(old_time))
+        );
     }
 
     #[test]
     fn errata3_unset_old_time_is_copied_and_only_the_first_duplicate_is_updated() {
         let now = ts("2026-01-01T00:01:00Z");
-        let old = PodStatus { conditions: Some(vec![cond("Ready", "True")]), ..Default::default() };
+        let old = PodStatus {
+            conditions: Some(vec![cond("Ready", "True")]),
+            ..Default::default()
+        };
         let mut status = PodStatus {
-            conditions: Some(vec![condition_at("Ready", "True", now), cond("Ready", "False")]),
+            conditions: Some(vec![
+                condition_at("Ready", "True", now),
+                cond("Ready", "False"),
+            ]),
             ..Default::default()
         };
         update_last_transition_time(&mut status, &old, "Ready", now);
@@ -317,7 +414,14 @@ mod tests {
             conditions: Some(vec![condition_at("example.com/gate", "True", caller)]),
             ..Default::default()
         };
-        update_last_transition_times(&mut status, &PodStatus::default(), ts("2026-01-01T00:00:00Z"));
-        assert_eq!(status.conditions.unwrap()[0].last_transition_time, Some(Time(caller)));
+        update_last_transition_times(
+            &mut status,
+            &PodStatus::default(),
+            ts("2026-01-01T00:00:00Z"),
+        );
+        assert_eq!(
+            status.conditions.unwrap()[0].last_transition_time,
+            Some(Time(caller))
+        );
     }
 }

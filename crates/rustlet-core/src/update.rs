@@ -12,7 +12,9 @@ use crate::equality::is_pod_status_by_kubelet_equal;
 use crate::features::FeatureGates;
 use crate::normalize::normalize_status;
 use crate::pod::{PodPhase, is_static_pod, status_observed_generation};
-use crate::transition::{TransitionError, check_container_state_transition, update_last_transition_times};
+use crate::transition::{
+    TransitionError, check_container_state_transition, update_last_transition_times,
+};
 
 /// One cached pod status (upstream `versionedPodStatus`).
 #[derive(Clone, Debug, PartialEq)]
@@ -165,7 +167,11 @@ pub fn prepare_update(
         at: ctx.cached.map_or(ctx.now, |c| c.at),
         status,
     };
-    UpdateOutcome::Accepted(Box::new(Accepted { entry, phase_regression_prevented, finished_was_sticky }))
+    UpdateOutcome::Accepted(Box::new(Accepted {
+        entry,
+        phase_regression_prevented,
+        finished_was_sticky,
+    }))
 }
 
 impl UpdateOutcome {

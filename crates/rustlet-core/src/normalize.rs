@@ -48,11 +48,9 @@ pub fn termination_message_budget(spec: Option<&PodSpec>) -> usize {
             + s.init_containers.as_ref().map_or(0, Vec::len)
             + s.ephemeral_containers.as_ref().map_or(0, Vec::len)
     });
-    if count == 0 {
-        MAX_POD_TERMINATION_MESSAGE_LOG_LENGTH
-    } else {
-        MAX_POD_TERMINATION_MESSAGE_LOG_LENGTH / count
-    }
+    MAX_POD_TERMINATION_MESSAGE_LOG_LENGTH
+        .checked_div(count)
+        .unwrap_or(MAX_POD_TERMINATION_MESSAGE_LOG_LENGTH)
 }
 
 fn normalize_state(state: &mut Option<ContainerState>, budget: usize) {

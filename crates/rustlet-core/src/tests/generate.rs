@@ -9,6 +9,21 @@ use crate::generate::*;
 use crate::pod::PodPhase;
 use crate::testutil::*;
 
+/// spec, conditions, statuses, (status, reason, message)
+type GateCase = (
+    PodSpec,
+    Vec<PodCondition>,
+    Vec<ContainerStatus>,
+    (&'static str, &'static str, &'static str),
+);
+/// spec, statuses, phase, (status, reason)
+type InitCase = (
+    PodSpec,
+    Option<Vec<ContainerStatus>>,
+    PodPhase,
+    (&'static str, &'static str),
+);
+
 fn pod(spec: PodSpec) -> Pod {
     Pod {
         spec: Some(spec),
@@ -239,12 +254,7 @@ fn test_generate_pod_ready_condition() {
         let c = pod_ready_condition(&ctx, &[], case.statuses.as_deref(), &case.phase);
         check(&c, "Ready", case.want.0, case.want.1, &case.want.2);
     }
-    let gate_cases: Vec<(
-        PodSpec,
-        Vec<PodCondition>,
-        Vec<ContainerStatus>,
-        (&str, &str, &str),
-    )> = vec![
+    let gate_cases: Vec<GateCase> = vec![
         (
             gated(&["gate1"], &[]),
             vec![],
@@ -333,12 +343,7 @@ fn test_generate_pod_initialized_condition() {
         started: Some(s),
         ..status_named(n)
     };
-    let cases: Vec<(
-        PodSpec,
-        Option<Vec<ContainerStatus>>,
-        PodPhase,
-        (&str, &str),
-    )> = vec![
+    let cases: Vec<InitCase> = vec![
         (
             two.clone(),
             None,

@@ -28,7 +28,8 @@
 //!
 //! Left to `rustlet-status` because they are about the cache or the API, not pure rules:
 //! the version map and kick channel (R12 signal, R27-R33), GET/PATCH/DELETE (R34-R39), cache
-//! removal (R25, R26), resize conditions (R48-R54), metrics (R13 counter, R59-R61).
+//! removal (R25, R26), resize conditions (R48-R54), metrics (the R13 counter itself, R59-R61);
+//! [`update::Accepted::newly_terminated`] gives the counter its input.
 
 pub mod deletion;
 pub mod equality;

@@ -79,6 +79,74 @@ pub struct Accepted {
     pub phase_regression_prevented: Option<(String, String)>,
     /// `pod_is_finished` was false in the update but forced true by R5.
     pub finished_was_sticky: bool,
+    /// Containers this update reports terminated for the first time (R13, for the
+    /// `TerminatedContainersTotal` counter).
+    pub newly_terminated: Vec<NewlyTerminated>,
+}
+
+/// Which list a container status is in (the counter's `container_type` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerKind {
+    /// `initContainerStatuses`.
+    Init,
+    /// `containerStatuses`.
+    Regular,
+    /// `ephemeralContainerStatuses`.
+    Ephemeral,
+}
+
+/// One container that moved into the terminated state (R13).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewlyTerminated {
+    /// Its list.
+    pub kind: ContainerKind,
+    /// Its name.
+    pub name: String,
+    /// Its exit code.
+    pub exit_code: i32,
+    /// Its termination reason, possibly empty.
+    pub reason: String,
+}
+
+/// R13: statuses terminated in `new` whose same-named status in `old` is absent or not terminated.
+pub fn newly_terminated(old: &PodStatus, new: &PodStatus) -> Vec<NewlyTerminated> {
+    let lists = [
+        (
+            ContainerKind::Init,
+            &old.init_container_statuses,
+            &new.init_container_statuses,
+        ),
+        (
+            ContainerKind::Regular,
+            &old.container_statuses,
+            &new.container_statuses,
+        ),
+        (
+            ContainerKind::Ephemeral,
+            &old.ephemeral_container_statuses,
+            &new.ephemeral_container_statuses,
+        ),
+    ];
+    let mut out = Vec::new();
+    for (kind, old_list, new_list) in lists {
+        for status in new_list.iter().flatten() {
+            let Some(t) = status.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
+                continue;
+            };
+            let was_terminated = old_list.iter().flatten().any(|o| {
+                o.name == status.name && o.state.as_ref().is_some_and(|s| s.terminated.is_some())
+            });
+            if !was_terminated {
+                out.push(NewlyTerminated {
+                    kind,
+                    name: status.name.clone(),
+                    exit_code: t.exit_code,
+                    reason: t.reason.clone().unwrap_or_default(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Runs R2-R12 for one update and returns what to store.
@@ -149,6 +217,7 @@ pub fn prepare_update(
     }
 
     normalize_status(pod.spec.as_ref(), &mut status); // R10
+    let newly_terminated = newly_terminated(old, &status); // R13
 
     // R11.
     if let Some(cached) = ctx.cached
@@ -171,6 +240,7 @@ pub fn prepare_update(
         entry,
         phase_regression_prevented,
         finished_was_sticky,
+        newly_terminated,
     }))
 }
 

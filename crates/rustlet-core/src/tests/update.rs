@@ -52,9 +52,13 @@ impl Cache {
         self.apply(pod, status, UpdateSource::SetPodStatus)
     }
 
-    pub fn terminate(&mut self, pod: &Pod) -> VersionedPodStatus {
+    pub fn terminate_outcome(&mut self, pod: &Pod) -> UpdateOutcome {
         let status = terminate_status(pod, self.entry.as_ref().map(|e| &e.status));
-        match self.apply(pod, status, UpdateSource::TerminatePod) {
+        self.apply(pod, status, UpdateSource::TerminatePod)
+    }
+
+    pub fn terminate(&mut self, pod: &Pod) -> VersionedPodStatus {
+        match self.terminate_outcome(pod) {
             UpdateOutcome::Accepted(a) => a.entry,
             other => panic!("TerminatePod must always store a version, got {other:?}"),
         }
@@ -451,4 +455,51 @@ fn r16_init_statuses_are_searched_after_regular_and_empty_ids_never_match() {
         ),
         ProbeOutcome::ContainerNotFound
     );
+}
+
+#[test]
+fn test_container_termination_metric() {
+    use crate::update::{ContainerKind, NewlyTerminated};
+    let mut cache = Cache::default();
+    let pod = test_pod();
+    cache.set(
+        &pod,
+        PodStatus {
+            container_statuses: Some(vec![status_in("container", running())]),
+            ..Default::default()
+        },
+    );
+    let mut done = status_in("container", terminated(0));
+    done.state
+        .as_mut()
+        .unwrap()
+        .terminated
+        .as_mut()
+        .unwrap()
+        .reason = Some("Completed".into());
+    let outcome = cache.set(
+        &pod,
+        PodStatus {
+            phase: Some("Succeeded".into()),
+            container_statuses: Some(vec![done.clone()]),
+            ..Default::default()
+        },
+    );
+    let UpdateOutcome::Accepted(a) = outcome else {
+        panic!("accepted")
+    };
+    assert_eq!(
+        a.newly_terminated,
+        [NewlyTerminated {
+            kind: ContainerKind::Regular,
+            name: "container".into(),
+            exit_code: 0,
+            reason: "Completed".into()
+        }]
+    );
+    // Already terminated: not counted again.
+    let UpdateOutcome::Accepted(a) = cache.terminate_outcome(&pod) else {
+        panic!("accepted")
+    };
+    assert!(a.newly_terminated.is_empty());
 }

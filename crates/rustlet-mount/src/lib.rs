@@ -1,9 +1,52 @@
-//! rustlet-mount: a careful Linux mount library. Not built yet (issue 4): this crate holds only
-//! its contract so far.
+//! rustlet-mount: a careful Linux mount library.
 //!
-//! It will offer mount, bind, read-only bind, tmpfs and unmount through sys-mount and nix,
-//! mountinfo parsing, mount-point checks, path operations that never follow a symlink out of a
-//! root, and a removal that never crosses a mount point.
+//! Mount, bind, read-only bind, tmpfs and unmount through direct `mount(2)`/`umount2(2)`
+//! calls (sys-mount, nix); the mount table from `/proc/self/mountinfo`; mount-point checks;
+//! path operations beneath a root; and a removal that never crosses a mount point. It mirrors
+//! upstream `k8s.io/mount-utils` and `pkg/volume/util/subpath`, without exec-ing `mount(8)`.
 //!
-//! It is usable alone: no Kubernetes types in its API, and it depends on no other workspace
-//! crate (`rustlet-volume` depends on it and adapts it to its `Mounter` trait).
+//! # Guarantees
+//!
+//! * **Symlinks.** [`safe_path`] never follows a symlink beneath the root it is given, and
+//!   refuses absolute paths and `..` before any system call; what it opens is returned as an fd,
+//!   and [`LinuxMounter::bind_fd`] mounts that fd (`/proc/self/fd/N`), so a symlink swapped in
+//!   after the check cannot redirect a mount.
+//! * **Mount points.** [`remove::remove_all_one_filesystem`] stops at the first mount point it
+//!   meets (same-filesystem bind mounts included) and touches nothing beneath it;
+//!   [`LinuxMounter::cleanup_mount_point`] unmounts and then removes only an empty directory.
+//! * **Secrets.** [`SensitiveOptions`] reach the kernel but never a log line or a `Debug`.
+//! * **Errors** say which operation failed, on which path, with which errno, and whether a
+//!   retry can help ([`Error::is_retryable`]).
+//!
+//! # Boundaries
+//!
+//! Usable alone: no Kubernetes types in the API, and no dependency on any other workspace crate
+//! (`rustlet-volume` depends on this crate and adapts it to its `Mounter` trait). The
+//! [`fake::FakeMounter`] behind the `test-util` feature offers the same operations in memory.
+//!
+//! `unsafe` is denied: every system call goes through sys-mount or nix.
+
+pub mod error;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
+pub mod mounter;
+pub mod mountinfo;
+pub mod options;
+pub mod remove;
+pub mod safe_path;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{Error, Result, is_corrupted_mount_errno};
+pub use mounter::{
+    BindAccess, LinuxMounter, MountPointCheck, MountRequest, TmpfsOptions, UnmountMode,
+};
+pub use mountinfo::MountInfo;
+pub use options::SensitiveOptions;
+pub use remove::remove_all_one_filesystem;
+pub use safe_path::{
+    OpenKind, Resolver, Subpath, create_dir_all_beneath, open_beneath, prepare_subpath,
+};

@@ -6,6 +6,8 @@
 //!   inside `unshare -m --propagation private`, a private mount namespace whose mounts never
 //!   reach the host, and tells the privileged tests so through `RUSTLET_PRIVATE_MOUNT_NS=1`.
 //! * `cargo xtask tidy`: the repository conventions (also run as tests of this crate).
+//! * `cargo xtask bench`: the benchmarks of `docs/BENCHMARKS.md` (as root, in a private mount
+//!   namespace).
 //!
 //! xtask may use anyhow; it never depends on a workspace crate.
 
@@ -23,8 +25,9 @@ fn main() -> Result<()> {
         "ci" => ci(&root),
         "test" => test(&root),
         "tidy" => tidy_report(&root),
+        "bench" => bench(&root),
         _ => {
-            eprintln!("usage: cargo xtask <ci|test|tidy>");
+            eprintln!("usage: cargo xtask <ci|test|tidy|bench>");
             bail!("unknown task {task:?}")
         }
     }
@@ -117,4 +120,29 @@ fn test(root: &Path) -> Result<()> {
         eprintln!("xtask: not root: privileged tests will report \"skipped: needs CAP_SYS_ADMIN\"");
         run(root, cargo_test[0], &cargo_test[1..])
     }
+}
+
+fn bench(root: &Path) -> Result<()> {
+    if !is_root() {
+        bail!("the mount benchmarks need root (they mount in a private mount namespace)");
+    }
+    run(
+        root,
+        "unshare",
+        &[
+            "-m",
+            "--propagation",
+            "private",
+            "env",
+            "RUSTLET_PRIVATE_MOUNT_NS=1",
+            "cargo",
+            "bench",
+            "-p",
+            "rustlet-mount",
+            "--features",
+            "test-util",
+            "--bench",
+            "mount_pairs",
+        ],
+    )
 }

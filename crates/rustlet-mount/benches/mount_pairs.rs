@@ -23,7 +23,7 @@ const NONE: Option<&str> = None;
 fn time_alternating(mut raw: impl FnMut(), mut ours: impl FnMut()) -> (Duration, Duration) {
     let (mut raw_total, mut ours_total) = (Duration::ZERO, Duration::ZERO);
     for i in 0..PAIRS {
-        let mut run = |f: &mut dyn FnMut(), total: &mut Duration| {
+        let run = |f: &mut dyn FnMut(), total: &mut Duration| {
             let start = Instant::now();
             f();
             *total += start.elapsed();
@@ -51,7 +51,11 @@ fn per_pair_us(d: Duration) -> f64 {
 fn report(name: &str, raw: Vec<Duration>, ours: Vec<Duration>) {
     // The overhead is the median of the per-round ratios: each round's two figures were taken
     // side by side, so their ratio cancels most of the machine's drift between rounds.
-    let mut ratios: Vec<f64> = raw.iter().zip(&ours).map(|(r, o)| o.as_secs_f64() / r.as_secs_f64()).collect();
+    let mut ratios: Vec<f64> = raw
+        .iter()
+        .zip(&ours)
+        .map(|(r, o)| o.as_secs_f64() / r.as_secs_f64())
+        .collect();
     ratios.sort_by(f64::total_cmp);
     let overhead = (ratios[ratios.len() / 2] - 1.0) * 100.0;
     let (raw, ours) = (median(raw), median(ours));

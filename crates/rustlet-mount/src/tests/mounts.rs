@@ -355,3 +355,77 @@ fn prepare_subpath_binds_the_checked_directory_and_file() {
     .unwrap();
     assert_eq!(std::fs::read_to_string(&file_target).unwrap(), "in volume");
 }
+
+/// A FUSE mount whose daemon is gone (its `/dev/fuse` fd closed right after mounting) answers
+/// every stat with ENOTCONN: the classic corrupted mount.
+#[test]
+fn corrupted_mount_is_detected_and_cleaned_up() {
+    use std::os::fd::AsRawFd;
+    let Some(t) = privileged_dir("corrupted_mount_is_detected_and_cleaned_up") else {
+        return;
+    };
+    let Ok(fuse) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    else {
+        eprintln!(
+            "corrupted_mount_is_detected_and_cleaned_up: skipped: no /dev/fuse on this machine"
+        );
+        return;
+    };
+    let target = t.mkdir("dead-fuse");
+    let request = MountRequest {
+        source: "fuse".into(),
+        target: target.clone(),
+        fstype: "fuse".into(),
+        options: vec![
+            format!("fd={}", fuse.as_raw_fd()),
+            "rootmode=40000".into(),
+            "user_id=0".into(),
+            "group_id=0".into(),
+        ],
+        sensitive_options: SensitiveOptions::default(),
+    };
+    t.mounter.mount(&request).unwrap();
+    drop(fuse); // the "daemon" dies
+
+    assert!(t.mounter.is_corrupted_mount(&target));
+    assert!(
+        t.mounter.path_exists(&target).unwrap(),
+        "V120: a corrupted mount counts as existing"
+    );
+    let stat_err = std::fs::metadata(&target).unwrap_err();
+    assert_eq!(stat_err.raw_os_error(), Some(libc::ENOTCONN));
+
+    t.mounter
+        .cleanup_mount_point(&target, MountPointCheck::Exact)
+        .unwrap();
+    assert!(!target.exists());
+    assert!(
+        !t.mounter
+            .list()
+            .unwrap()
+            .iter()
+            .any(|m| m.mount_point == target)
+    );
+}
+
+#[test]
+fn errors_name_the_operation_path_and_errno() {
+    let Some(t) = privileged_dir("errors_name_the_operation_path_and_errno") else {
+        return;
+    };
+    let missing = t.path().join("missing");
+    let err = t
+        .mounter
+        .tmpfs(&missing, TmpfsOptions::default())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("mount of \"tmpfs\" on ") && text.contains("missing"),
+        "{text}"
+    );
+    assert_eq!(err.errno(), Some(Errno::ENOENT));
+    assert!(err.is_not_found() && !err.is_retryable());
+}

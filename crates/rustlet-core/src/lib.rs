@@ -38,6 +38,7 @@ pub mod generate;
 pub mod ids;
 pub mod merge;
 pub mod normalize;
+pub mod patch;
 pub mod pod;
 pub mod probe;
 mod quantity;

@@ -1,0 +1,334 @@
+//! The strategic merge patch of a pod's status subresource: building it (upstream
+//! `PatchPodStatus` over `CreateTwoWayMergePatch`) and applying it (what the API server does,
+//! for the fakes and the local store).
+//!
+//! Only what a pod status needs is implemented: objects merge key by key (a removed key becomes
+//! `null`), the lists with a patch merge key in the Pod schema merge by that key
+//! (`conditions` by `type`, `hostIPs` and `podIPs` by `ip`, `resourceClaimStatuses` by `name`)
+//! with upstream's `$setElementOrder/<list>` and `$patch: delete` directives, and every other list
+//! (the container statuses) is replaced whole.
+//!
+//! Deviation: k8s-openapi omits unset structs where Go writes `{}` (`"state":{}`), so a patch that
+//! replaces a container status list is shorter than upstream's; the server stores the same object.
+
+use k8s_openapi::api::core::v1::PodStatus;
+use serde_json::{Map, Value, json};
+
+/// Lists of `PodStatus` that merge by key, and their keys (from the Pod schema's
+/// `x-kubernetes-patch-merge-key`).
+pub const MERGE_KEYS: [(&str, &str); 4] =
+    [("conditions", "type"), ("hostIPs", "ip"), ("podIPs", "ip"), ("resourceClaimStatuses", "name")];
+
+const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
+const PATCH_DIRECTIVE: &str = "$patch";
+
+fn merge_key(field: &str) -> Option<&'static str> {
+    MERGE_KEYS.iter().find(|(f, _)| *f == field).map(|(_, k)| *k)
+}
+
+fn to_object(status: &PodStatus) -> Map<String, Value> {
+    match serde_json::to_value(status) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
+/// The body to send as `PATCH pods/<name>/status` (`application/strategic-merge-patch+json`):
+/// `{"metadata":{"uid":..,("resourceVersion":..)},"status":{..}}`, or `None` when the status part
+/// is empty: upstream's "unchanged" (a patch of only the UID is never sent).
+pub fn status_patch(
+    uid: &str,
+    resource_version: Option<&str>,
+    old: &PodStatus,
+    new: &PodStatus,
+) -> Option<Value> {
+    let diff = diff_objects(&to_object(old), &to_object(new), true);
+    if diff.is_empty() {
+        return None;
+    }
+    let mut metadata = Map::new();
+    metadata.insert("uid".into(), Value::String(uid.to_owned()));
+    if let Some(rv) = resource_version {
+        metadata.insert("resourceVersion".into(), Value::String(rv.to_owned()));
+    }
+    Some(json!({ "metadata": metadata, "status": diff }))
+}
+
+fn diff_objects(old: &Map<String, Value>, new: &Map<String, Value>, top: bool) -> Map<String, Value> {
+    let mut patch = Map::new();
+    for key in old.keys() {
+        if !new.contains_key(key) {
+            patch.insert(key.clone(), Value::Null);
+        }
+    }
+    for (key, new_value) in new {
+        let Some(old_value) = old.get(key) else {
+            patch.insert(key.clone(), new_value.clone());
+            continue;
+        };
+        if old_value == new_value {
+            continue;
+        }
+        match (old_value, new_value) {
+            (Value::Object(o), Value::Object(n)) => {
+                let sub = diff_objects(o, n, false);
+                if !sub.is_empty() {
+                    patch.insert(key.clone(), Value::Object(sub));
+                }
+            }
+            (Value::Array(o), Value::Array(n)) => match merge_key(key).filter(|_| top) {
+                Some(merge_key) => diff_merge_list(&mut patch, key, merge_key, o, n),
+                None => {
+                    patch.insert(key.clone(), new_value.clone());
+                }
+            },
+            _ => {
+                patch.insert(key.clone(), new_value.clone());
+            }
+        }
+    }
+    patch
+}
+
+fn key_of<'a>(item: &'a Value, merge_key: &str) -> Option<&'a Value> {
+    item.get(merge_key)
+}
+
+fn diff_merge_list(patch: &mut Map<String, Value>, field: &str, merge_key: &str, old: &[Value], new: &[Value]) {
+    let mut items = Vec::new();
+    for n in new {
+        let key = key_of(n, merge_key);
+        match old.iter().find(|o| key_of(o, merge_key) == key) {
+            None => items.push(n.clone()),
+            Some(o) if o == n => {}
+            Some(o) => {
+                let (Value::Object(om), Value::Object(nm)) = (o, n) else {
+                    items.push(n.clone());
+                    continue;
+                };
+                let mut sub = diff_objects(om, nm, false);
+                if let Some(k) = key {
+                    sub.insert(merge_key.to_owned(), k.clone());
+                }
+                items.push(Value::Object(sub));
+            }
+        }
+    }
+    for o in old {
+        let key = key_of(o, merge_key);
+        if !new.iter().any(|n| key_of(n, merge_key) == key) {
+            let mut delete = Map::new();
+            if let Some(k) = key {
+                delete.insert(merge_key.to_owned(), k.clone());
+            }
+            delete.insert(PATCH_DIRECTIVE.into(), Value::String("delete".into()));
+            items.push(Value::Object(delete));
+        }
+    }
+    let order: Vec<Value> =
+        new.iter().filter_map(|n| key_of(n, merge_key)).map(|k| json!({ merge_key: k })).collect();
+    let old_order: Vec<&Value> = old.iter().filter_map(|o| key_of(o, merge_key)).collect();
+    let new_keys: Vec<&Value> = new.iter().filter_map(|n| key_of(n, merge_key)).collect();
+    let common_old: Vec<&&Value> = old_order.iter().filter(|k| new_keys.contains(k)).collect();
+    let common_new: Vec<&&Value> = new_keys.iter().filter(|k| old_order.contains(k)).collect();
+    let reordered = common_old != common_new;
+    if items.is_empty() && !reordered {
+        return;
+    }
+    patch.insert(format!("{SET_ELEMENT_ORDER}{field}"), Value::Array(order));
+    if !items.is_empty() {
+        patch.insert(field.to_owned(), Value::Array(items));
+    }
+}
+
+/// Applies a status patch (the `status` part of what [`status_patch`] builds) to a status in
+/// JSON form, as the API server's strategic merge does for the fields of a pod status.
+pub fn apply_status_patch(status: &mut Value, patch: &Value) {
+    apply_object(status, patch, true);
+}
+
+fn apply_object(target: &mut Value, patch: &Value, top: bool) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(object) = target else { return };
+    for (key, value) in patch {
+        if key.starts_with(SET_ELEMENT_ORDER) {
+            continue;
+        }
+        if value.is_null() {
+            object.remove(key);
+            continue;
+        }
+        match (merge_key(key).filter(|_| top), value) {
+            (Some(merge_key), Value::Array(items)) => {
+                let list = object.entry(key.clone()).or_insert_with(|| Value::Array(Vec::new()));
+                if !list.is_array() {
+                    *list = Value::Array(Vec::new());
+                }
+                let Value::Array(list) = list else { continue };
+                for item in items {
+                    let key_value = key_of(item, merge_key).cloned();
+                    let position = list.iter().position(|l| key_of(l, merge_key) == key_value.as_ref());
+                    let delete = item.get(PATCH_DIRECTIVE).and_then(Value::as_str) == Some("delete");
+                    match (position, delete) {
+                        (Some(i), true) => {
+                            list.remove(i);
+                        }
+                        (None, true) => {}
+                        (Some(i), false) => apply_object(&mut list[i], item, false),
+                        (None, false) => list.push(item.clone()),
+                    }
+                }
+            }
+            (_, Value::Object(_)) => {
+                let slot = object.entry(key.clone()).or_insert(Value::Null);
+                apply_object(slot, value, false);
+            }
+            _ => {
+                object.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    // `$setElementOrder`: listed keys first, in that order; the rest keep their relative order.
+    for (key, order) in patch.iter().filter_map(|(k, v)| Some((k.strip_prefix(SET_ELEMENT_ORDER)?, v))) {
+        let (Some(merge_key), Some(Value::Array(list)), Value::Array(order)) =
+            (merge_key(key), object.get_mut(key), order)
+        else {
+            continue;
+        };
+        let rank = |item: &Value| {
+            order
+                .iter()
+                .position(|o| key_of(o, merge_key) == key_of(item, merge_key))
+                .unwrap_or(usize::MAX)
+        };
+        list.sort_by_key(rank);
+    }
+    // A merge list emptied by deletions is omitted, as Go's `omitempty` does when the server
+    // stores the result.
+    if top {
+        for (field, _) in MERGE_KEYS {
+            if object.get(field).is_some_and(|c| c.as_array().is_some_and(Vec::is_empty)) {
+                object.remove(field);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+    use k8s_openapi::api::core::v1::ContainerStatus;
+
+    fn base() -> PodStatus {
+        PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![cond("Ready", "True"), cond("PodScheduled", "True")]),
+            container_statuses: Some(vec![
+                ContainerStatus { ready: true, ..status_named("container1") },
+                ContainerStatus { ready: true, ..status_named("container2") },
+            ]),
+            message: Some("Message".into()),
+            ..Default::default()
+        }
+    }
+
+    fn check(new: PodStatus, expected: Option<Value>) {
+        let patch = status_patch("myuid", None, &base(), &new);
+        assert_eq!(patch, expected);
+        if let Some(patch) = patch {
+            let mut applied = serde_json::to_value(base()).unwrap();
+            apply_status_patch(&mut applied, &patch["status"]);
+            assert_eq!(applied, serde_json::to_value(&new).unwrap(), "apply(diff(a, b), a) == b");
+        }
+    }
+
+    #[test]
+    fn test_patch_pod_status_no_change() {
+        check(base(), None);
+    }
+
+    #[test]
+    fn test_patch_pod_status_message_change() {
+        let new = PodStatus { message: Some("random message".into()), ..base() };
+        check(new, Some(json!({"metadata":{"uid":"myuid"},"status":{"message":"random message"}})));
+    }
+
+    #[test]
+    fn test_patch_pod_status_pod_condition_change() {
+        let mut new = base();
+        new.conditions.as_mut().unwrap()[0].status = "False".into();
+        check(
+            new,
+            Some(json!({"metadata":{"uid":"myuid"},"status":{
+                "$setElementOrder/conditions":[{"type":"Ready"},{"type":"PodScheduled"}],
+                "conditions":[{"status":"False","type":"Ready"}]}})),
+        );
+    }
+
+    #[test]
+    fn test_patch_pod_status_additional_init_container_condition() {
+        let new = PodStatus {
+            init_container_statuses: Some(vec![ContainerStatus { ready: true, ..status_named("init-container") }]),
+            ..base()
+        };
+        // Upstream also writes "lastState":{} and "state":{} (Go value structs); same object stored.
+        check(
+            new,
+            Some(json!({"metadata":{"uid":"myuid"},"status":{"initContainerStatuses":[
+                {"image":"","imageID":"","name":"init-container","ready":true,"restartCount":0}]}})),
+        );
+    }
+
+    #[test]
+    fn errata6_reorder_only_yields_set_element_order() {
+        let mut new = base();
+        new.conditions.as_mut().unwrap().reverse();
+        check(
+            new,
+            Some(json!({"metadata":{"uid":"myuid"},"status":{
+                "$setElementOrder/conditions":[{"type":"PodScheduled"},{"type":"Ready"}]}})),
+        );
+    }
+
+    #[test]
+    fn removed_condition_and_field_become_delete_directives_and_nulls() {
+        let new = PodStatus { conditions: Some(vec![cond("PodScheduled", "True")]), message: None, ..base() };
+        check(
+            new,
+            Some(json!({"metadata":{"uid":"myuid"},"status":{
+                "$setElementOrder/conditions":[{"type":"PodScheduled"}],
+                "conditions":[{"type":"Ready","$patch":"delete"}],
+                "message":null}})),
+        );
+    }
+
+    #[test]
+    fn resource_version_goes_into_the_metadata() {
+        let new = PodStatus { message: Some("m".into()), ..base() };
+        let patch = status_patch("u", Some("42"), &base(), &new).unwrap();
+        assert_eq!(patch["metadata"], json!({"uid":"u","resourceVersion":"42"}));
+        assert_eq!(status_patch("u", Some("42"), &base(), &base()), None);
+    }
+
+    #[test]
+    fn applying_keeps_conditions_added_concurrently_by_others() {
+        let mut new = base();
+        new.conditions.as_mut().unwrap()[0].status = "False".into();
+        let patch = status_patch("u", None, &base(), &new).unwrap();
+        let mut server = base();
+        server.conditions.as_mut().unwrap().push(cond("example.com/gate", "True"));
+        let mut server = serde_json::to_value(server).unwrap();
+        apply_status_patch(&mut server, &patch["status"]);
+        let types: Vec<&str> =
+            server["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["Ready", "PodScheduled", "example.com/gate"]);
+        assert_eq!(server["conditions"][0]["status"], "False");
+    }
+}

@@ -1,0 +1,81 @@
+//! The status manager's configuration, as a struct (no bool mode flags).
+
+use std::time::Duration;
+
+use rustlet_core::FeatureGates;
+
+/// Where `sync_pod` reads the API pod before patching.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadStrategy {
+    /// From the pod manager's watch-fed copy, patching with its `resourceVersion` as an
+    /// optimistic-concurrency precondition; on 409 (or with no usable copy) fall back to
+    /// GET-merge-PATCH. One API call per change in the common case.
+    #[default]
+    WatchCache,
+    /// Upstream's shape: a quorum GET before every PATCH. Two calls per change.
+    AlwaysGet,
+}
+
+/// Retry spacing for failed syncs: exponential with jitter, capped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackoffConfig {
+    /// Delay after the first failure.
+    pub initial: Duration,
+    /// Upper bound of the delay.
+    pub max: Duration,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        Self { initial: Duration::from_millis(250), max: Duration::from_secs(10) }
+    }
+}
+
+/// Configuration of a [`crate::StatusManager`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusManagerConfig {
+    /// Period of the full batch (upstream `syncPeriod`, 10 s).
+    pub sync_period: Duration,
+    /// Client-side rate limit, requests per second (kubelet `kubeAPIQPS`, 50).
+    pub api_qps: f64,
+    /// Client-side burst (kubelet `kubeAPIBurst`, 100).
+    pub api_burst: u32,
+    /// Pods synced at once; one request in flight per pod at most (upstream: 1).
+    pub max_concurrent_syncs: usize,
+    /// How the API pod is read before a patch.
+    pub read_strategy: ReadStrategy,
+    /// Retry spacing after a failed sync.
+    pub backoff: BackoffConfig,
+    /// On shutdown, how long to keep flushing statuses not yet synced.
+    pub shutdown_flush_deadline: Duration,
+    /// Feature gates in force.
+    pub gates: FeatureGates,
+}
+
+impl Default for StatusManagerConfig {
+    fn default() -> Self {
+        Self {
+            sync_period: Duration::from_secs(10),
+            api_qps: 50.0,
+            api_burst: 100,
+            max_concurrent_syncs: 16,
+            read_strategy: ReadStrategy::default(),
+            backoff: BackoffConfig::default(),
+            shutdown_flush_deadline: Duration::from_secs(5),
+            gates: FeatureGates::default(),
+        }
+    }
+}
+
+impl StatusManagerConfig {
+    /// Upstream's behaviour: GET before every PATCH, one pod at a time, and no rate limit of the
+    /// manager's own (for parity tests and as the benchmark baseline).
+    pub fn upstream() -> Self {
+        Self {
+            max_concurrent_syncs: 1,
+            read_strategy: ReadStrategy::AlwaysGet,
+            api_qps: f64::INFINITY,
+            ..Self::default()
+        }
+    }
+}

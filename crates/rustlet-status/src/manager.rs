@@ -1,0 +1,287 @@
+//! `StatusManager`: the cache of pod statuses and its public mutators (upstream `manager`'s
+//! `SetPodStatus`, `SetContainerReadiness`, `SetContainerStartup`, `TerminatePod`,
+//! `GetPodStatus`, `RemoveOrphanedStatuses`, `Start`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use rustlet_core::deletion::PodDeletionSafety;
+use rustlet_core::probe::{ProbeOutcome, with_container_readiness, with_container_startup};
+use rustlet_core::terminate::terminate_status;
+use rustlet_core::transition::TransitionError;
+use rustlet_core::update::{ContainerKind, UpdateContext, UpdateOutcome, UpdateSource, prepare_update};
+use rustlet_core::{FeatureGates, PodUid, VersionedPodStatus};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::config::StatusManagerConfig;
+use crate::metrics::StatusMetrics;
+use crate::seams::{Clock, PodManager, PodStatusClient, StartupLatencyHook, SystemClock};
+use crate::sync::Syncer;
+
+/// What the manager is built from.
+pub struct StatusManagerDeps {
+    /// The API client; `None` runs the manager standalone: statuses are cached and served but
+    /// never synced (upstream: nil kubeClient).
+    pub client: Option<Arc<dyn PodStatusClient>>,
+    /// The pod manager view.
+    pub pods: Arc<dyn PodManager>,
+    /// Whether a pod's containers could still run.
+    pub safety: Arc<dyn PodDeletionSafety>,
+    /// Optional startup-latency tracking.
+    pub latency: Option<Arc<dyn StartupLatencyHook>>,
+    /// Wall clock for the timestamps the rules write.
+    pub clock: Arc<dyn Clock>,
+    /// Metrics to update (register them where you like).
+    pub metrics: StatusMetrics,
+}
+
+impl StatusManagerDeps {
+    /// Dependencies with the system clock, fresh metrics and no latency hook.
+    pub fn new(
+        client: Option<Arc<dyn PodStatusClient>>,
+        pods: Arc<dyn PodManager>,
+        safety: Arc<dyn PodDeletionSafety>,
+    ) -> Self {
+        Self { client, pods, safety, latency: None, clock: Arc::new(SystemClock), metrics: StatusMetrics::default() }
+    }
+}
+
+/// The result of one mutator call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum UpdateResult {
+    /// Stored as this version; the sync task was kicked.
+    Stored(u64),
+    /// Equal to the cached status (R11) or not a change: nothing stored.
+    Unchanged,
+    /// Refused: a container left the terminated state (R6).
+    Rejected(TransitionError),
+    /// The pod or container is unknown, or no status is cached yet (R15).
+    Ignored,
+}
+
+/// State shared by the mutators and the sync task.
+pub(crate) struct Shared {
+    /// Cached statuses by source pod UID (the static pod's UID for static pods). Guarded by a
+    /// lock held only for map work, never across an await.
+    pub(crate) statuses: RwLock<HashMap<PodUid, VersionedPodStatus>>,
+    /// Capacity-1 "something changed" signal: bursts coalesce into one pending kick.
+    kick: mpsc::Sender<()>,
+    pub(crate) pods: Arc<dyn PodManager>,
+    pub(crate) latency: Option<Arc<dyn StartupLatencyHook>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) gates: FeatureGates,
+    pub(crate) metrics: StatusMetrics,
+}
+
+impl Shared {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<PodUid, VersionedPodStatus>> {
+        self.statuses.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, HashMap<PodUid, VersionedPodStatus>> {
+        self.statuses.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Upstream `deletePodStatus` (R26).
+    pub(crate) fn delete_pod_status(&self, uid: &PodUid) {
+        self.write().remove(uid);
+        if let Some(latency) = &self.latency {
+            latency.delete_pod_startup_state(uid);
+        }
+    }
+}
+
+/// The status manager. Cheap to share behind an `Arc`; every method takes `&self`.
+pub struct StatusManager {
+    shared: Arc<Shared>,
+    syncer: Mutex<Option<Syncer>>,
+}
+
+fn pod_uid(pod: &Pod) -> PodUid {
+    PodUid::new(pod.metadata.uid.clone().unwrap_or_default())
+}
+
+impl StatusManager {
+    /// A manager with an empty cache; call [`Self::start`] to sync.
+    pub fn new(deps: StatusManagerDeps, config: StatusManagerConfig) -> Self {
+        let (kick, kick_rx) = mpsc::channel(1);
+        let shared = Arc::new(Shared {
+            statuses: RwLock::new(HashMap::new()),
+            kick,
+            pods: deps.pods,
+            latency: deps.latency,
+            clock: deps.clock,
+            gates: config.gates.clone(),
+            metrics: deps.metrics,
+        });
+        let syncer =
+            deps.client.map(|client| Syncer::new(shared.clone(), client, deps.safety, kick_rx, config));
+        Self { shared, syncer: Mutex::new(syncer) }
+    }
+
+    /// Spawns the single sync task (upstream `Start`); it stops when `cancel` fires, after
+    /// flushing unsynced statuses for at most the configured deadline. Returns `None` when the
+    /// manager has no client (standalone) or was already started.
+    pub fn start(&self, cancel: CancellationToken) -> Option<JoinHandle<()>> {
+        let syncer = self.syncer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match syncer {
+            Some(syncer) => Some(tokio::spawn(syncer.run(cancel))),
+            None => {
+                info!("no API client or already started: not starting the status sync task");
+                None
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn take_syncer(&self) -> Syncer {
+        self.syncer.lock().unwrap().take().expect("syncer")
+    }
+
+    /// The cached status of a pod; a mirror pod's UID is translated to its static pod's.
+    pub fn get_pod_status(&self, uid: &PodUid) -> Option<PodStatus> {
+        let uid = self.shared.pods.translate_pod_uid(uid);
+        self.shared.read().get(&uid).map(|v| v.status.clone())
+    }
+
+    /// The cached entry of a pod (version, finished mark, status), by source UID.
+    pub fn get_versioned_status(&self, uid: &PodUid) -> Option<VersionedPodStatus> {
+        self.shared.read().get(uid).cloned()
+    }
+
+    /// Number of cached statuses.
+    pub fn len(&self) -> usize {
+        self.shared.read().len()
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn update(&self, pod: &Pod, status: PodStatus, source: UpdateSource) -> UpdateResult {
+        let mut map = self.shared.write();
+        self.store(&mut map, pod, status, source)
+    }
+
+    /// Runs R2-R12 and stores the result, all under the caller's write lock (R55).
+    fn store(
+        &self,
+        map: &mut HashMap<PodUid, VersionedPodStatus>,
+        pod: &Pod,
+        status: PodStatus,
+        source: UpdateSource,
+    ) -> UpdateResult {
+        let uid = pod_uid(pod);
+        let cached = map.get(&uid);
+        let mirror_status = match cached {
+            Some(_) => None,
+            None => self.shared.pods.mirror_pod_of(pod).and_then(|m| m.status.clone()),
+        };
+        let ctx = UpdateContext {
+            cached,
+            mirror_status: mirror_status.as_ref(),
+            now: self.shared.clock.now(),
+            gates: &self.shared.gates,
+        };
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        match prepare_update(pod, status, source, ctx) {
+            UpdateOutcome::Accepted(accepted) => {
+                if let Some((kept, attempted)) = &accepted.phase_regression_prevented {
+                    error!(pod = name, %uid, kept, attempted, "Pod attempted illegal phase transition");
+                }
+                if accepted.finished_was_sticky {
+                    info!(pod = name, %uid, "Got unexpected podIsFinished=false, while podIsFinished=true in status cache, programmer error.");
+                }
+                for t in &accepted.newly_terminated {
+                    let kind = match t.kind {
+                        ContainerKind::Init => "init_container",
+                        ContainerKind::Regular => "container",
+                        ContainerKind::Ephemeral => "ephemeral_container",
+                    };
+                    self.shared
+                        .metrics
+                        .terminated_containers
+                        .get_or_create(&vec![
+                            ("container_type".into(), kind.into()),
+                            ("exit_code".into(), t.exit_code.to_string()),
+                            ("reason".into(), t.reason.clone()),
+                        ])
+                        .inc();
+                }
+                let version = accepted.entry.version;
+                map.insert(uid, accepted.entry);
+                // Never blocks: a pending kick already covers this change.
+                let _ = self.shared.kick.try_send(());
+                UpdateResult::Stored(version)
+            }
+            UpdateOutcome::Unchanged => {
+                debug!(pod = name, %uid, "Ignoring same status for pod");
+                UpdateResult::Unchanged
+            }
+            UpdateOutcome::Rejected(err) => {
+                error!(pod = name, %uid, error = %err, "Status update on pod aborted");
+                UpdateResult::Rejected(err)
+            }
+        }
+    }
+
+    /// Caches a fully generated status for `pod` (R1-R12); forced when the pod is being deleted.
+    pub fn set_pod_status(&self, pod: &Pod, status: PodStatus) -> UpdateResult {
+        self.update(pod, status, UpdateSource::SetPodStatus)
+    }
+
+    fn probe(&self, pod_uid: &PodUid, change: impl FnOnce(&Pod, &PodStatus) -> ProbeOutcome) -> UpdateResult {
+        let Some(pod) = self.shared.pods.pod_by_uid(pod_uid) else {
+            debug!(%pod_uid, "Pod not found in the pod manager: ignoring probe result");
+            return UpdateResult::Ignored;
+        };
+        let mut map = self.shared.write();
+        let Some(cached) = map.get(pod_uid).map(|v| v.status.clone()) else {
+            warn!(%pod_uid, "Container readiness changed before pod has synced");
+            return UpdateResult::Ignored;
+        };
+        match change(&pod, &cached) {
+            ProbeOutcome::Changed(status) => self.store(&mut map, &pod, *status, UpdateSource::ContainerProbe),
+            ProbeOutcome::Unchanged => UpdateResult::Unchanged,
+            ProbeOutcome::ContainerNotFound => {
+                warn!(%pod_uid, "Container not found in pod status");
+                UpdateResult::Ignored
+            }
+        }
+    }
+
+    /// Sets one container's `ready` and regenerates Ready and ContainersReady (R15-R17).
+    pub fn set_container_readiness(&self, pod_uid: &PodUid, container_id: &str, ready: bool) -> UpdateResult {
+        let gates = self.shared.gates.clone();
+        self.probe(pod_uid, |pod, cached| with_container_readiness(pod, cached, container_id, ready, &gates))
+    }
+
+    /// Sets one container's `started` (R18).
+    pub fn set_container_startup(&self, pod_uid: &PodUid, container_id: &str, started: bool) -> UpdateResult {
+        self.probe(pod_uid, |_, cached| with_container_startup(cached, container_id, started))
+    }
+
+    /// The final status of a pod whose containers are gone (R19-R24): forced, finished.
+    pub fn terminate_pod(&self, pod: &Pod) -> UpdateResult {
+        let mut map = self.shared.write();
+        let status = terminate_status(pod, map.get(&pod_uid(pod)).map(|v| &v.status));
+        self.store(&mut map, pod, status, UpdateSource::TerminatePod)
+    }
+
+    /// Drops every cached status whose UID is not in `keep` (R25). The synced-version map is
+    /// cleaned by the sync task's next full batch.
+    pub fn remove_orphaned_statuses(&self, keep: &HashSet<PodUid>) {
+        self.shared.write().retain(|uid, _| {
+            let kept = keep.contains(uid);
+            if !kept {
+                debug!(%uid, "Removing pod from status map.");
+            }
+            kept
+        });
+    }
+}

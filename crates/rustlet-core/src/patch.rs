@@ -16,14 +16,21 @@ use serde_json::{Map, Value, json};
 
 /// Lists of `PodStatus` that merge by key, and their keys (from the Pod schema's
 /// `x-kubernetes-patch-merge-key`).
-pub const MERGE_KEYS: [(&str, &str); 4] =
-    [("conditions", "type"), ("hostIPs", "ip"), ("podIPs", "ip"), ("resourceClaimStatuses", "name")];
+pub const MERGE_KEYS: [(&str, &str); 4] = [
+    ("conditions", "type"),
+    ("hostIPs", "ip"),
+    ("podIPs", "ip"),
+    ("resourceClaimStatuses", "name"),
+];
 
 const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 const PATCH_DIRECTIVE: &str = "$patch";
 
 fn merge_key(field: &str) -> Option<&'static str> {
-    MERGE_KEYS.iter().find(|(f, _)| *f == field).map(|(_, k)| *k)
+    MERGE_KEYS
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map(|(_, k)| *k)
 }
 
 fn to_object(status: &PodStatus) -> Map<String, Value> {
@@ -54,7 +61,11 @@ pub fn status_patch(
     Some(json!({ "metadata": metadata, "status": diff }))
 }
 
-fn diff_objects(old: &Map<String, Value>, new: &Map<String, Value>, top: bool) -> Map<String, Value> {
+fn diff_objects(
+    old: &Map<String, Value>,
+    new: &Map<String, Value>,
+    top: bool,
+) -> Map<String, Value> {
     let mut patch = Map::new();
     for key in old.keys() {
         if !new.contains_key(key) {
@@ -94,7 +105,13 @@ fn key_of<'a>(item: &'a Value, merge_key: &str) -> Option<&'a Value> {
     item.get(merge_key)
 }
 
-fn diff_merge_list(patch: &mut Map<String, Value>, field: &str, merge_key: &str, old: &[Value], new: &[Value]) {
+fn diff_merge_list(
+    patch: &mut Map<String, Value>,
+    field: &str,
+    merge_key: &str,
+    old: &[Value],
+    new: &[Value],
+) {
     let mut items = Vec::new();
     for n in new {
         let key = key_of(n, merge_key);
@@ -125,8 +142,11 @@ fn diff_merge_list(patch: &mut Map<String, Value>, field: &str, merge_key: &str,
             items.push(Value::Object(delete));
         }
     }
-    let order: Vec<Value> =
-        new.iter().filter_map(|n| key_of(n, merge_key)).map(|k| json!({ merge_key: k })).collect();
+    let order: Vec<Value> = new
+        .iter()
+        .filter_map(|n| key_of(n, merge_key))
+        .map(|k| json!({ merge_key: k }))
+        .collect();
     let old_order: Vec<&Value> = old.iter().filter_map(|o| key_of(o, merge_key)).collect();
     let new_keys: Vec<&Value> = new.iter().filter_map(|n| key_of(n, merge_key)).collect();
     let common_old: Vec<&&Value> = old_order.iter().filter(|k| new_keys.contains(k)).collect();
@@ -155,7 +175,9 @@ fn apply_object(target: &mut Value, patch: &Value, top: bool) {
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
-    let Value::Object(object) = target else { return };
+    let Value::Object(object) = target else {
+        return;
+    };
     for (key, value) in patch {
         if key.starts_with(SET_ELEMENT_ORDER) {
             continue;
@@ -166,15 +188,20 @@ fn apply_object(target: &mut Value, patch: &Value, top: bool) {
         }
         match (merge_key(key).filter(|_| top), value) {
             (Some(merge_key), Value::Array(items)) => {
-                let list = object.entry(key.clone()).or_insert_with(|| Value::Array(Vec::new()));
+                let list = object
+                    .entry(key.clone())
+                    .or_insert_with(|| Value::Array(Vec::new()));
                 if !list.is_array() {
                     *list = Value::Array(Vec::new());
                 }
                 let Value::Array(list) = list else { continue };
                 for item in items {
                     let key_value = key_of(item, merge_key).cloned();
-                    let position = list.iter().position(|l| key_of(l, merge_key) == key_value.as_ref());
-                    let delete = item.get(PATCH_DIRECTIVE).and_then(Value::as_str) == Some("delete");
+                    let position = list
+                        .iter()
+                        .position(|l| key_of(l, merge_key) == key_value.as_ref());
+                    let delete =
+                        item.get(PATCH_DIRECTIVE).and_then(Value::as_str) == Some("delete");
                     match (position, delete) {
                         (Some(i), true) => {
                             list.remove(i);
@@ -195,7 +222,10 @@ fn apply_object(target: &mut Value, patch: &Value, top: bool) {
         }
     }
     // `$setElementOrder`: listed keys first, in that order; the rest keep their relative order.
-    for (key, order) in patch.iter().filter_map(|(k, v)| Some((k.strip_prefix(SET_ELEMENT_ORDER)?, v))) {
+    for (key, order) in patch
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(SET_ELEMENT_ORDER)?, v)))
+    {
         let (Some(merge_key), Some(Value::Array(list)), Value::Array(order)) =
             (merge_key(key), object.get_mut(key), order)
         else {
@@ -213,7 +243,10 @@ fn apply_object(target: &mut Value, patch: &Value, top: bool) {
     // stores the result.
     if top {
         for (field, _) in MERGE_KEYS {
-            if object.get(field).is_some_and(|c| c.as_array().is_some_and(Vec::is_empty)) {
+            if object
+                .get(field)
+                .is_some_and(|c| c.as_array().is_some_and(Vec::is_empty))
+            {
                 object.remove(field);
             }
         }
@@ -231,8 +264,14 @@ mod tests {
             phase: Some("Running".into()),
             conditions: Some(vec![cond("Ready", "True"), cond("PodScheduled", "True")]),
             container_statuses: Some(vec![
-                ContainerStatus { ready: true, ..status_named("container1") },
-                ContainerStatus { ready: true, ..status_named("container2") },
+                ContainerStatus {
+                    ready: true,
+                    ..status_named("container1")
+                },
+                ContainerStatus {
+                    ready: true,
+                    ..status_named("container2")
+                },
             ]),
             message: Some("Message".into()),
             ..Default::default()
@@ -245,7 +284,11 @@ mod tests {
         if let Some(patch) = patch {
             let mut applied = serde_json::to_value(base()).unwrap();
             apply_status_patch(&mut applied, &patch["status"]);
-            assert_eq!(applied, serde_json::to_value(&new).unwrap(), "apply(diff(a, b), a) == b");
+            assert_eq!(
+                applied,
+                serde_json::to_value(&new).unwrap(),
+                "apply(diff(a, b), a) == b"
+            );
         }
     }
 
@@ -256,8 +299,14 @@ mod tests {
 
     #[test]
     fn test_patch_pod_status_message_change() {
-        let new = PodStatus { message: Some("random message".into()), ..base() };
-        check(new, Some(json!({"metadata":{"uid":"myuid"},"status":{"message":"random message"}})));
+        let new = PodStatus {
+            message: Some("random message".into()),
+            ..base()
+        };
+        check(
+            new,
+            Some(json!({"metadata":{"uid":"myuid"},"status":{"message":"random message"}})),
+        );
     }
 
     #[test]
@@ -275,14 +324,19 @@ mod tests {
     #[test]
     fn test_patch_pod_status_additional_init_container_condition() {
         let new = PodStatus {
-            init_container_statuses: Some(vec![ContainerStatus { ready: true, ..status_named("init-container") }]),
+            init_container_statuses: Some(vec![ContainerStatus {
+                ready: true,
+                ..status_named("init-container")
+            }]),
             ..base()
         };
         // Upstream also writes "lastState":{} and "state":{} (Go value structs); same object stored.
         check(
             new,
-            Some(json!({"metadata":{"uid":"myuid"},"status":{"initContainerStatuses":[
-                {"image":"","imageID":"","name":"init-container","ready":true,"restartCount":0}]}})),
+            Some(
+                json!({"metadata":{"uid":"myuid"},"status":{"initContainerStatuses":[
+                {"image":"","imageID":"","name":"init-container","ready":true,"restartCount":0}]}}),
+            ),
         );
     }
 
@@ -299,7 +353,11 @@ mod tests {
 
     #[test]
     fn removed_condition_and_field_become_delete_directives_and_nulls() {
-        let new = PodStatus { conditions: Some(vec![cond("PodScheduled", "True")]), message: None, ..base() };
+        let new = PodStatus {
+            conditions: Some(vec![cond("PodScheduled", "True")]),
+            message: None,
+            ..base()
+        };
         check(
             new,
             Some(json!({"metadata":{"uid":"myuid"},"status":{
@@ -311,7 +369,10 @@ mod tests {
 
     #[test]
     fn resource_version_goes_into_the_metadata() {
-        let new = PodStatus { message: Some("m".into()), ..base() };
+        let new = PodStatus {
+            message: Some("m".into()),
+            ..base()
+        };
         let patch = status_patch("u", Some("42"), &base(), &new).unwrap();
         assert_eq!(patch["metadata"], json!({"uid":"u","resourceVersion":"42"}));
         assert_eq!(status_patch("u", Some("42"), &base(), &base()), None);
@@ -323,11 +384,19 @@ mod tests {
         new.conditions.as_mut().unwrap()[0].status = "False".into();
         let patch = status_patch("u", None, &base(), &new).unwrap();
         let mut server = base();
-        server.conditions.as_mut().unwrap().push(cond("example.com/gate", "True"));
+        server
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(cond("example.com/gate", "True"));
         let mut server = serde_json::to_value(server).unwrap();
         apply_status_patch(&mut server, &patch["status"]);
-        let types: Vec<&str> =
-            server["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        let types: Vec<&str> = server["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
         assert_eq!(types, ["Ready", "PodScheduled", "example.com/gate"]);
         assert_eq!(server["conditions"][0]["status"], "False");
     }

@@ -27,7 +27,10 @@ pub struct BackoffConfig {
 
 impl Default for BackoffConfig {
     fn default() -> Self {
-        Self { initial: Duration::from_millis(250), max: Duration::from_secs(10) }
+        Self {
+            initial: Duration::from_millis(250),
+            max: Duration::from_secs(10),
+        }
     }
 }
 
@@ -68,13 +71,18 @@ impl Default for StatusManagerConfig {
 }
 
 impl StatusManagerConfig {
-    /// Upstream's behaviour: GET before every PATCH, one pod at a time, and no rate limit of the
-    /// manager's own (for parity tests and as the benchmark baseline).
+    /// Upstream's behaviour: GET before every PATCH, one pod at a time, no backoff (a failed
+    /// pod is retried by the next batch of either kind), and no rate limit of the manager's own
+    /// (for parity tests and as the benchmark baseline).
     pub fn upstream() -> Self {
         Self {
             max_concurrent_syncs: 1,
             read_strategy: ReadStrategy::AlwaysGet,
             api_qps: f64::INFINITY,
+            backoff: BackoffConfig {
+                initial: Duration::ZERO,
+                max: Duration::ZERO,
+            },
             ..Self::default()
         }
     }

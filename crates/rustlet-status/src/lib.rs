@@ -57,7 +57,8 @@ pub use limiter::RateLimiter;
 pub use manager::{StatusManager, StatusManagerDeps, UpdateResult};
 pub use metrics::StatusMetrics;
 pub use seams::{
-    ClientError, Clock, PodManager, PodStatusClient, StartupLatencyHook, SystemClock, UidTranslations,
+    ClientError, Clock, PodManager, PodStatusClient, StartupLatencyHook, SystemClock,
+    UidTranslations,
 };
 #[cfg(any(test, feature = "test-util"))]
 pub use seams::{MockPodManager, MockPodStatusClient, MockStartupLatencyHook};

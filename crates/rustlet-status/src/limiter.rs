@@ -18,7 +18,11 @@ impl RateLimiter {
     /// A full bucket. An infinite or non-positive `qps` disables the limit.
     pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
-        Self { qps, burst, state: Mutex::new((burst, Instant::now())) }
+        Self {
+            qps,
+            burst,
+            state: Mutex::new((burst, Instant::now())),
+        }
     }
 
     fn unlimited(&self) -> bool {
@@ -34,7 +38,8 @@ impl RateLimiter {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
             let (tokens, last) = *state;
-            let refilled = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
+            let refilled =
+                (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
             let after = refilled - 1.0;
             *state = (after, now);
             // A negative balance is a debt: the caller waits until it is paid back.
@@ -62,7 +67,10 @@ mod tests {
             limiter.acquire().await;
         }
         let waited = Instant::now() - start;
-        assert!(waited >= Duration::from_millis(999) && waited <= Duration::from_millis(1001), "{waited:?}");
+        assert!(
+            waited >= Duration::from_millis(999) && waited <= Duration::from_millis(1001),
+            "{waited:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

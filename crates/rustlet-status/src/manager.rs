@@ -10,7 +10,9 @@ use rustlet_core::deletion::PodDeletionSafety;
 use rustlet_core::probe::{ProbeOutcome, with_container_readiness, with_container_startup};
 use rustlet_core::terminate::terminate_status;
 use rustlet_core::transition::TransitionError;
-use rustlet_core::update::{ContainerKind, UpdateContext, UpdateOutcome, UpdateSource, prepare_update};
+use rustlet_core::update::{
+    ContainerKind, UpdateContext, UpdateOutcome, UpdateSource, prepare_update,
+};
 use rustlet_core::{FeatureGates, PodUid, VersionedPodStatus};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -46,7 +48,14 @@ impl StatusManagerDeps {
         pods: Arc<dyn PodManager>,
         safety: Arc<dyn PodDeletionSafety>,
     ) -> Self {
-        Self { client, pods, safety, latency: None, clock: Arc::new(SystemClock), metrics: StatusMetrics::default() }
+        Self {
+            client,
+            pods,
+            safety,
+            latency: None,
+            clock: Arc::new(SystemClock),
+            metrics: StatusMetrics::default(),
+        }
     }
 }
 
@@ -118,9 +127,13 @@ impl StatusManager {
             gates: config.gates.clone(),
             metrics: deps.metrics,
         });
-        let syncer =
-            deps.client.map(|client| Syncer::new(shared.clone(), client, deps.safety, kick_rx, config));
-        Self { shared, syncer: Mutex::new(syncer) }
+        let syncer = deps
+            .client
+            .map(|client| Syncer::new(shared.clone(), client, deps.safety, kick_rx, config));
+        Self {
+            shared,
+            syncer: Mutex::new(syncer),
+        }
     }
 
     /// Spawns the single sync task (upstream `Start`); it stops when `cancel` fires, after
@@ -180,7 +193,11 @@ impl StatusManager {
         let cached = map.get(&uid);
         let mirror_status = match cached {
             Some(_) => None,
-            None => self.shared.pods.mirror_pod_of(pod).and_then(|m| m.status.clone()),
+            None => self
+                .shared
+                .pods
+                .mirror_pod_of(pod)
+                .and_then(|m| m.status.clone()),
         };
         let ctx = UpdateContext {
             cached,
@@ -235,7 +252,11 @@ impl StatusManager {
         self.update(pod, status, UpdateSource::SetPodStatus)
     }
 
-    fn probe(&self, pod_uid: &PodUid, change: impl FnOnce(&Pod, &PodStatus) -> ProbeOutcome) -> UpdateResult {
+    fn probe(
+        &self,
+        pod_uid: &PodUid,
+        change: impl FnOnce(&Pod, &PodStatus) -> ProbeOutcome,
+    ) -> UpdateResult {
         let Some(pod) = self.shared.pods.pod_by_uid(pod_uid) else {
             debug!(%pod_uid, "Pod not found in the pod manager: ignoring probe result");
             return UpdateResult::Ignored;
@@ -246,7 +267,9 @@ impl StatusManager {
             return UpdateResult::Ignored;
         };
         match change(&pod, &cached) {
-            ProbeOutcome::Changed(status) => self.store(&mut map, &pod, *status, UpdateSource::ContainerProbe),
+            ProbeOutcome::Changed(status) => {
+                self.store(&mut map, &pod, *status, UpdateSource::ContainerProbe)
+            }
             ProbeOutcome::Unchanged => UpdateResult::Unchanged,
             ProbeOutcome::ContainerNotFound => {
                 warn!(%pod_uid, "Container not found in pod status");
@@ -256,14 +279,28 @@ impl StatusManager {
     }
 
     /// Sets one container's `ready` and regenerates Ready and ContainersReady (R15-R17).
-    pub fn set_container_readiness(&self, pod_uid: &PodUid, container_id: &str, ready: bool) -> UpdateResult {
+    pub fn set_container_readiness(
+        &self,
+        pod_uid: &PodUid,
+        container_id: &str,
+        ready: bool,
+    ) -> UpdateResult {
         let gates = self.shared.gates.clone();
-        self.probe(pod_uid, |pod, cached| with_container_readiness(pod, cached, container_id, ready, &gates))
+        self.probe(pod_uid, |pod, cached| {
+            with_container_readiness(pod, cached, container_id, ready, &gates)
+        })
     }
 
     /// Sets one container's `started` (R18).
-    pub fn set_container_startup(&self, pod_uid: &PodUid, container_id: &str, started: bool) -> UpdateResult {
-        self.probe(pod_uid, |_, cached| with_container_startup(cached, container_id, started))
+    pub fn set_container_startup(
+        &self,
+        pod_uid: &PodUid,
+        container_id: &str,
+        started: bool,
+    ) -> UpdateResult {
+        self.probe(pod_uid, |_, cached| {
+            with_container_startup(cached, container_id, started)
+        })
     }
 
     /// The final status of a pod whose containers are gone (R19-R24): forced, finished.

@@ -64,11 +64,21 @@ impl StatusMetrics {
 
     /// Counts one API request.
     pub fn request(&self, verb: &str, code: u16) {
-        self.api_requests.get_or_create(&vec![("verb".into(), verb.into()), ("code".into(), code.to_string())]).inc();
+        self.api_requests
+            .get_or_create(&vec![
+                ("verb".into(), verb.into()),
+                ("code".into(), code.to_string()),
+            ])
+            .inc();
     }
 
     /// The count of requests with this verb and code so far.
     pub fn requests(&self, verb: &str, code: u16) -> u64 {
-        self.api_requests.get_or_create(&vec![("verb".into(), verb.into()), ("code".into(), code.to_string())]).get()
+        self.api_requests
+            .get_or_create(&vec![
+                ("verb".into(), verb.into()),
+                ("code".into(), code.to_string()),
+            ])
+            .get()
     }
 }

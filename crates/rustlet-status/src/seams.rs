@@ -74,7 +74,12 @@ pub trait PodStatusClient: Send + Sync {
     /// `PATCH /api/v1/namespaces/{ns}/pods/{name}/status` with
     /// `application/strategic-merge-patch+json`; the body carries `metadata.uid` (and, when the
     /// caller read from the watch cache, `metadata.resourceVersion`) as preconditions.
-    async fn patch_pod_status(&self, namespace: &str, name: &str, patch: &Value) -> Result<Pod, ClientError>;
+    async fn patch_pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Pod, ClientError>;
 
     /// `DELETE /api/v1/namespaces/{ns}/pods/{name}` with `gracePeriodSeconds: 0` and
     /// `preconditions.uid`.

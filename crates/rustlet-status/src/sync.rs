@@ -48,7 +48,11 @@ pub(crate) enum BatchKind {
 #[derive(Debug)]
 pub(crate) enum SyncOutcome {
     /// The API has this version (patched, or nothing to patch).
-    Synced { api_uid: PodUid, version: u64, deletion: Deletion },
+    Synced {
+        api_uid: PodUid,
+        version: u64,
+        deletion: Deletion,
+    },
     /// The pod is not in the API (R34): nothing recorded.
     NotFound,
     /// The API pod has another UID (R35): the stale cache entry was dropped.
@@ -103,7 +107,13 @@ impl Syncer {
     ) -> Self {
         let limiter = RateLimiter::new(config.api_qps, config.api_burst);
         Self {
-            ctx: Arc::new(SyncContext { shared, client, safety, limiter, config }),
+            ctx: Arc::new(SyncContext {
+                shared,
+                client,
+                safety,
+                limiter,
+                config,
+            }),
             kick_rx,
             api_status_versions: HashMap::new(),
             backoff: HashMap::new(),
@@ -130,7 +140,10 @@ impl Syncer {
         let deadline = self.ctx.config.shutdown_flush_deadline;
         match tokio::time::timeout(deadline, self.flush()).await {
             Ok(()) => info!("status manager stopped; unsynced statuses flushed"),
-            Err(_) => warn!(?deadline, "status manager stopped before every status was flushed"),
+            Err(_) => warn!(
+                ?deadline,
+                "status manager stopped before every status was flushed"
+            ),
         }
     }
 
@@ -160,9 +173,13 @@ impl Syncer {
 
     fn needs_reconcile(&mut self, cache_uid: &PodUid, status: &VersionedPodStatus) -> bool {
         let pods = &self.ctx.shared.pods;
-        let Some(mut pod) = pods.pod_by_uid(cache_uid) else { return false };
+        let Some(mut pod) = pods.pod_by_uid(cache_uid) else {
+            return false;
+        };
         if is_static_pod(&pod) {
-            let Some(mirror) = pods.mirror_pod_of(&pod) else { return false };
+            let Some(mirror) = pods.mirror_pod_of(&pod) else {
+                return false;
+            };
             pod = mirror;
         }
         let rv = pod.metadata.resource_version.as_ref();
@@ -176,7 +193,8 @@ impl Syncer {
         normalize_status(pod.spec.as_ref(), &mut api_status);
         if is_pod_status_by_kubelet_equal(&api_status, &status.status, &self.ctx.shared.gates) {
             if let Some(rv) = rv {
-                self.reconciled.insert(cache_uid.clone(), (rv.clone(), status.version));
+                self.reconciled
+                    .insert(cache_uid.clone(), (rv.clone(), status.version));
             }
             return false;
         }
@@ -193,8 +211,9 @@ impl Syncer {
         {
             let map = shared.read();
             if kind == BatchKind::Full {
-                self.api_status_versions
-                    .retain(|uid, _| map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid));
+                self.api_status_versions.retain(|uid, _| {
+                    map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid)
+                });
                 self.backoff.retain(|uid, _| map.contains_key(uid));
                 self.reconciled.retain(|uid, _| map.contains_key(uid));
             }
@@ -205,7 +224,11 @@ impl Syncer {
                     Some(mirror) => mirror.clone(),
                     None => uid.clone(),
                 };
-                let synced = self.api_status_versions.get(&status_uid).copied().unwrap_or(0);
+                let synced = self
+                    .api_status_versions
+                    .get(&status_uid)
+                    .copied()
+                    .unwrap_or(0);
                 if synced < status.version {
                     pending += 1;
                 }
@@ -256,7 +279,11 @@ impl Syncer {
 
     fn record(&mut self, uid: PodUid, outcome: SyncOutcome) {
         match outcome {
-            SyncOutcome::Synced { api_uid, version, deletion } => {
+            SyncOutcome::Synced {
+                api_uid,
+                version,
+                deletion,
+            } => {
                 self.api_status_versions.insert(api_uid, version);
                 match deletion {
                     Deletion::Failed(e) => self.schedule_retry(uid, &e),
@@ -284,8 +311,14 @@ impl Syncer {
     fn schedule_retry(&mut self, uid: PodUid, reason: &dyn std::fmt::Display) {
         let jitter = 0.8 + 0.4 * (self.next_random() % 1000) as f64 / 1000.0;
         let config = self.ctx.config.backoff;
-        let entry = self.backoff.entry(uid.clone()).or_insert(Backoff { attempt: 0, not_before: Instant::now() });
-        let base = config.initial.saturating_mul(1u32 << entry.attempt.min(20)).min(config.max);
+        let entry = self.backoff.entry(uid.clone()).or_insert(Backoff {
+            attempt: 0,
+            not_before: Instant::now(),
+        });
+        let base = config
+            .initial
+            .saturating_mul(1u32 << entry.attempt.min(20))
+            .min(config.max);
         entry.attempt = entry.attempt.saturating_add(1);
         let delay = base.mul_f64(jitter);
         entry.not_before = Instant::now() + delay;
@@ -301,7 +334,11 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 }
 
 impl SyncContext {
-    async fn call<T>(&self, verb: &str, request: impl Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
+    async fn call<T>(
+        &self,
+        verb: &str,
+        request: impl Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, ClientError> {
         self.limiter.acquire().await;
         let result = request.await;
         let code = match &result {
@@ -313,7 +350,11 @@ impl SyncContext {
     }
 
     async fn get(&self, status: &VersionedPodStatus) -> Result<Pod, ClientError> {
-        self.call("get", self.client.get_pod(&status.pod_namespace, &status.pod_name)).await
+        self.call(
+            "get",
+            self.client.get_pod(&status.pod_namespace, &status.pod_name),
+        )
+        .await
     }
 
     /// The pod manager's watch-fed copy of the API pod, when it is the object we write to.
@@ -324,7 +365,11 @@ impl SyncContext {
             pod = pods.mirror_pod_of(&pod)?;
         }
         let usable = pod.metadata.uid.as_deref() == Some(status_uid.as_str())
-            && pod.metadata.resource_version.as_deref().is_some_and(|rv| !rv.is_empty());
+            && pod
+                .metadata
+                .resource_version
+                .as_deref()
+                .is_some_and(|rv| !rv.is_empty());
         usable.then(|| (*pod).clone())
     }
 }
@@ -437,6 +482,9 @@ fn observe_sync_duration(ctx: &SyncContext, status: &VersionedPodStatus) {
     let now = ctx.shared.clock.now();
     if let Ok(elapsed) = now.duration_since(status.at).try_into() {
         let elapsed: Duration = elapsed;
-        ctx.shared.metrics.sync_duration.observe(elapsed.as_secs_f64());
+        ctx.shared
+            .metrics
+            .sync_duration
+            .observe(elapsed.as_secs_f64());
     }
 }

@@ -78,6 +78,8 @@ struct FakeState {
     reactors: Vec<Reactor>,
     resource_version: u64,
     latency: Option<Duration>,
+    in_flight: HashMap<(String, String), usize>,
+    max_in_flight_per_pod: usize,
 }
 
 /// A stateful fake API server for pods: GET, status PATCH (strategic merge, UID and
@@ -111,7 +113,10 @@ impl FakePodStatusClient {
         let mut state = self.state();
         state.resource_version += 1;
         pod.metadata.resource_version = Some(state.resource_version.to_string());
-        let k = key(pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""));
+        let k = key(
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or(""),
+        );
         state.pods.insert(k, pod.clone());
         pod
     }
@@ -122,7 +127,12 @@ impl FakePodStatusClient {
     }
 
     /// Another writer changes a stored pod's status (bumping its resourceVersion).
-    pub fn update_status(&self, namespace: &str, name: &str, change: impl FnOnce(&mut PodStatus)) -> Option<Pod> {
+    pub fn update_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut PodStatus),
+    ) -> Option<Pod> {
         let mut pod = self.pod(namespace, name)?;
         change(pod.status.get_or_insert_with(PodStatus::default));
         Some(self.put_pod(pod))
@@ -131,7 +141,11 @@ impl FakePodStatusClient {
     /// Answers the next `times` calls of `verb` (any verb when `None`; forever when `times` is
     /// `None`) with `reaction`.
     pub fn react(&self, verb: Option<Verb>, reaction: Reaction, times: Option<usize>) {
-        self.state().reactors.push(Reactor { verb, reaction, remaining: times });
+        self.state().reactors.push(Reactor {
+            verb,
+            reaction,
+            remaining: times,
+        });
     }
 
     /// Removes every reactor.
@@ -154,17 +168,33 @@ impl FakePodStatusClient {
         self.take_actions().iter().map(Action::short).collect()
     }
 
+    /// The most requests ever in flight at once for one pod.
+    pub fn max_in_flight_per_pod(&self) -> usize {
+        self.state().max_in_flight_per_pod
+    }
+
     async fn begin(&self, action: Action) -> Option<Reaction> {
+        let k = key(&action.namespace, &action.name);
         let latency = {
             let mut state = self.state();
             state.actions.push(action.clone());
+            let in_flight = state.in_flight.entry(k.clone()).or_insert(0);
+            *in_flight += 1;
+            let now = *in_flight;
+            state.max_in_flight_per_pod = state.max_in_flight_per_pod.max(now);
             state.latency
         };
         if let Some(latency) = latency {
             tokio::time::sleep(latency).await;
         }
         let mut state = self.state();
-        let index = state.reactors.iter().position(|r| r.verb.is_none_or(|v| v == action.verb))?;
+        if let Some(in_flight) = state.in_flight.get_mut(&k) {
+            *in_flight -= 1;
+        }
+        let index = state
+            .reactors
+            .iter()
+            .position(|r| r.verb.is_none_or(|v| v == action.verb))?;
         let reactor = &mut state.reactors[index];
         let reaction = reactor.reaction.clone();
         if let Some(remaining) = &mut reactor.remaining {
@@ -181,7 +211,10 @@ fn error_for(reaction: &Reaction, what: &str) -> Option<ClientError> {
     match reaction {
         Reaction::NotFound => Some(ClientError::NotFound(what.to_owned())),
         Reaction::Conflict => Some(ClientError::Conflict(what.to_owned())),
-        Reaction::Error(code) => Some(ClientError::Api { code: *code, message: format!("injected {code}") }),
+        Reaction::Error(code) => Some(ClientError::Api {
+            code: *code,
+            message: format!("injected {code}"),
+        }),
         Reaction::RecreatedUid(_) => None,
     }
 }
@@ -189,20 +222,33 @@ fn error_for(reaction: &Reaction, what: &str) -> Option<ClientError> {
 #[async_trait]
 impl PodStatusClient for FakePodStatusClient {
     async fn get_pod(&self, namespace: &str, name: &str) -> Result<Pod, ClientError> {
-        let action = Action { verb: Verb::Get, subresource: None, namespace: namespace.into(), name: name.into(), body: None };
+        let action = Action {
+            verb: Verb::Get,
+            subresource: None,
+            namespace: namespace.into(),
+            name: name.into(),
+            body: None,
+        };
         let what = format!("pods \"{name}\"");
         let reaction = self.begin(action).await;
         if let Some(err) = reaction.as_ref().and_then(|r| error_for(r, &what)) {
             return Err(err);
         }
-        let mut pod = self.pod(namespace, name).ok_or(ClientError::NotFound(what))?;
+        let mut pod = self
+            .pod(namespace, name)
+            .ok_or(ClientError::NotFound(what))?;
         if let Some(Reaction::RecreatedUid(uid)) = reaction {
             pod.metadata.uid = Some(uid);
         }
         Ok(pod)
     }
 
-    async fn patch_pod_status(&self, namespace: &str, name: &str, patch: &Value) -> Result<Pod, ClientError> {
+    async fn patch_pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Pod, ClientError> {
         let action = Action {
             verb: Verb::Patch,
             subresource: Some("status"),
@@ -211,25 +257,39 @@ impl PodStatusClient for FakePodStatusClient {
             body: Some(patch.clone()),
         };
         let what = format!("pods \"{name}\"");
-        if let Some(err) = self.begin(action).await.as_ref().and_then(|r| error_for(r, &what)) {
+        if let Some(err) = self
+            .begin(action)
+            .await
+            .as_ref()
+            .and_then(|r| error_for(r, &what))
+        {
             return Err(err);
         }
-        let pod = self.pod(namespace, name).ok_or_else(|| ClientError::NotFound(what.clone()))?;
+        let pod = self
+            .pod(namespace, name)
+            .ok_or_else(|| ClientError::NotFound(what.clone()))?;
         let meta = &patch["metadata"];
         if let Some(uid) = meta["uid"].as_str()
             && pod.metadata.uid.as_deref() != Some(uid)
         {
-            return Err(ClientError::Conflict(format!("{what}: UID precondition failed")));
+            return Err(ClientError::Conflict(format!(
+                "{what}: UID precondition failed"
+            )));
         }
         if let Some(rv) = meta["resourceVersion"].as_str()
             && pod.metadata.resource_version.as_deref() != Some(rv)
         {
-            return Err(ClientError::Conflict(format!("{what}: the object has been modified")));
+            return Err(ClientError::Conflict(format!(
+                "{what}: the object has been modified"
+            )));
         }
-        let mut status = serde_json::to_value(pod.status.clone().unwrap_or_default()).unwrap_or_default();
+        let mut status =
+            serde_json::to_value(pod.status.clone().unwrap_or_default()).unwrap_or_default();
         apply_status_patch(&mut status, &patch["status"]);
-        let status: PodStatus = serde_json::from_value(status)
-            .map_err(|e| ClientError::Api { code: 422, message: e.to_string() })?;
+        let status: PodStatus = serde_json::from_value(status).map_err(|e| ClientError::Api {
+            code: 422,
+            message: e.to_string(),
+        })?;
         let mut updated = pod;
         updated.status = Some(status);
         Ok(self.put_pod(updated))
@@ -244,16 +304,21 @@ impl PodStatusClient for FakePodStatusClient {
             body: Some(serde_json::json!({"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})),
         };
         let what = format!("pods \"{name}\"");
-        if let Some(err) = self.begin(action).await.as_ref().and_then(|r| error_for(r, &what)) {
+        if let Some(err) = self
+            .begin(action)
+            .await
+            .as_ref()
+            .and_then(|r| error_for(r, &what))
+        {
             return Err(err);
         }
         let mut state = self.state();
         let k = key(namespace, name);
         match state.pods.get(&k) {
             None => Err(ClientError::NotFound(what)),
-            Some(p) if p.metadata.uid.as_deref() != Some(uid) => {
-                Err(ClientError::Conflict(format!("{what}: UID precondition failed")))
-            }
+            Some(p) if p.metadata.uid.as_deref() != Some(uid) => Err(ClientError::Conflict(
+                format!("{what}: UID precondition failed"),
+            )),
             Some(_) => {
                 state.pods.remove(&k);
                 Ok(())
@@ -276,7 +341,10 @@ pub struct FakePodManager {
 }
 
 fn full_name(pod: &Pod) -> (String, String) {
-    (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default())
+    (
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
 }
 
 fn uid_of(pod: &Pod) -> PodUid {
@@ -355,9 +423,15 @@ impl PodManager for FakePodManager {
         let state = self.state();
         let mut translations = UidTranslations::default();
         for pod in state.pods.values().filter(|p| is_static_pod(p)) {
-            let mirror = state.mirrors.get(&full_name(pod)).map(|m| uid_of(m)).unwrap_or_default();
+            let mirror = state
+                .mirrors
+                .get(&full_name(pod))
+                .map(|m| uid_of(m))
+                .unwrap_or_default();
             if !mirror.is_empty() {
-                translations.mirror_to_pod.insert(mirror.clone(), uid_of(pod));
+                translations
+                    .mirror_to_pod
+                    .insert(mirror.clone(), uid_of(pod));
             }
             translations.pod_to_mirror.insert(uid_of(pod), mirror);
         }

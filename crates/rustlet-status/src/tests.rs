@@ -1,1 +1,5 @@
-//! Upstream status_manager_test.go ported by name, and the past-upstream behaviour.
+//! Upstream `status_manager_test.go` ported by name, then the behaviour past upstream.
+
+mod harness;
+mod past_upstream;
+mod upstream;

@@ -1,0 +1,373 @@
+//! Past upstream: one API call per change, concurrency with per-pod order, the rate limit,
+//! backoff, a clean shutdown, metrics. Paused tokio time throughout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use rustlet_core::deletion::FixedDeletionSafety;
+use rustlet_core::testutil::cond;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::harness::{Harness, random_status, test_pod, uid};
+use crate::config::{ReadStrategy, StatusManagerConfig};
+use crate::manager::{StatusManager, StatusManagerDeps};
+use crate::testing::{FakePodManager, FakePodStatusClient, Reaction, Verb};
+
+/// Feeds the pod manager what the watch would deliver: the API's current copy.
+fn watch_catches_up(h: &Harness) {
+    if let Some(pod) = h.client.pod("new", "foo") {
+        h.pods.add_pod(pod);
+    }
+}
+
+fn watch_cache_harness() -> Harness {
+    let h = Harness::new(StatusManagerConfig::default());
+    watch_catches_up(&h);
+    h
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_cache_read_costs_one_call_per_change() {
+    let mut h = watch_cache_harness();
+    for n in 1..=5 {
+        h.manager.set_pod_status(&test_pod(), random_status(n));
+        h.verify_actions(&["patch"]).await;
+        watch_catches_up(&h);
+    }
+    let patch = h.client.pod("new", "foo").unwrap();
+    assert_eq!(patch.status.unwrap().message.as_deref(), Some("random-5"));
+    assert_eq!(h.metrics.requests("patch", 200), 5);
+    assert_eq!(h.metrics.requests("get", 200), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_cache_patch_carries_uid_and_resource_version_preconditions() {
+    let mut h = watch_cache_harness();
+    let rv = h
+        .client
+        .pod("new", "foo")
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    h.manager.set_pod_status(&test_pod(), random_status(1));
+    h.consume_updates().await;
+    let patch = h.client.take_actions().remove(0).body.unwrap();
+    assert_eq!(
+        patch["metadata"],
+        serde_json::json!({"uid": "12345678", "resourceVersion": rv})
+    );
+}
+
+/// Another controller adds a condition between our watch copy and our write: the stale patch
+/// is refused (409), and the GET-merge-PATCH fallback ends in exactly the state upstream's
+/// GET-then-PATCH reaches.
+#[tokio::test(start_paused = true)]
+async fn watch_cache_conflict_with_a_foreign_writer_reaches_upstream_final_state() {
+    async fn run(mut h: Harness) -> (Vec<&'static str>, PodStatus) {
+        h.manager.set_pod_status(
+            &test_pod(),
+            PodStatus {
+                conditions: Some(vec![cond("Ready", "False")]),
+                ..random_status(1)
+            },
+        );
+        h.consume_updates().await;
+        watch_catches_up(&h);
+        h.client.take_actions();
+        // The foreign writer, unseen by our watch copy.
+        h.client.update_status("new", "foo", |s| {
+            s.conditions
+                .get_or_insert_with(Vec::new)
+                .push(cond("example.com/gate", "True"))
+        });
+        h.manager.set_pod_status(
+            &test_pod(),
+            PodStatus {
+                conditions: Some(vec![cond("Ready", "True")]),
+                ..random_status(2)
+            },
+        );
+        h.consume_updates().await;
+        let verbs = h.client.take_verbs();
+        (verbs, h.client.pod("new", "foo").unwrap().status.unwrap())
+    }
+    let (ours_verbs, ours) = run(watch_cache_harness()).await;
+    let (upstream_verbs, upstream) = run(Harness::upstream()).await;
+    assert_eq!(ours_verbs, ["patch", "get", "patch"]);
+    assert_eq!(upstream_verbs, ["get", "patch"]);
+    assert_eq!(ours, upstream, "identical final API state");
+    let types: Vec<&str> = ours
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| c.type_.as_str())
+        .collect();
+    assert!(
+        types.contains(&"example.com/gate") && types.contains(&"Ready"),
+        "{types:?}"
+    );
+}
+
+fn many_pods(h: &Harness, n: usize) -> Vec<Pod> {
+    (0..n)
+        .map(|i| {
+            let mut pod = test_pod();
+            pod.metadata.name = Some(format!("pod-{i}"));
+            pod.metadata.uid = Some(format!("uid-{i}"));
+            let stored = h.client.put_pod(pod);
+            h.pods.add_pod(stored.clone());
+            stored
+        })
+        .collect()
+}
+
+async fn drain_time(config: StatusManagerConfig, pods: usize) -> (Duration, usize, usize) {
+    let mut h = Harness::new(config);
+    h.client.set_latency(Duration::from_millis(5));
+    let pods = many_pods(&h, pods);
+    for pod in &pods {
+        h.manager.set_pod_status(pod, random_status(1));
+    }
+    let start = Instant::now();
+    h.consume_updates().await;
+    let calls = h.client.take_actions().len();
+    (
+        Instant::now() - start,
+        calls,
+        h.client.max_in_flight_per_pod(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_drain_beats_sequential_and_keeps_one_request_per_pod() {
+    let unlimited = StatusManagerConfig {
+        api_qps: f64::INFINITY,
+        ..StatusManagerConfig::default()
+    };
+    let (concurrent, concurrent_calls, per_pod) = drain_time(unlimited, 64).await;
+    let (sequential, sequential_calls, _) = drain_time(StatusManagerConfig::upstream(), 64).await;
+    assert_eq!(sequential_calls, 128, "upstream: GET + PATCH per pod");
+    assert_eq!(concurrent_calls, 64, "one PATCH per pod");
+    assert_eq!(sequential, Duration::from_millis(5 * 128));
+    assert_eq!(
+        concurrent,
+        Duration::from_millis(5 * 64 / 16),
+        "16 at a time"
+    );
+    assert_eq!(per_pod, 1, "never two requests in flight for one pod");
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limit_spaces_requests_after_the_burst() {
+    let config = StatusManagerConfig {
+        api_qps: 10.0,
+        api_burst: 5,
+        ..StatusManagerConfig::default()
+    };
+    let mut h = Harness::new(config);
+    let pods = many_pods(&h, 25);
+    for pod in &pods {
+        h.manager.set_pod_status(pod, random_status(1));
+    }
+    let start = Instant::now();
+    h.consume_updates().await;
+    assert_eq!(h.client.take_actions().len(), 25);
+    assert_eq!(
+        Instant::now() - start,
+        Duration::from_secs(2),
+        "5 free, then 20 at 10/s"
+    );
+}
+
+fn started(
+    config: StatusManagerConfig,
+) -> (
+    Arc<StatusManager>,
+    FakePodStatusClient,
+    FakePodManager,
+    CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let client = FakePodStatusClient::new();
+    let pods = FakePodManager::new();
+    client.put_pod(test_pod());
+    pods.add_pod(test_pod());
+    let deps = StatusManagerDeps::new(
+        Some(Arc::new(client.clone())),
+        Arc::new(pods.clone()),
+        Arc::new(FixedDeletionSafety::default()),
+    );
+    let manager = Arc::new(StatusManager::new(deps, config));
+    let cancel = CancellationToken::new();
+    let handle = manager.start(cancel.clone()).expect("started");
+    (manager, client, pods, cancel, handle)
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_sync_is_retried_after_a_backoff_not_the_next_batch() {
+    let config = StatusManagerConfig {
+        read_strategy: ReadStrategy::AlwaysGet,
+        ..StatusManagerConfig::default()
+    };
+    let (manager, client, _pods, cancel, handle) = started(config);
+    client.react(Some(Verb::Get), Reaction::Error(500), Some(2));
+    manager.set_pod_status(&test_pod(), random_status(1));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(client.take_verbs(), ["get"], "first attempt failed");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(client.actions().is_empty(), "still backing off (≥ 200 ms)");
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(
+        client.take_verbs(),
+        ["get", "get", "patch"],
+        "retried twice, long before the 10 s batch"
+    );
+    assert_eq!(
+        client
+            .pod("new", "foo")
+            .unwrap()
+            .status
+            .unwrap()
+            .message
+            .as_deref(),
+        Some("random-1")
+    );
+    cancel.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn lesson5_not_found_backs_off_instead_of_hammering() {
+    let config = StatusManagerConfig {
+        read_strategy: ReadStrategy::AlwaysGet,
+        ..StatusManagerConfig::default()
+    };
+    let (manager, client, _pods, cancel, handle) = started(config);
+    client.react(Some(Verb::Get), Reaction::NotFound, None);
+    manager.set_pod_status(&test_pod(), random_status(1));
+    // Another pod keeps kicking the task for 5 s.
+    let mut other = test_pod();
+    other.metadata.uid = Some("other".into());
+    other.metadata.name = Some("other".into());
+    for n in 0..50 {
+        manager.set_pod_status(&other, random_status(n));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gets_of_foo = client
+        .actions()
+        .iter()
+        .filter(|a| a.verb == Verb::Get && a.name == "foo")
+        .count();
+    assert!(
+        gets_of_foo <= 6,
+        "exponential backoff: {gets_of_foo} GETs in 5 s, not 50"
+    );
+    cancel.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_flushes_statuses_not_yet_synced() {
+    let (manager, client, _pods, cancel, handle) = started(StatusManagerConfig::default());
+    manager.set_pod_status(&test_pod(), random_status(7));
+    cancel.cancel(); // before the task ever ran
+    handle.await.unwrap();
+    assert_eq!(
+        client
+            .pod("new", "foo")
+            .unwrap()
+            .status
+            .unwrap()
+            .message
+            .as_deref(),
+        Some("random-7")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_task_syncs_on_kick_and_reconciles_on_the_full_batch() {
+    let (manager, client, pods, cancel, handle) = started(StatusManagerConfig::default());
+    manager.set_pod_status(&test_pod(), random_status(1));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(
+        client.take_verbs(),
+        ["get", "patch"],
+        "no usable watch copy yet (no resourceVersion in the pod manager): GET"
+    );
+    // The watch delivers the API pod; then someone else overwrites a kubelet-owned field.
+    pods.add_pod(client.pod("new", "foo").unwrap());
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(
+        client.take_actions().is_empty(),
+        "full batch: nothing to reconcile"
+    );
+    let drifted = client
+        .update_status("new", "foo", |s| {
+            s.message = Some("not the kubelet's".into())
+        })
+        .unwrap();
+    pods.add_pod(drifted);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(client.take_verbs(), ["patch"]);
+    assert_eq!(
+        client
+            .pod("new", "foo")
+            .unwrap()
+            .status
+            .unwrap()
+            .message
+            .as_deref(),
+        Some("random-1")
+    );
+    cancel.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn standalone_manager_caches_but_never_syncs() {
+    let deps = StatusManagerDeps::new(
+        None,
+        Arc::new(FakePodManager::new()),
+        Arc::new(FixedDeletionSafety::default()),
+    );
+    let manager = StatusManager::new(deps, StatusManagerConfig::default());
+    assert!(manager.start(CancellationToken::new()).is_none());
+    manager.set_pod_status(&test_pod(), random_status(1));
+    assert_eq!(
+        manager
+            .get_pod_status(&uid("12345678"))
+            .unwrap()
+            .message
+            .as_deref(),
+        Some("random-1")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_count_requests_by_verb_and_code() {
+    let mut h = Harness::upstream();
+    h.client
+        .react(Some(Verb::Patch), Reaction::Error(500), Some(1));
+    h.manager.set_pod_status(&test_pod(), random_status(1));
+    h.consume_updates().await;
+    h.manager.set_pod_status(&test_pod(), random_status(2));
+    h.consume_updates().await;
+    assert_eq!(h.metrics.requests("get", 200), 2);
+    assert_eq!(h.metrics.requests("patch", 500), 1);
+    assert_eq!(h.metrics.requests("patch", 200), 1);
+    let mut registry = prometheus_client::registry::Registry::default();
+    h.metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("status_api_requests_total{verb=\"patch\",code=\"500\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pod_status_sync_duration_seconds_count 1"),
+        "{text}"
+    );
+}

@@ -150,7 +150,7 @@ impl StatusManager {
         }
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn take_syncer(&self) -> Syncer {
         self.syncer.lock().unwrap().take().expect("syncer")
     }

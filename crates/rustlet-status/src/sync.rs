@@ -159,16 +159,25 @@ impl Syncer {
         }
     }
 
-    fn needs_update(&self, status_uid: &PodUid, status: &VersionedPodStatus) -> bool {
-        match self.api_status_versions.get(status_uid) {
-            Some(synced) if *synced >= status.version => {}
+    /// Upstream `needsUpdate` given the synced version (`None`: never synced).
+    fn needs_update(
+        &self,
+        synced: Option<u64>,
+        status_uid: &PodUid,
+        status: &VersionedPodStatus,
+    ) -> bool {
+        match synced {
+            Some(synced) if synced >= status.version => {}
             _ => return true,
         }
-        self.ctx
-            .shared
-            .pods
-            .pod_by_uid(status_uid)
-            .is_some_and(|pod| can_be_deleted(&pod, status.pod_is_finished))
+        // Only a finished pod can be due for deletion (R40): skip the lookup for the others.
+        status.pod_is_finished
+            && self
+                .ctx
+                .shared
+                .pods
+                .pod_by_uid(status_uid)
+                .is_some_and(|pod| can_be_deleted(&pod, status.pod_is_finished))
     }
 
     fn needs_reconcile(&mut self, cache_uid: &PodUid, status: &VersionedPodStatus) -> bool {
@@ -214,36 +223,40 @@ impl Syncer {
                 self.api_status_versions.retain(|uid, _| {
                     map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid)
                 });
-                self.backoff.retain(|uid, _| map.contains_key(uid));
-                self.reconciled.retain(|uid, _| map.contains_key(uid));
+                if !self.backoff.is_empty() {
+                    self.backoff.retain(|uid, _| map.contains_key(uid));
+                }
+                // The memo only needs pruning once it holds entries for pods that are gone.
+                if self.reconciled.len() > map.len() {
+                    self.reconciled.retain(|uid, _| map.contains_key(uid));
+                }
             }
             let mut pending = 0i64;
             for (uid, status) in map.iter() {
                 let status_uid = match translations.pod_to_mirror.get(uid) {
                     Some(mirror) if mirror.is_empty() => continue, // static pod without mirror (R29)
-                    Some(mirror) => mirror.clone(),
-                    None => uid.clone(),
+                    Some(mirror) => mirror,
+                    None => uid,
                 };
-                let synced = self
-                    .api_status_versions
-                    .get(&status_uid)
-                    .copied()
-                    .unwrap_or(0);
+                let recorded = self.api_status_versions.get(status_uid).copied();
+                let synced = recorded.unwrap_or(0);
                 if synced < status.version {
                     pending += 1;
                 }
-                match self.backoff.get(uid) {
-                    Some(b) if b.not_before > now => continue,
-                    None if kind == BatchKind::Retry => continue,
-                    _ => {}
+                if !self.backoff.is_empty() || kind == BatchKind::Retry {
+                    match self.backoff.get(uid) {
+                        Some(b) if b.not_before > now => continue,
+                        None if kind == BatchKind::Retry => continue,
+                        _ => {}
+                    }
                 }
                 let due = match kind {
                     BatchKind::Kick => synced < status.version,
                     BatchKind::Full | BatchKind::Retry => {
-                        if self.needs_update(&status_uid, status) {
+                        if self.needs_update(recorded, status_uid, status) {
                             true
                         } else if self.needs_reconcile(uid, status) {
-                            self.api_status_versions.remove(&status_uid);
+                            self.api_status_versions.remove(status_uid);
                             true
                         } else {
                             false
@@ -251,7 +264,7 @@ impl Syncer {
                     }
                 };
                 if due {
-                    work.push((uid.clone(), status_uid, status.clone()));
+                    work.push((uid.clone(), status_uid.clone(), status.clone()));
                 }
             }
             shared.metrics.pods_pending_sync.set(pending);

@@ -12,7 +12,38 @@ use rustlet_core::patch::apply_status_patch;
 use rustlet_core::pod::{is_mirror_pod, is_static_pod};
 use serde_json::Value;
 
+use crate::manager::StatusManager;
 use crate::seams::{ClientError, PodManager, PodStatusClient, UidTranslations};
+use crate::sync::{BatchKind, Syncer};
+
+/// Drives a manager's sync task by hand, batch by batch (upstream tests call `syncBatch`
+/// directly). Takes the task out of the manager: `start` then returns `None`.
+pub struct ManualSync {
+    syncer: Syncer,
+}
+
+impl ManualSync {
+    /// Takes the sync task of a manager that has a client and was not started.
+    pub fn take(manager: &StatusManager) -> Self {
+        Self {
+            syncer: manager.take_syncer(),
+        }
+    }
+
+    /// Drains pending kicks, one kick batch per kick; returns the pods synced.
+    pub async fn kick_batches(&mut self) -> usize {
+        let mut count = 0;
+        while self.syncer.kick_rx.try_recv().is_ok() {
+            count += self.syncer.sync_batch(BatchKind::Kick).await;
+        }
+        count
+    }
+
+    /// One full batch (the 10 s one); returns the pods synced.
+    pub async fn full_batch(&mut self) -> usize {
+        self.syncer.sync_batch(BatchKind::Full).await
+    }
+}
 
 /// The verb of a recorded action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -331,6 +362,9 @@ impl PodStatusClient for FakePodStatusClient {
 struct PodManagerState {
     pods: HashMap<PodUid, Arc<Pod>>,
     mirrors: HashMap<(String, String), Arc<Pod>>,
+    /// UIDs of the static pods, kept up to date so translations cost O(static pods), as
+    /// upstream's basic pod manager keeps its translation maps.
+    static_uids: std::collections::HashSet<PodUid>,
 }
 
 /// A pod manager holding pods and mirror pods (upstream `kubepod.NewBasicPodManager`). Cloning
@@ -367,7 +401,13 @@ impl FakePodManager {
         if is_mirror_pod(&pod) {
             state.mirrors.insert(full_name(&pod), Arc::new(pod));
         } else {
-            state.pods.insert(uid_of(&pod), Arc::new(pod));
+            let uid = uid_of(&pod);
+            if is_static_pod(&pod) {
+                state.static_uids.insert(uid.clone());
+            } else {
+                state.static_uids.remove(&uid);
+            }
+            state.pods.insert(uid, Arc::new(pod));
         }
     }
 
@@ -375,6 +415,7 @@ impl FakePodManager {
     pub fn remove_pod(&self, uid: &PodUid) {
         let mut state = self.state();
         state.pods.remove(uid);
+        state.static_uids.remove(uid);
         state.mirrors.retain(|_, m| uid_of(m) != *uid);
     }
 
@@ -422,7 +463,11 @@ impl PodManager for FakePodManager {
     fn uid_translations(&self) -> UidTranslations {
         let state = self.state();
         let mut translations = UidTranslations::default();
-        for pod in state.pods.values().filter(|p| is_static_pod(p)) {
+        for pod in state
+            .static_uids
+            .iter()
+            .filter_map(|uid| state.pods.get(uid))
+        {
             let mirror = state
                 .mirrors
                 .get(&full_name(pod))

@@ -1,0 +1,227 @@
+//! Status manager benchmarks (criterion for CPU cost; a virtual-time simulation for draining).
+//!
+//! ```sh
+//! cargo bench -p rustlet-status --features test-util --bench status
+//! ```
+//!
+//! * `set_pod_status/5_containers`: one accepted update of a 5-container pod (target < 5 µs).
+//! * `full_batch/10000_unchanged`: the 10 s batch over 10,000 synced, unchanged pods (target
+//!   < 5 ms, zero API calls), beside upstream's shape of the same work (copy, normalise and
+//!   compare every pod's API status on every tick).
+//! * The drain table: 1,000 changed pods through a fake API with 5 ms latency, upstream's shape
+//!   (GET + PATCH, one pod at a time) against ours, in virtual time, with API calls per change.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
+use rustlet_core::deletion::FixedDeletionSafety;
+use rustlet_core::equality::is_pod_status_by_kubelet_equal;
+use rustlet_core::normalize::normalize_status;
+use rustlet_core::testutil::{cond, running, status_in, test_pod};
+use rustlet_core::{FeatureGates, PodUid};
+use rustlet_status::testing::{FakePodManager, FakePodStatusClient, ManualSync};
+use rustlet_status::{PodManager, StatusManager, StatusManagerConfig, StatusManagerDeps};
+
+fn runtime(paused: bool) -> tokio::runtime::Runtime {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time();
+    if paused {
+        builder.start_paused(true);
+    }
+    builder.build().expect("runtime")
+}
+
+fn five_container_pod(i: usize) -> Pod {
+    let mut pod = test_pod();
+    pod.metadata.name = Some(format!("pod-{i}"));
+    pod.metadata.uid = Some(format!("uid-{i}"));
+    pod.spec = Some(PodSpec {
+        containers: (0..5)
+            .map(|c| Container {
+                name: format!("c{c}"),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    });
+    pod
+}
+
+fn five_container_status(message: &str) -> PodStatus {
+    PodStatus {
+        phase: Some("Running".into()),
+        message: Some(message.into()),
+        conditions: Some(vec![
+            cond("Ready", "True"),
+            cond("ContainersReady", "True"),
+            cond("PodScheduled", "True"),
+        ]),
+        container_statuses: Some(
+            (0..5)
+                .map(|c| ContainerStatus {
+                    ready: true,
+                    ..status_in(&format!("c{c}"), running())
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn manager(config: StatusManagerConfig) -> (StatusManager, FakePodStatusClient, FakePodManager) {
+    let client = FakePodStatusClient::new();
+    let pods = FakePodManager::new();
+    let deps = StatusManagerDeps::new(
+        Some(Arc::new(client.clone())),
+        Arc::new(pods.clone()),
+        Arc::new(FixedDeletionSafety::default()),
+    );
+    (StatusManager::new(deps, config), client, pods)
+}
+
+fn bench_set_pod_status(c: &mut Criterion) {
+    let (manager, _client, pods) = manager(StatusManagerConfig::default());
+    let pod = five_container_pod(0);
+    pods.add_pod(pod.clone());
+    let statuses = [five_container_status("a"), five_container_status("b")];
+    let mut i = 0usize;
+    c.bench_function("set_pod_status/5_containers", |b| {
+        b.iter_batched(
+            || {
+                i += 1;
+                statuses[i % 2].clone()
+            },
+            |status| black_box(manager.set_pod_status(&pod, status)),
+            BatchSize::SmallInput,
+        )
+    });
+    c.bench_function("set_pod_status/5_containers_unchanged", |b| {
+        b.iter_batched(
+            || statuses[i % 2].clone(),
+            |status| black_box(manager.set_pod_status(&pod, status)),
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+fn bench_full_batch(c: &mut Criterion) {
+    const PODS: usize = 10_000;
+    let rt = runtime(false);
+    let (manager, client, pods) = manager(StatusManagerConfig {
+        api_qps: f64::INFINITY,
+        ..StatusManagerConfig::default()
+    });
+    let mut sync = ManualSync::take(&manager);
+    for i in 0..PODS {
+        let stored = client.put_pod(five_container_pod(i));
+        pods.add_pod(stored.clone());
+        manager.set_pod_status(&stored, five_container_status("steady"));
+    }
+    rt.block_on(sync.kick_batches());
+    for i in 0..PODS {
+        pods.add_pod(client.pod("new", &format!("pod-{i}")).expect("stored")); // the watch catches up
+    }
+    rt.block_on(sync.full_batch());
+    let calls_before = client.actions().len();
+    c.bench_function("full_batch/10000_unchanged", |b| {
+        b.iter(|| assert_eq!(rt.block_on(sync.full_batch()), 0))
+    });
+    assert_eq!(
+        client.actions().len(),
+        calls_before,
+        "zero API calls in steady state"
+    );
+
+    // Upstream's shape of the same tick: copy, normalise and compare every pod's API status.
+    let gates = FeatureGates::default();
+    let cached: Vec<(PodUid, PodStatus)> = (0..PODS)
+        .map(|i| {
+            let uid = PodUid::new(format!("uid-{i}"));
+            let status = manager.get_versioned_status(&uid).expect("cached").status;
+            (uid, status)
+        })
+        .collect();
+    c.bench_function("full_batch/10000_unchanged_upstream_shape", |b| {
+        b.iter(|| {
+            let mut reconcile = 0;
+            for (uid, status) in &cached {
+                let pod = pods.pod_by_uid(uid).expect("pod");
+                let mut api = pod.status.clone().unwrap_or_default();
+                normalize_status(pod.spec.as_ref(), &mut api);
+                if !is_pod_status_by_kubelet_equal(&api, status, &gates) {
+                    reconcile += 1;
+                }
+            }
+            assert_eq!(reconcile, 0);
+        })
+    });
+}
+
+/// Drains `pods` changed pods through a fake API with 5 ms latency; returns virtual seconds and
+/// API calls per change.
+fn drain(config: StatusManagerConfig, count: usize) -> (f64, f64) {
+    let rt = runtime(true);
+    rt.block_on(async {
+        let (manager, client, pods) = manager(config);
+        let mut sync = ManualSync::take(&manager);
+        client.set_latency(Duration::from_millis(5));
+        for i in 0..count {
+            let stored = client.put_pod(five_container_pod(i));
+            pods.add_pod(stored.clone());
+            manager.set_pod_status(&stored, five_container_status("changed"));
+        }
+        let start = tokio::time::Instant::now();
+        sync.kick_batches().await;
+        let elapsed = (tokio::time::Instant::now() - start).as_secs_f64();
+        (elapsed, client.actions().len() as f64 / count as f64)
+    })
+}
+
+fn drain_report() {
+    let kubelet_limit = |c: StatusManagerConfig| StatusManagerConfig {
+        api_qps: 50.0,
+        api_burst: 100,
+        ..c
+    };
+    let unlimited = |c: StatusManagerConfig| StatusManagerConfig {
+        api_qps: f64::INFINITY,
+        ..c
+    };
+    let rows = [
+        (
+            "upstream shape: GET+PATCH, 1 at a time, no client limit",
+            unlimited(StatusManagerConfig::upstream()),
+        ),
+        (
+            "rustlet: watch-cache PATCH, 16 at a time, no client limit",
+            unlimited(StatusManagerConfig::default()),
+        ),
+        (
+            "upstream shape, kubelet limit 50 QPS / 100 burst",
+            kubelet_limit(StatusManagerConfig::upstream()),
+        ),
+        (
+            "rustlet, kubelet limit 50 QPS / 100 burst",
+            kubelet_limit(StatusManagerConfig::default()),
+        ),
+    ];
+    println!("\ndrain of 1000 changed pods, fake API with 5 ms latency (virtual time)");
+    println!("| configuration | time to drain | API calls per change |");
+    println!("|---|---|---|");
+    for (name, config) in rows {
+        let (seconds, calls) = drain(config, 1000);
+        println!("| {name} | {seconds:.2} s | {calls:.2} |");
+    }
+    println!();
+}
+
+fn main() {
+    drain_report();
+    let mut c = Criterion::default().configure_from_args();
+    bench_set_pod_status(&mut c);
+    bench_full_batch(&mut c);
+    c.final_summary();
+}

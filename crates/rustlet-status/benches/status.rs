@@ -99,7 +99,9 @@ fn bench_set_pod_status(c: &mut Criterion) {
         )
     });
     // The floor: one deep copy of the status, which upstream's SetPodStatus makes too.
-    c.bench_function("set_pod_status/5_containers_floor_deep_copy", |b| b.iter(|| black_box(statuses[0].clone())));
+    c.bench_function("set_pod_status/5_containers_floor_deep_copy", |b| {
+        b.iter(|| black_box(statuses[0].clone()))
+    });
     c.bench_function("set_pod_status/5_containers_unchanged", |b| {
         b.iter_batched(
             || statuses[i % 2].clone(),

@@ -37,13 +37,14 @@
 //! [`PodStatusClient`], implemented in `rustlet-api`. Mocks and fakes for other crates' tests are
 //! behind the `test-util` feature ([`testing`]).
 //!
-//! Deliberately not ported: the resize conditions (R48-R54) and init-container coalescing (R14,
-//! an unmerged upstream PR). Kept as upstream: `at` (R61) is the first-seen time of the entry.
+//! Deliberately not ported: init-container coalescing (R14, an unmerged upstream PR). Kept as
+//! upstream: `at` (R61) is the first-seen time of the entry.
 
 mod config;
 mod limiter;
 mod manager;
 mod metrics;
+mod resize;
 mod seams;
 mod sync;
 #[cfg(any(test, feature = "test-util"))]
@@ -56,6 +57,7 @@ pub use config::{BackoffConfig, ReadStrategy, StatusManagerConfig};
 pub use limiter::RateLimiter;
 pub use manager::{StatusManager, StatusManagerDeps, UpdateResult};
 pub use metrics::StatusMetrics;
+pub use resize::{RESIZE_DEFERRED, RESIZE_INFEASIBLE};
 pub use seams::{
     ClientError, Clock, PodManager, PodStatusClient, StartupLatencyHook, SystemClock,
     UidTranslations,

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use rustlet_core::deletion::PodDeletionSafety;
 use rustlet_core::probe::{ProbeOutcome, with_container_readiness, with_container_startup};
 use rustlet_core::terminate::terminate_status;
@@ -21,6 +21,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::StatusManagerConfig;
 use crate::metrics::StatusMetrics;
+use crate::resize::{RESIZE_DEFERRED, RESIZE_INFEASIBLE, ResizeState};
 use crate::seams::{Clock, PodManager, PodStatusClient, StartupLatencyHook, SystemClock};
 use crate::sync::Syncer;
 
@@ -84,9 +85,15 @@ pub(crate) struct Shared {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) gates: FeatureGates,
     pub(crate) metrics: StatusMetrics,
+    /// In-place resize conditions (R48-R54).
+    pub(crate) resize: Mutex<ResizeState>,
 }
 
 impl Shared {
+    pub(crate) fn resize(&self) -> std::sync::MutexGuard<'_, ResizeState> {
+        self.resize.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<PodUid, VersionedPodStatus>> {
         self.statuses.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -98,6 +105,7 @@ impl Shared {
     /// Upstream `deletePodStatus` (R26).
     pub(crate) fn delete_pod_status(&self, uid: &PodUid) {
         self.write().remove(uid);
+        self.resize().remove(uid);
         if let Some(latency) = &self.latency {
             latency.delete_pod_startup_state(uid);
         }
@@ -125,6 +133,10 @@ impl StatusManager {
             latency: deps.latency,
             clock: deps.clock,
             gates: config.gates.clone(),
+            resize: Mutex::new(ResizeState::new(
+                deps.metrics.pending_resizes.clone(),
+                deps.metrics.in_progress_resizes.clone(),
+            )),
             metrics: deps.metrics,
         });
         let syncer = deps
@@ -320,5 +332,67 @@ impl StatusManager {
             }
             kept
         });
+        self.shared.resize().retain(|uid| keep.contains(uid));
+    }
+
+    /// The cached resize conditions of a pod: Pending first, then InProgress (R52).
+    pub fn get_pod_resize_conditions(&self, uid: &PodUid) -> Vec<PodCondition> {
+        self.shared.resize().get(uid)
+    }
+
+    /// Sets or refreshes `PodResizePending` (R49); reasons other than `Infeasible` become
+    /// `Deferred`. True when it is new or its reason or generation changed.
+    pub fn set_pod_resize_pending_condition(
+        &self,
+        uid: &PodUid,
+        reason: &str,
+        message: &str,
+        observed_generation: i64,
+    ) -> bool {
+        let now = self.shared.clock.now();
+        self.shared
+            .resize()
+            .set_pending(uid, reason, message, observed_generation, now)
+    }
+
+    /// Sets or refreshes `PodResizeInProgress` (R50); returns the effective generation and
+    /// whether anything but the times changed.
+    pub fn set_pod_resize_in_progress_condition(
+        &self,
+        uid: &PodUid,
+        reason: &str,
+        message: &str,
+        observed_generation: i64,
+    ) -> (i64, bool) {
+        let now = self.shared.clock.now();
+        self.shared
+            .resize()
+            .set_in_progress(uid, reason, message, observed_generation, now)
+    }
+
+    /// Removes `PodResizePending` (R51).
+    pub fn clear_pod_resize_pending_condition(&self, uid: &PodUid) {
+        self.shared.resize().clear_pending(uid);
+    }
+
+    /// Removes `PodResizeInProgress` (R51): its generation and true, or (0, false).
+    pub fn clear_pod_resize_in_progress_condition(&self, uid: &PodUid) -> (i64, bool) {
+        self.shared.resize().clear_in_progress(uid)
+    }
+
+    /// A pending resize with reason `Deferred`.
+    pub fn is_pod_resize_deferred(&self, uid: &PodUid) -> bool {
+        self.shared.resize().pending_reason(uid).as_deref() == Some(RESIZE_DEFERRED)
+    }
+
+    /// A pending resize with reason `Infeasible`.
+    pub fn is_pod_resize_infeasible(&self, uid: &PodUid) -> bool {
+        self.shared.resize().pending_reason(uid).as_deref() == Some(RESIZE_INFEASIBLE)
+    }
+
+    /// Rebuilds the resize conditions from the API pods after a restart (R53).
+    pub fn backfill_pod_resize_conditions(&self, pods: &[Pod]) {
+        let now = self.shared.clock.now();
+        self.shared.resize().backfill(pods, now);
     }
 }

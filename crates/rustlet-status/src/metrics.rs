@@ -24,6 +24,10 @@ pub struct StatusMetrics {
     pub pods_pending_sync: Gauge,
     /// `terminated_containers_total{container_type, exit_code, reason}` (upstream R13).
     pub terminated_containers: Family<Labels, Counter>,
+    /// `pod_pending_resizes{reason}` (upstream R54, reason lower-cased).
+    pub pending_resizes: Family<Labels, Gauge>,
+    /// `pod_in_progress_resizes` (upstream R54).
+    pub in_progress_resizes: Gauge,
 }
 
 impl Default for StatusMetrics {
@@ -33,6 +37,8 @@ impl Default for StatusMetrics {
             api_requests: Family::default(),
             pods_pending_sync: Gauge::default(),
             terminated_containers: Family::default(),
+            pending_resizes: Family::default(),
+            in_progress_resizes: Gauge::default(),
         }
     }
 }
@@ -59,6 +65,16 @@ impl StatusMetrics {
             "terminated_containers",
             "Containers seen entering the terminated state",
             self.terminated_containers.clone(),
+        );
+        registry.register(
+            "pod_pending_resizes",
+            "Pending pod resizes by reason",
+            self.pending_resizes.clone(),
+        );
+        registry.register(
+            "pod_in_progress_resizes",
+            "Pod resizes in progress",
+            self.in_progress_resizes.clone(),
         );
     }
 

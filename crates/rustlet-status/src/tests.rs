@@ -2,4 +2,5 @@
 
 mod harness;
 mod past_upstream;
+mod resize;
 mod upstream;

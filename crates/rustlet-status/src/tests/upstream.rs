@@ -678,3 +678,32 @@ async fn r63_pods_unknown_to_the_pod_manager_are_cached_and_synced() {
     h.manager.set_pod_status(&test_pod(), random_status(1));
     h.verify_actions(&["get", "patch"]).await;
 }
+
+/// Upstream (≤1.26) `TestDeletePodWhileReclaiming`, in today's terms: containers could still
+/// run, so the terminal phase is held back and nothing is deleted.
+#[tokio::test(start_paused = true)]
+async fn test_delete_pod_while_reclaiming() {
+    let mut h = Harness::with(
+        crate::config::StatusManagerConfig::upstream(),
+        rustlet_core::deletion::FixedDeletionSafety {
+            has_running_containers: true,
+        },
+    );
+    let pod = deleted_pod();
+    h.client.put_pod(pod.clone());
+    h.pods.add_pod(pod.clone());
+    h.manager.set_pod_status(
+        &pod,
+        PodStatus {
+            phase: Some("Failed".into()),
+            ..random_status(1)
+        },
+    );
+    h.verify_actions(&["get", "patch"]).await;
+    let api = h.client.pod("new", "foo").unwrap();
+    assert_ne!(
+        api.status.unwrap().phase.as_deref(),
+        Some("Failed"),
+        "R44: terminal phase delayed"
+    );
+}

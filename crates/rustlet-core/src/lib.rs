@@ -41,7 +41,7 @@ pub mod normalize;
 pub mod patch;
 pub mod pod;
 pub mod probe;
-mod quantity;
+pub mod quantity;
 pub mod terminate;
 pub mod transition;
 pub mod update;

@@ -1,4 +1,4 @@
-//! Value comparison of resource quantities (`100m` equals `0.1`), as upstream's semantic
+//! Resource quantities: value comparison (`100m` equals `0.1`), as upstream's semantic
 //! equality compares `resource.Quantity` with `Cmp`.
 //!
 //! A quantity is parsed into an exact decimal `mantissa × 10^exponent`; binary suffixes are
@@ -71,6 +71,24 @@ fn parse(text: &str) -> Option<Decimal> {
     Some(Decimal { mantissa, exponent })
 }
 
+/// The value of a quantity rounded up to a whole number (bytes, for storage sizes); `None`
+/// when it does not parse or does not fit.
+pub fn quantity_ceil(q: &Quantity) -> Option<i128> {
+    let d = parse(&q.0)?;
+    if d.exponent >= 0 {
+        return d
+            .mantissa
+            .checked_mul(10i128.checked_pow(u32::try_from(d.exponent).ok()?)?);
+    }
+    let divisor = 10i128.checked_pow(u32::try_from(-d.exponent).ok()?)?;
+    let quotient = d.mantissa.div_euclid(divisor);
+    Some(if d.mantissa.rem_euclid(divisor) == 0 {
+        quotient
+    } else {
+        quotient + 1
+    })
+}
+
 /// True when both quantities denote the same value.
 pub fn quantity_eq(a: &Quantity, b: &Quantity) -> bool {
     if a.0 == b.0 {
@@ -105,6 +123,14 @@ mod tests {
         ] {
             assert!(quantity_eq(&q(a), &q(b)), "{a} == {b}");
         }
+    }
+
+    #[test]
+    fn ceil_to_whole_units() {
+        assert_eq!(quantity_ceil(&q("2Gi")), Some(2 << 30));
+        assert_eq!(quantity_ceil(&q("1500m")), Some(2));
+        assert_eq!(quantity_ceil(&q("1k")), Some(1000));
+        assert_eq!(quantity_ceil(&q("junk")), None);
     }
 
     #[test]

@@ -1,11 +1,42 @@
-//! rustlet-volume: the volume manager. Not built yet (issue 5): this crate holds only its
-//! contract so far.
+//! rustlet-volume: the volume manager. For every pod bound to the node it makes the pod's
+//! volumes exist and be mounted before its containers start, keeps them right while it runs,
+//! and takes them down after.
 //!
-//! Mirrors upstream `pkg/kubelet/volumemanager`: desired and actual state caches, a populator
-//! that turns pods into desired volumes, a reconciler that mounts and unmounts until the two
-//! agree, an operation executor with per-volume backoff, the volume plugins, and reconstruction
-//! of the actual state from disk after a restart.
+//! Mirrors upstream `pkg/kubelet/volumemanager` (`cache/`, and in later work `populator/`,
+//! `reconciler/`) and `pkg/volume/util/nestedpendingoperations`. Rule numbers (V1-V122) refer to
+//! `shared/spec/volume-manager.md`.
 //!
-//! It owns the `Mounter` trait (its seam to the kernel) and depends on `rustlet-core` and
-//! `rustlet-mount` (which it adapts to that trait); it must never import kube or any crate above
-//! it.
+//! # State
+//!
+//! * [`cache::DesiredStateOfWorld`]: (volume, pod) pairs that should be mounted, keyed by
+//!   [`rustlet_core::UniqueVolumeName`]: shared by pods for attachable or device-mountable
+//!   plugins, per pod otherwise.
+//! * [`cache::ActualStateOfWorld`]: what the operations report. Per pod and volume a
+//!   [`cache::VolumeMountState`] (mounted / uncertain / not mounted), per volume a
+//!   [`cache::DeviceMountState`] (globally mounted / uncertain / not mounted), with the
+//!   transitions of the spec's section 2.3. An uncertain mount counts as possibly mounted:
+//!   it is mounted again before use and torn down before removal, never forgotten.
+//! * [`operations::NestedPendingOperations`]: one operation per key at a time, per-key
+//!   exponential backoff (500 ms doubling to 2 min 2 s).
+//!
+//! # Boundaries
+//!
+//! Owns the [`mounter::Mounter`] trait and implements it for `rustlet_mount::LinuxMounter`
+//! (and, behind `test-util`, the `FakeMounter`). Depends on `rustlet-core` and `rustlet-mount`;
+//! never on kube or a crate above it.
+//!
+//! Status: the caches, plugin lookup, the operation bookkeeping and the mount seam are built;
+//! the populator, reconciler, executor, plugins' SetUp/TearDown, reconstruction and the
+//! `VolumeManager` facade are not yet.
+
+pub mod cache;
+pub mod mounter;
+pub mod operations;
+pub mod plugin;
+pub mod spec;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
+
+pub use mounter::Mounter;
+pub use plugin::{PluginError, PluginManager, VolumePlugin};
+pub use spec::VolumeSpec;

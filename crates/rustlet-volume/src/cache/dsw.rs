@@ -1,0 +1,320 @@
+//! The desired state of world (upstream `cache/desired_state_of_world.go`): which volumes
+//! should be mounted for which pods. Filled by the populator, read by the reconciler.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use rustlet_core::quantity::quantity_ceil;
+use rustlet_core::{UniquePodName, UniqueVolumeName};
+
+use crate::plugin::{PluginError, PluginManager, unique_volume_name};
+use crate::spec::VolumeSpec;
+
+/// Upstream `maxPodErrors`: a pod's error set stops growing past this size (V28).
+pub const MAX_POD_ERRORS: usize = 10;
+
+/// One (volume, pod) pair to mount (upstream `VolumeToMount`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VolumeToMount {
+    /// The unique volume name.
+    pub volume_name: UniqueVolumeName,
+    /// The pod.
+    pub pod_name: UniquePodName,
+    /// The pod object.
+    pub pod: Arc<Pod>,
+    /// What to mount.
+    pub spec: VolumeSpec,
+    /// The names in `pod.spec.volumes` that refer to it (usually one).
+    pub outer_volume_spec_names: Vec<String>,
+    /// The plugin attaches volumes to the node.
+    pub plugin_is_attachable: bool,
+    /// The plugin mounts a global path first.
+    pub plugin_is_device_mountable: bool,
+    /// `pv.beta.kubernetes.io/gid` of the PV, if any.
+    pub volume_gid: Option<String>,
+    /// The node status lists this volume in `volumesInUse` (V14).
+    pub reported_in_use: bool,
+    /// Size limit in bytes for local ephemeral volumes (V29); `None`: no limit.
+    pub desired_size_limit: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+struct PodToMount {
+    pod: Arc<Pod>,
+    spec: VolumeSpec,
+    outer_names: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+struct VolumeEntry {
+    pods: BTreeMap<UniquePodName, PodToMount>,
+    attachable: bool,
+    device_mountable: bool,
+    gid: Option<String>,
+    reported_in_use: bool,
+    size_limit: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    volumes: BTreeMap<UniqueVolumeName, VolumeEntry>,
+    pod_errors: HashMap<UniquePodName, BTreeSet<String>>,
+}
+
+/// The desired state of world. One lock over everything, as upstream.
+#[derive(Debug)]
+pub struct DesiredStateOfWorld {
+    inner: RwLock<Inner>,
+    plugins: PluginManager,
+}
+
+const PV_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
+
+fn is_local_ephemeral(volume: &Volume) -> bool {
+    volume.git_repo.is_some()
+        || volume.config_map.is_some()
+        || volume.downward_api.is_some()
+        || volume
+            .empty_dir
+            .as_ref()
+            .is_some_and(|e| e.medium.as_deref().unwrap_or("").is_empty())
+}
+
+fn ephemeral_limit(
+    limits: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> u64 {
+    limits
+        .and_then(|l| l.get("ephemeral-storage"))
+        .and_then(quantity_ceil)
+        .and_then(|v| u64::try_from(v).ok())
+        .unwrap_or(0)
+}
+
+/// The pod's ephemeral-storage limit (upstream `PodLimits`): the sum over regular containers,
+/// or the largest init container's when that is larger; 0 when none is set.
+fn pod_ephemeral_limit(pod: &Pod) -> u64 {
+    let Some(spec) = &pod.spec else { return 0 };
+    let sum: u64 = spec
+        .containers
+        .iter()
+        .map(|c| ephemeral_limit(c.resources.as_ref().and_then(|r| r.limits.as_ref())))
+        .sum();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| ephemeral_limit(c.resources.as_ref().and_then(|r| r.limits.as_ref())))
+        .max()
+        .unwrap_or(0);
+    sum.max(init)
+}
+
+/// V29: the size limit of a local ephemeral volume.
+pub fn desired_size_limit(pod: &Pod, spec: &VolumeSpec) -> Option<u64> {
+    let volume = spec.volume().filter(|v| is_local_ephemeral(v))?;
+    let mut limit = pod_ephemeral_limit(pod);
+    let size_limit = volume
+        .empty_dir
+        .as_ref()
+        .and_then(|e| e.size_limit.as_ref())
+        .and_then(quantity_ceil)
+        .and_then(|v| u64::try_from(v).ok())
+        .unwrap_or(0);
+    if size_limit > 0 && (limit == 0 || size_limit < limit) {
+        limit = size_limit;
+    }
+    (limit > 0).then_some(limit)
+}
+
+impl DesiredStateOfWorld {
+    /// An empty desired state over these plugins.
+    pub fn new(plugins: PluginManager) -> Self {
+        Self {
+            inner: RwLock::new(Inner::default()),
+            plugins,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// V25: adds (or refreshes) the pod's use of a volume; returns the unique volume name.
+    /// Idempotent; a second outer name for the same volume is appended.
+    pub fn add_pod_to_volume(
+        &self,
+        pod_name: &UniquePodName,
+        pod: Arc<Pod>,
+        spec: VolumeSpec,
+        outer_name: &str,
+    ) -> Result<UniqueVolumeName, PluginError> {
+        let plugin = self.plugins.find_by_spec(&spec)?;
+        let volume_name = unique_volume_name(plugin.as_ref(), &spec, pod_name)?;
+        let gid = spec.persistent_volume().and_then(|pv| {
+            pv.metadata
+                .annotations
+                .as_ref()?
+                .get(PV_GID_ANNOTATION)
+                .cloned()
+        });
+        let size_limit = desired_size_limit(&pod, &spec);
+        let mut inner = self.write();
+        let entry = inner
+            .volumes
+            .entry(volume_name.clone())
+            .or_insert_with(|| VolumeEntry {
+                pods: BTreeMap::new(),
+                attachable: plugin.is_attachable(),
+                device_mountable: plugin.is_device_mountable(),
+                gid,
+                reported_in_use: false,
+                size_limit,
+            });
+        let mut outer_names = entry
+            .pods
+            .get(pod_name)
+            .map(|p| p.outer_names.clone())
+            .unwrap_or_default();
+        if !outer_names.iter().any(|n| n == outer_name) {
+            outer_names.push(outer_name.to_owned());
+        }
+        entry.pods.insert(
+            pod_name.clone(),
+            PodToMount {
+                pod,
+                spec,
+                outer_names,
+            },
+        );
+        Ok(volume_name)
+    }
+
+    /// V26: removes the pod from the volume, the volume when no pod is left, and the pod's
+    /// errors.
+    pub fn delete_pod_from_volume(&self, pod_name: &UniquePodName, volume_name: &UniqueVolumeName) {
+        let mut inner = self.write();
+        inner.pod_errors.remove(pod_name);
+        if let Some(entry) = inner.volumes.get_mut(volume_name) {
+            entry.pods.remove(pod_name);
+            if entry.pods.is_empty() {
+                inner.volumes.remove(volume_name);
+            }
+        }
+    }
+
+    /// V27: the volume is desired for some pod.
+    pub fn volume_exists(&self, volume_name: &UniqueVolumeName) -> bool {
+        self.read().volumes.contains_key(volume_name)
+    }
+
+    /// V27: the volume is desired for this pod.
+    pub fn pod_exists_in_volume(
+        &self,
+        pod_name: &UniquePodName,
+        volume_name: &UniqueVolumeName,
+    ) -> bool {
+        self.read()
+            .volumes
+            .get(volume_name)
+            .is_some_and(|v| v.pods.contains_key(pod_name))
+    }
+
+    /// Whether the pod has a volume whose inner spec name is `spec_name`.
+    pub fn volume_exists_with_spec_name(&self, pod_name: &UniquePodName, spec_name: &str) -> bool {
+        self.read().volumes.values().any(|v| {
+            v.pods
+                .get(pod_name)
+                .is_some_and(|p| p.spec.name() == spec_name)
+        })
+    }
+
+    /// Every (volume, pod) pair to mount.
+    pub fn volumes_to_mount(&self) -> Vec<VolumeToMount> {
+        let inner = self.read();
+        let mut out = Vec::new();
+        for (volume_name, entry) in &inner.volumes {
+            for (pod_name, pod) in &entry.pods {
+                out.push(VolumeToMount {
+                    volume_name: volume_name.clone(),
+                    pod_name: pod_name.clone(),
+                    pod: pod.pod.clone(),
+                    spec: pod.spec.clone(),
+                    outer_volume_spec_names: pod.outer_names.clone(),
+                    plugin_is_attachable: entry.attachable,
+                    plugin_is_device_mountable: entry.device_mountable,
+                    volume_gid: entry.gid.clone(),
+                    reported_in_use: entry.reported_in_use,
+                    desired_size_limit: entry.size_limit,
+                });
+            }
+        }
+        out
+    }
+
+    /// The pods that have at least one desired volume.
+    pub fn pods(&self) -> BTreeSet<UniquePodName> {
+        self.read()
+            .volumes
+            .values()
+            .flat_map(|v| v.pods.keys().cloned())
+            .collect()
+    }
+
+    /// Outer volume name to unique volume name, for one pod.
+    pub fn volume_names_for_pod(
+        &self,
+        pod_name: &UniquePodName,
+    ) -> BTreeMap<String, UniqueVolumeName> {
+        let inner = self.read();
+        let mut out = BTreeMap::new();
+        for (volume_name, entry) in &inner.volumes {
+            if let Some(pod) = entry.pods.get(pod_name) {
+                for outer in &pod.outer_names {
+                    out.insert(outer.clone(), volume_name.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// V14: exactly these volumes are reported in use (replace semantics).
+    pub fn mark_volumes_reported_in_use(&self, reported: &[UniqueVolumeName]) {
+        let mut inner = self.write();
+        for (name, entry) in inner.volumes.iter_mut() {
+            entry.reported_in_use = reported.contains(name);
+        }
+    }
+
+    /// V28: records an error for a pod (a set, bounded by [`MAX_POD_ERRORS`]).
+    pub fn add_error_to_pod(&self, pod_name: &UniquePodName, error: impl Into<String>) {
+        let mut inner = self.write();
+        let errors = inner.pod_errors.entry(pod_name.clone()).or_default();
+        if errors.len() <= MAX_POD_ERRORS {
+            errors.insert(error.into());
+        }
+    }
+
+    /// V28: the pod's errors, sorted, and clears them.
+    pub fn pop_pod_errors(&self, pod_name: &UniquePodName) -> Vec<String> {
+        self.write()
+            .pod_errors
+            .remove(pod_name)
+            .map(|e| e.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// V28: the pods with errors.
+    pub fn pods_with_errors(&self) -> Vec<UniquePodName> {
+        self.read()
+            .pod_errors
+            .iter()
+            .filter(|(_, e)| !e.is_empty())
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+}

@@ -1,0 +1,385 @@
+//! Nested pending operations (upstream `nestedpendingoperations`, V48-V50): at most one
+//! operation per key at a time, and exponential backoff per key after a failure.
+//!
+//! A key is (volume, pod, node); two keys conflict when the volumes are equal and set, and the
+//! pods (and nodes) are equal or either is unset. A key without a volume never conflicts.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustlet_core::{UniquePodName, UniqueVolumeName};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::error;
+
+/// Backoff after the first failure.
+pub const INITIAL_DURATION_BEFORE_RETRY: Duration = Duration::from_millis(500);
+/// Backoff cap: 2 min 2 s.
+pub const MAX_DURATION_BEFORE_RETRY: Duration = Duration::from_secs(122);
+
+/// (volume, pod, node); `None` is upstream's empty name, the wildcard.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OperationKey {
+    /// The volume.
+    pub volume: Option<UniqueVolumeName>,
+    /// The pod (unset for operations on the whole volume).
+    pub pod: Option<UniquePodName>,
+    /// The node (set only for multi-attach volumes).
+    pub node: Option<String>,
+}
+
+impl OperationKey {
+    /// A key on a volume and, optionally, a pod.
+    pub fn new(volume: UniqueVolumeName, pod: Option<UniquePodName>) -> Self {
+        Self {
+            volume: Some(volume),
+            pod,
+            node: None,
+        }
+    }
+
+    fn matches(&self, other: &Self) -> bool {
+        fn wild<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
+            a.is_none() || b.is_none() || a == b
+        }
+        self.volume.is_some()
+            && self.volume == other.volume
+            && wild(&self.pod, &other.pod)
+            && wild(&self.node, &other.node)
+    }
+}
+
+impl fmt::Display for OperationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = |o: Option<&str>| o.unwrap_or("").to_owned();
+        write!(
+            f,
+            "{{volumeName:{} podName:{} nodeName:{}}}",
+            s(self.volume.as_ref().map(|v| v.as_str())),
+            s(self.pod.as_ref().map(|p| p.as_str())),
+            s(self.node.as_deref())
+        )
+    }
+}
+
+/// Why an operation did not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// A conflicting operation is running (upstream `AlreadyExistsError`). Expected; not logged.
+    #[error(
+        "Failed to create operation with name {key}. An operation with that name is already executing."
+    )]
+    AlreadyExists {
+        /// The key.
+        key: OperationKey,
+    },
+    /// The same operation failed recently (upstream `ExponentialBackoff`). Expected; not logged.
+    #[error(
+        "operation for {key} failed. No retries permitted until {retry_in:?} from now (durationBeforeRetry {duration:?}). Error: {last_error}"
+    )]
+    Backoff {
+        /// The key.
+        key: OperationKey,
+        /// Time left.
+        retry_in: Duration,
+        /// The current backoff.
+        duration: Duration,
+        /// The last error.
+        last_error: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Backoff {
+    last_error_time: Instant,
+    duration: Duration,
+    last_error: String,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    key: OperationKey,
+    operation: String,
+    pending: bool,
+    backoff: Option<Backoff>,
+}
+
+/// The operation table. A linear scan, as upstream (the count is the number of tracked ops).
+#[derive(Debug, Default)]
+pub struct NestedPendingOperations {
+    entries: Mutex<Vec<Entry>>,
+    idle: Notify,
+}
+
+impl NestedPendingOperations {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Upstream `isOperationExists`: a pending conflicting entry first, else an exact match,
+    /// else the first conflicting one.
+    fn find(entries: &[Entry], key: &OperationKey) -> Option<usize> {
+        let mut found = None;
+        for (i, e) in entries.iter().enumerate() {
+            if !e.key.matches(key) {
+                continue;
+            }
+            if e.pending {
+                return Some(i);
+            }
+            if found.is_none() || (e.key.pod == key.pod && e.key.node == key.node) {
+                found = Some(i);
+            }
+        }
+        found
+    }
+
+    /// Marks an operation as started, or says why it may not start (V48).
+    pub fn start(&self, key: &OperationKey, operation: &str) -> Result<(), StartError> {
+        let mut entries = self.entries();
+        let Some(i) = Self::find(&entries, key) else {
+            entries.push(Entry {
+                key: key.clone(),
+                operation: operation.to_owned(),
+                pending: true,
+                backoff: None,
+            });
+            return Ok(());
+        };
+        let entry = &mut entries[i];
+        if entry.pending {
+            return Err(StartError::AlreadyExists { key: key.clone() });
+        }
+        if let Some(b) = &entry.backoff {
+            let elapsed = Instant::now().saturating_duration_since(b.last_error_time);
+            if elapsed <= b.duration {
+                if entry.operation == operation {
+                    return Err(StartError::Backoff {
+                        key: key.clone(),
+                        retry_in: b.duration - elapsed,
+                        duration: b.duration,
+                        last_error: b.last_error.clone(),
+                    });
+                }
+                // Another operation: it starts with a clean backoff.
+                entry.backoff = None;
+            }
+        }
+        entry.operation = operation.to_owned();
+        entry.pending = true;
+        entry.key = key.clone();
+        Ok(())
+    }
+
+    /// Records the end of a started operation: success forgets the key, failure keeps it with
+    /// a doubled backoff (500 ms first, 2 min 2 s at most).
+    pub fn finish(&self, key: &OperationKey, result: Result<(), String>) {
+        let mut entries = self.entries();
+        let Some(i) = entries.iter().position(|e| e.key == *key) else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                entries.remove(i);
+            }
+            Err(err) => {
+                let entry = &mut entries[i];
+                entry.pending = false;
+                let duration = match &entry.backoff {
+                    None => INITIAL_DURATION_BEFORE_RETRY,
+                    Some(b) => (b.duration * 2).min(MAX_DURATION_BEFORE_RETRY),
+                };
+                error!(
+                    "Operation for {key} failed. No retries permitted until {duration:?} from now (durationBeforeRetry {duration:?}). Error: {err}"
+                );
+                entry.backoff = Some(Backoff {
+                    last_error_time: Instant::now(),
+                    duration,
+                    last_error: err,
+                });
+            }
+        }
+        if !entries.iter().any(|e| e.pending) {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Starts `operation` and runs `work` on a task; its result (a panic counts as a failure)
+    /// feeds the backoff.
+    pub fn run<F>(
+        self: &Arc<Self>,
+        key: OperationKey,
+        operation: &str,
+        work: F,
+    ) -> Result<JoinHandle<()>, StartError>
+    where
+        F: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.start(&key, operation)?;
+        let table = self.clone();
+        let inner = tokio::spawn(work);
+        Ok(tokio::spawn(async move {
+            let result = match inner.await {
+                Ok(result) => result,
+                Err(join) => Err(format!("operation panicked: {join}")),
+            };
+            table.finish(&key, result);
+        }))
+    }
+
+    /// V49: a conflicting operation is running.
+    pub fn is_operation_pending(&self, key: &OperationKey) -> bool {
+        let entries = self.entries();
+        entries.iter().any(|e| e.pending && e.key.matches(key))
+    }
+
+    /// V49: no conflicting entry, or its backoff for the same operation has expired.
+    pub fn is_operation_safe_to_retry(&self, key: &OperationKey, operation: &str) -> bool {
+        let entries = self.entries();
+        let Some(i) = Self::find(&entries, key) else {
+            return true;
+        };
+        let e = &entries[i];
+        if e.pending {
+            return false;
+        }
+        match &e.backoff {
+            Some(b) if e.operation == operation => {
+                Instant::now().saturating_duration_since(b.last_error_time) > b.duration
+            }
+            _ => true,
+        }
+    }
+
+    /// V50: waits until no operation is pending.
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if !self.entries().iter().any(|e| e.pending) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vol(name: &str) -> UniqueVolumeName {
+        UniqueVolumeName::new(name)
+    }
+
+    fn pod(name: &str) -> Option<UniquePodName> {
+        Some(UniquePodName::new(name))
+    }
+
+    #[test]
+    fn v48_conflicts_follow_the_wildcard_rules() {
+        let table = NestedPendingOperations::new();
+        let mount_shared = OperationKey::new(vol("v"), None);
+        table.start(&mount_shared, "volume_mount").unwrap();
+        // Same volume, any pod: conflicts with the pod-less key.
+        assert!(matches!(
+            table.start(&OperationKey::new(vol("v"), pod("p1")), "volume_unmount"),
+            Err(StartError::AlreadyExists { .. })
+        ));
+        // Another volume: free.
+        table
+            .start(&OperationKey::new(vol("w"), pod("p1")), "volume_mount")
+            .unwrap();
+        // Two pods of a per-pod volume key do not conflict.
+        table
+            .start(&OperationKey::new(vol("x"), pod("p1")), "volume_mount")
+            .unwrap();
+        table
+            .start(&OperationKey::new(vol("x"), pod("p2")), "volume_mount")
+            .unwrap();
+        // No volume: never conflicts.
+        table
+            .start(&OperationKey::default(), "verify_volumes_are_attached")
+            .unwrap();
+        table
+            .start(&OperationKey::default(), "verify_volumes_are_attached")
+            .unwrap();
+        assert!(table.is_operation_pending(&OperationKey::new(vol("v"), pod("any"))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn v48_backoff_doubles_to_the_cap_and_resets_for_another_operation() {
+        let table = NestedPendingOperations::new();
+        let key = OperationKey::new(vol("v"), pod("p"));
+        let mut expected = INITIAL_DURATION_BEFORE_RETRY;
+        for _ in 0..12 {
+            table.start(&key, "volume_mount").unwrap();
+            table.finish(&key, Err("boom".into()));
+            match table.start(&key, "volume_mount") {
+                Err(StartError::Backoff { duration, .. }) => assert_eq!(duration, expected),
+                other => panic!("expected backoff, got {other:?}"),
+            }
+            assert!(!table.is_operation_safe_to_retry(&key, "volume_mount"));
+            tokio::time::advance(expected + Duration::from_millis(1)).await;
+            assert!(table.is_operation_safe_to_retry(&key, "volume_mount"));
+            expected = (expected * 2).min(MAX_DURATION_BEFORE_RETRY);
+        }
+        assert_eq!(expected, MAX_DURATION_BEFORE_RETRY);
+        table.start(&key, "volume_mount").unwrap();
+        table.finish(&key, Err("boom".into()));
+        // A different operation on the same key is not delayed.
+        table.start(&key, "volume_unmount").unwrap();
+        table.finish(&key, Ok(()));
+        // Success forgets the key: the next failure starts at 500 ms again.
+        table.start(&key, "volume_mount").unwrap();
+        table.finish(&key, Err("boom".into()));
+        assert!(
+            matches!(table.start(&key, "volume_mount"), Err(StartError::Backoff { duration, .. }) if duration == INITIAL_DURATION_BEFORE_RETRY)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_spawns_records_results_and_counts_a_panic_as_a_failure() {
+        let table = Arc::new(NestedPendingOperations::new());
+        let key = OperationKey::new(vol("v"), pod("p"));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = table
+            .run(key.clone(), "volume_mount", async move {
+                rx.await.ok();
+                Ok(())
+            })
+            .unwrap();
+        assert!(matches!(
+            table.run(key.clone(), "volume_mount", async { Ok(()) }),
+            Err(StartError::AlreadyExists { .. })
+        ));
+        tx.send(()).unwrap();
+        handle.await.unwrap();
+        table.wait().await;
+        assert!(!table.is_operation_pending(&key));
+
+        let handle = table
+            .run(key.clone(), "volume_mount", async { panic!("plugin bug") })
+            .unwrap();
+        handle.await.unwrap();
+        assert!(
+            matches!(table.start(&key, "volume_mount"), Err(StartError::Backoff { last_error, .. }) if last_error.contains("panicked"))
+        );
+    }
+
+    #[test]
+    fn key_display_is_upstreams() {
+        let key = OperationKey::new(vol("kubernetes.io/empty-dir/u-v"), pod("u"));
+        assert_eq!(
+            key.to_string(),
+            "{volumeName:kubernetes.io/empty-dir/u-v podName:u nodeName:}"
+        );
+    }
+}

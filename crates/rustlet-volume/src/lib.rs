@@ -33,6 +33,7 @@ pub mod cache;
 pub mod mounter;
 pub mod operations;
 pub mod plugin;
+pub mod plugins;
 pub mod spec;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -5,11 +5,92 @@
 //! device-mountable (which decides whether pods share a volume entry), and whether it needs a
 //! periodic remount. SetUp and TearDown come with the reconciler.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustlet_core::{UniquePodName, UniqueVolumeName};
+use k8s_openapi::api::core::v1::Pod;
+use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
 
+use crate::mounter::Mounter;
 use crate::spec::VolumeSpec;
+
+/// What plugins get from the agent (upstream `VolumeHost`): the root directory and the mount
+/// backend.
+#[derive(Clone)]
+pub struct VolumeHost {
+    /// The agent's root directory (upstream `/var/lib/kubelet`).
+    pub root_dir: PathBuf,
+    /// The mount backend.
+    pub mounter: Arc<dyn Mounter>,
+    /// The node's allocatable memory in bytes, the size of a Memory emptyDir whose pod has no
+    /// memory limit (V85).
+    pub node_allocatable_memory: Option<u64>,
+}
+
+impl std::fmt::Debug for VolumeHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VolumeHost")
+            .field("root_dir", &self.root_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VolumeHost {
+    /// `<root>/pods/<uid>`.
+    pub fn pod_dir(&self, pod_uid: &PodUid) -> PathBuf {
+        self.root_dir.join("pods").join(pod_uid.as_str())
+    }
+
+    /// `<root>/pods/<uid>/volumes/<escaped plugin>/<inner name>`: where a volume is mounted.
+    pub fn pod_volume_dir(&self, pod_uid: &PodUid, plugin: &str, inner_name: &str) -> PathBuf {
+        self.pod_dir(pod_uid)
+            .join("volumes")
+            .join(escape_plugin_name(plugin))
+            .join(inner_name)
+    }
+
+    /// `<root>/pods/<uid>/plugins/<escaped plugin>/<inner name>`: per-pod plugin state.
+    pub fn pod_plugin_dir(&self, pod_uid: &PodUid, plugin: &str, inner_name: &str) -> PathBuf {
+        self.pod_dir(pod_uid)
+            .join("plugins")
+            .join(escape_plugin_name(plugin))
+            .join(inner_name)
+    }
+}
+
+/// A failed SetUp or TearDown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VolumeError {
+    /// Nothing was left mounted; retrying after the cause is fixed helps.
+    #[error("{0}")]
+    Final(String),
+    /// Something may have been left mounted (the outcome is unknown): the volume is recorded as
+    /// uncertain, mounted again before use and torn down before removal.
+    #[error("{0}")]
+    Uncertain(String),
+}
+
+/// Sets a volume up for one pod (upstream `volume.Mounter`).
+pub trait VolumeMounter: Send + Sync {
+    /// Where the volume appears for the pod (what the runtime bind-mounts into containers).
+    fn path(&self) -> PathBuf;
+    /// Makes the volume ready at [`Self::path`]. Idempotent.
+    fn set_up(&self) -> Result<(), VolumeError>;
+}
+
+/// Tears a volume down for one pod (upstream `volume.Unmounter`); works from the name alone,
+/// so that reconstructed volumes can be torn down.
+pub trait VolumeUnmounter: Send + Sync {
+    /// Where the volume is.
+    fn path(&self) -> PathBuf;
+    /// Unmounts and removes what SetUp made. Idempotent; never removes across a mount point.
+    fn tear_down(&self) -> Result<(), VolumeError>;
+}
+
+/// A path helper for plugins and tests.
+pub fn exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
 
 /// Why no single plugin serves a spec.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +101,22 @@ pub enum PluginError {
     /// Upstream: `multiple volume plugins matched`.
     #[error("multiple volume plugins matched: {0}")]
     MultiplePlugins(String),
+    /// The plugin does not implement this operation.
+    #[error("plugin {plugin} does not support {operation}")]
+    Unsupported {
+        /// The plugin.
+        plugin: String,
+        /// The operation.
+        operation: &'static str,
+    },
+    /// The spec is not one this plugin can serve.
+    #[error("invalid volume spec for plugin {plugin}: {reason}")]
+    InvalidSpec {
+        /// The plugin.
+        plugin: String,
+        /// Why.
+        reason: String,
+    },
     /// The plugin could not name the volume.
     #[error("failed to get volume name of {volume} from plugin {plugin}: {reason}")]
     VolumeName {
@@ -53,6 +150,32 @@ pub trait VolumePlugin: Send + Sync {
     /// The volume's name within the plugin, shared by every pod (upstream `GetVolumeName`).
     fn volume_name(&self, spec: &VolumeSpec) -> Result<String, PluginError> {
         Ok(spec.name().to_owned())
+    }
+
+    /// A mounter for this spec and pod (upstream `NewMounter`).
+    fn new_mounter(
+        &self,
+        _spec: &VolumeSpec,
+        _pod: &Pod,
+        _host: &VolumeHost,
+    ) -> Result<Box<dyn VolumeMounter>, PluginError> {
+        Err(PluginError::Unsupported {
+            plugin: self.name().to_owned(),
+            operation: "NewMounter",
+        })
+    }
+
+    /// An unmounter for the volume with this inner name in this pod (upstream `NewUnmounter`).
+    fn new_unmounter(
+        &self,
+        _inner_name: &str,
+        _pod_uid: &PodUid,
+        _host: &VolumeHost,
+    ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
+        Err(PluginError::Unsupported {
+            plugin: self.name().to_owned(),
+            operation: "NewUnmounter",
+        })
     }
 }
 

@@ -1,0 +1,470 @@
+//! emptyDir (upstream `pkg/volume/emptydir`, V82-V88): a directory in the pod's volume dir, or a
+//! tmpfs there for `medium: Memory`, with a `ready` marker under the pod's plugin dir.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use rustlet_core::PodUid;
+use rustlet_core::quantity::quantity_ceil;
+use rustlet_mount::{TmpfsOptions, UnmountMode, remove_all_one_filesystem};
+
+use crate::mounter::Mounter;
+use crate::plugin::{
+    PluginError, VolumeError, VolumeHost, VolumeMounter, VolumePlugin, VolumeUnmounter,
+};
+use crate::spec::VolumeSpec;
+
+/// Upstream plugin name.
+pub const PLUGIN_NAME: &str = "kubernetes.io/empty-dir";
+
+/// The storage medium of an emptyDir.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Medium {
+    /// The node's disk (`medium: ""`).
+    Default,
+    /// tmpfs (`medium: Memory`).
+    Memory,
+}
+
+/// The emptyDir plugin.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EmptyDirPlugin;
+
+fn memory_limit(pod: &Pod) -> Option<u64> {
+    let spec = pod.spec.as_ref()?;
+    let limit = |c: &k8s_openapi::api::core::v1::Container| -> Option<u64> {
+        c.resources
+            .as_ref()?
+            .limits
+            .as_ref()?
+            .get("memory")
+            .and_then(quantity_ceil)
+            .and_then(|v| u64::try_from(v).ok())
+    };
+    // Errata 3: only when every regular container declares a memory limit.
+    let regular: Option<Vec<u64>> = spec.containers.iter().map(limit).collect();
+    let sum: u64 = regular?.into_iter().sum();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter_map(limit)
+        .max()
+        .unwrap_or(0);
+    Some(sum.max(init))
+}
+
+/// V85: the tmpfs size of a Memory emptyDir: the pod's memory limit, else node allocatable
+/// memory (a pod limit above it is ignored), lowered to `sizeLimit` when that is smaller.
+pub fn memory_size(pod: &Pod, volume: &Volume, node_allocatable: Option<u64>) -> Option<u64> {
+    let mut size = match (memory_limit(pod), node_allocatable) {
+        (Some(pod), Some(node)) if pod > 0 => Some(pod.min(node)),
+        (Some(pod), None) if pod > 0 => Some(pod),
+        (_, node) => node,
+    };
+    let size_limit = volume
+        .empty_dir
+        .as_ref()?
+        .size_limit
+        .as_ref()
+        .and_then(quantity_ceil)
+        .and_then(|v| u64::try_from(v).ok());
+    if let Some(limit) = size_limit.filter(|l| *l > 0)
+        && size.is_none_or(|s| limit < s)
+    {
+        size = Some(limit);
+    }
+    size
+}
+
+impl VolumePlugin for EmptyDirPlugin {
+    fn name(&self) -> &str {
+        PLUGIN_NAME
+    }
+
+    fn can_support(&self, spec: &VolumeSpec) -> bool {
+        spec.volume().is_some_and(|v| v.empty_dir.is_some())
+    }
+
+    fn new_mounter(
+        &self,
+        spec: &VolumeSpec,
+        pod: &Pod,
+        host: &VolumeHost,
+    ) -> Result<Box<dyn VolumeMounter>, PluginError> {
+        let invalid = |reason: &str| PluginError::InvalidSpec {
+            plugin: PLUGIN_NAME.into(),
+            reason: reason.into(),
+        };
+        let volume = spec
+            .volume()
+            .ok_or_else(|| invalid("not an inline volume"))?;
+        let source = volume
+            .empty_dir
+            .as_ref()
+            .ok_or_else(|| invalid("no emptyDir source"))?;
+        let medium = match source.medium.as_deref().unwrap_or("") {
+            "" => Medium::Default,
+            "Memory" => Medium::Memory,
+            other => return Err(invalid(&format!("unsupported medium {other:?}"))),
+        };
+        let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+        Ok(Box::new(EmptyDir {
+            dir: host.pod_volume_dir(&uid, PLUGIN_NAME, &volume.name),
+            meta_dir: host.pod_plugin_dir(&uid, PLUGIN_NAME, &volume.name),
+            medium,
+            size: match medium {
+                Medium::Memory => memory_size(pod, volume, host.node_allocatable_memory),
+                Medium::Default => None,
+            },
+            mounter: host.mounter.clone(),
+        }))
+    }
+
+    fn new_unmounter(
+        &self,
+        inner_name: &str,
+        pod_uid: &PodUid,
+        host: &VolumeHost,
+    ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
+        Ok(Box::new(EmptyDir {
+            dir: host.pod_volume_dir(pod_uid, PLUGIN_NAME, inner_name),
+            meta_dir: host.pod_plugin_dir(pod_uid, PLUGIN_NAME, inner_name),
+            medium: Medium::Default,
+            size: None,
+            mounter: host.mounter.clone(),
+        }))
+    }
+}
+
+struct EmptyDir {
+    dir: PathBuf,
+    meta_dir: PathBuf,
+    medium: Medium,
+    size: Option<u64>,
+    mounter: Arc<dyn Mounter>,
+}
+
+fn fail(what: &str, path: &Path, err: impl std::fmt::Display) -> VolumeError {
+    VolumeError::Final(format!("{what} {}: {err}", path.display()))
+}
+
+impl EmptyDir {
+    fn is_tmpfs_mount(&self) -> Result<bool, VolumeError> {
+        let table = self
+            .mounter
+            .list()
+            .map_err(|e| fail("reading the mount table for", &self.dir, e))?;
+        Ok(table
+            .iter()
+            .any(|m| m.mount_point == self.dir && m.fstype == "tmpfs"))
+    }
+
+    fn ready(&self) -> bool {
+        self.meta_dir.join("ready").exists()
+    }
+}
+
+impl VolumeMounter for EmptyDir {
+    fn path(&self) -> PathBuf {
+        self.dir.clone()
+    }
+
+    fn set_up(&self) -> Result<(), VolumeError> {
+        // V83: idempotent; a Memory volume is set up again when its tmpfs is gone (reboot).
+        if self.ready() && (self.medium == Medium::Default || self.is_tmpfs_mount()?) {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|e| fail("creating", &self.dir, e))?;
+        if self.medium == Medium::Memory && !self.is_tmpfs_mount()? {
+            let options = TmpfsOptions {
+                size_bytes: self.size,
+                mode: Some(0o777),
+            };
+            self.mounter
+                .tmpfs(&self.dir, options)
+                .map_err(|e| fail("mounting tmpfs on", &self.dir, e))?;
+        }
+        // V84: exactly 0777, whatever the umask.
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| fail("chmod", &self.dir, e))?;
+        std::fs::create_dir_all(&self.meta_dir).map_err(|e| fail("creating", &self.meta_dir, e))?;
+        std::fs::write(self.meta_dir.join("ready"), b"")
+            .map_err(|e| fail("writing the ready marker in", &self.meta_dir, e))?;
+        Ok(())
+    }
+}
+
+impl VolumeUnmounter for EmptyDir {
+    fn path(&self) -> PathBuf {
+        self.dir.clone()
+    }
+
+    /// V88: the ready marker first; a tmpfs is unmounted; then the directory is removed
+    /// without ever crossing a mount point.
+    fn tear_down(&self) -> Result<(), VolumeError> {
+        if self.meta_dir.exists() {
+            std::fs::remove_dir_all(&self.meta_dir)
+                .map_err(|e| fail("removing", &self.meta_dir, e))?;
+        }
+        if !crate::plugin::exists(&self.dir) {
+            return Ok(());
+        }
+        if self.is_tmpfs_mount()? {
+            self.mounter
+                .unmount(&self.dir, UnmountMode::Normal)
+                .map_err(|e| VolumeError::Uncertain(e.to_string()))?;
+        }
+        remove_all_one_filesystem(&self.dir).map_err(|e| fail("removing", &self.dir, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{
+        Container, EmptyDirVolumeSource, PodSpec, ResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use rustlet_mount::LinuxMounter;
+    use rustlet_mount::fake::FakeMounter;
+
+    use super::*;
+    use crate::testing::pod;
+
+    fn memory_volume(name: &str, size_limit: Option<&str>) -> VolumeSpec {
+        VolumeSpec::Pod(Volume {
+            name: name.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: size_limit.map(|s| Quantity(s.into())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn host(root: &Path, mounter: Arc<dyn Mounter>) -> VolumeHost {
+        VolumeHost {
+            root_dir: root.to_owned(),
+            mounter,
+            node_allocatable_memory: Some(8 << 30),
+        }
+    }
+
+    #[test]
+    fn v84_default_medium_is_a_0777_directory_with_a_ready_marker_and_tears_down() {
+        let root = tempfile::tempdir().unwrap();
+        let fake = FakeMounter::new();
+        let host = host(root.path(), Arc::new(fake.clone()));
+        let p = pod("uid-1");
+        let mounter = EmptyDirPlugin
+            .new_mounter(&crate::testing::empty_dir("cache"), &p, &host)
+            .unwrap();
+        let dir = root
+            .path()
+            .join("pods/uid-1/volumes/kubernetes.io~empty-dir/cache");
+        assert_eq!(mounter.path(), dir);
+        mounter.set_up().unwrap();
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o777
+        );
+        assert!(
+            root.path()
+                .join("pods/uid-1/plugins/kubernetes.io~empty-dir/cache/ready")
+                .exists()
+        );
+        std::fs::write(dir.join("data"), "kept across SetUp").unwrap();
+        mounter.set_up().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("data")).unwrap(),
+            "kept across SetUp",
+            "V83: idempotent"
+        );
+        assert!(fake.actions().is_empty(), "no mount for the default medium");
+
+        let unmounter = EmptyDirPlugin
+            .new_unmounter("cache", &PodUid::new("uid-1"), &host)
+            .unwrap();
+        unmounter.tear_down().unwrap();
+        assert!(!dir.exists());
+        assert!(
+            !root
+                .path()
+                .join("pods/uid-1/plugins/kubernetes.io~empty-dir/cache")
+                .exists()
+        );
+        unmounter.tear_down().unwrap();
+    }
+
+    #[test]
+    fn v85_memory_medium_mounts_tmpfs_once_and_remounts_after_a_reboot() {
+        let root = tempfile::tempdir().unwrap();
+        let fake = FakeMounter::new();
+        let host = host(root.path(), Arc::new(fake.clone()));
+        let p = pod("uid-2");
+        let mounter = EmptyDirPlugin
+            .new_mounter(&memory_volume("mem", Some("64Mi")), &p, &host)
+            .unwrap();
+        mounter.set_up().unwrap();
+        mounter.set_up().unwrap();
+        let mounts = fake.mounts();
+        assert_eq!(mounts.len(), 1, "idempotent");
+        assert_eq!(mounts[0].fstype, "tmpfs");
+        assert!(mounts[0].options.contains(&format!("size={}", 64u64 << 20)));
+        // The tmpfs is gone (reboot) but the ready marker is not: SetUp mounts again.
+        fake.unmount(&mounter.path(), UnmountMode::Normal).unwrap();
+        mounter.set_up().unwrap();
+        assert_eq!(fake.mounts().len(), 1);
+        EmptyDirPlugin
+            .new_unmounter("mem", &PodUid::new("uid-2"), &host)
+            .unwrap()
+            .tear_down()
+            .unwrap();
+        assert!(fake.mounts().is_empty());
+        assert!(!mounter.path().exists());
+    }
+
+    fn pod_with_memory_limits(limits: &[Option<&str>]) -> Pod {
+        let containers = limits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Container {
+                name: format!("c{i}"),
+                resources: l.map(|l| ResourceRequirements {
+                    limits: Some(BTreeMap::from([("memory".to_owned(), Quantity(l.into()))])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        Pod {
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn v85_errata3_tmpfs_size() {
+        const MI: u64 = 1 << 20;
+        let volume = |limit: Option<&str>| memory_volume("m", limit).volume().unwrap().clone();
+        let node = Some(1024 * MI);
+        // Every container limited: the sum.
+        assert_eq!(
+            memory_size(
+                &pod_with_memory_limits(&[Some("100Mi"), Some("50Mi")]),
+                &volume(None),
+                node
+            ),
+            Some(150 * MI)
+        );
+        // One container unlimited: node allocatable.
+        assert_eq!(
+            memory_size(
+                &pod_with_memory_limits(&[Some("100Mi"), None]),
+                &volume(None),
+                node
+            ),
+            Some(1024 * MI)
+        );
+        // A pod limit above node allocatable is ignored.
+        assert_eq!(
+            memory_size(&pod_with_memory_limits(&[Some("4Gi")]), &volume(None), node),
+            Some(1024 * MI)
+        );
+        // sizeLimit lowers it.
+        assert_eq!(
+            memory_size(
+                &pod_with_memory_limits(&[Some("100Mi")]),
+                &volume(Some("10Mi")),
+                node
+            ),
+            Some(10 * MI)
+        );
+        assert_eq!(
+            memory_size(
+                &pod_with_memory_limits(&[Some("100Mi")]),
+                &volume(Some("1Gi")),
+                node
+            ),
+            Some(100 * MI)
+        );
+    }
+
+    #[test]
+    fn v88_tear_down_stops_at_a_mount_point_inside_the_volume() {
+        let Some(t) = rustlet_mount::testing::privileged_dir(
+            "v88_tear_down_stops_at_a_mount_point_inside_the_volume",
+        ) else {
+            return;
+        };
+        let host = host(t.path(), Arc::new(LinuxMounter::new()));
+        let mounter = EmptyDirPlugin
+            .new_mounter(&crate::testing::empty_dir("cache"), &pod("uid-3"), &host)
+            .unwrap();
+        mounter.set_up().unwrap();
+        let inner = mounter.path().join("someone-mounted-here");
+        std::fs::create_dir(&inner).unwrap();
+        let outside = t.mkdir("precious");
+        std::fs::write(outside.join("data"), "user data").unwrap();
+        LinuxMounter::new()
+            .bind(&outside, &inner, rustlet_mount::BindAccess::ReadWrite)
+            .unwrap();
+        let err = EmptyDirPlugin
+            .new_unmounter("cache", &PodUid::new("uid-3"), &host)
+            .unwrap()
+            .tear_down()
+            .unwrap_err();
+        assert!(err.to_string().contains("mount point"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("data")).unwrap(),
+            "user data"
+        );
+    }
+
+    #[test]
+    fn memory_empty_dir_on_a_real_tmpfs_keeps_data_across_set_up() {
+        let Some(t) = rustlet_mount::testing::privileged_dir(
+            "memory_empty_dir_on_a_real_tmpfs_keeps_data_across_set_up",
+        ) else {
+            return;
+        };
+        let linux = LinuxMounter::new();
+        let host = host(t.path(), Arc::new(linux.clone()));
+        let mounter = EmptyDirPlugin
+            .new_mounter(&memory_volume("mem", Some("2Mi")), &pod("uid-4"), &host)
+            .unwrap();
+        mounter.set_up().unwrap();
+        let fs = nix::sys::statfs::statfs(&mounter.path()).unwrap();
+        assert_eq!(fs.filesystem_type(), nix::sys::statfs::TMPFS_MAGIC);
+        assert_eq!(fs.blocks() * fs.block_size() as u64, 2 << 20);
+        std::fs::write(mounter.path().join("f"), "in memory").unwrap();
+        mounter.set_up().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(mounter.path().join("f")).unwrap(),
+            "in memory"
+        );
+        assert_eq!(
+            linux
+                .list()
+                .unwrap()
+                .iter()
+                .filter(|m| m.mount_point == mounter.path())
+                .count(),
+            1
+        );
+        EmptyDirPlugin
+            .new_unmounter("mem", &PodUid::new("uid-4"), &host)
+            .unwrap()
+            .tear_down()
+            .unwrap();
+        assert!(!mounter.path().exists());
+    }
+}

@@ -30,10 +30,13 @@
 //! `VolumeManager` facade are not yet.
 
 pub mod cache;
+pub mod events;
+pub mod executor;
 pub mod mounter;
 pub mod operations;
 pub mod plugin;
 pub mod plugins;
+pub mod reconciler;
 pub mod spec;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -74,7 +74,7 @@ pub enum StartError {
     )]
     AlreadyExists {
         /// The key.
-        key: OperationKey,
+        key: Box<OperationKey>,
     },
     /// The same operation failed recently (upstream `ExponentialBackoff`). Expected; not logged.
     #[error(
@@ -82,7 +82,7 @@ pub enum StartError {
     )]
     Backoff {
         /// The key.
-        key: OperationKey,
+        key: Box<OperationKey>,
         /// Time left.
         retry_in: Duration,
         /// The current backoff.
@@ -156,14 +156,16 @@ impl NestedPendingOperations {
         };
         let entry = &mut entries[i];
         if entry.pending {
-            return Err(StartError::AlreadyExists { key: key.clone() });
+            return Err(StartError::AlreadyExists {
+                key: Box::new(key.clone()),
+            });
         }
         if let Some(b) = &entry.backoff {
             let elapsed = Instant::now().saturating_duration_since(b.last_error_time);
             if elapsed <= b.duration {
                 if entry.operation == operation {
                     return Err(StartError::Backoff {
-                        key: key.clone(),
+                        key: Box::new(key.clone()),
                         retry_in: b.duration - elapsed,
                         duration: b.duration,
                         last_error: b.last_error.clone(),

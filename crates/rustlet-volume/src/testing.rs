@@ -1,19 +1,123 @@
 //! Fake plugins and fixtures (behind `test-util`), after upstream's `FakeVolumePlugin`.
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, HostPathVolumeSource, PersistentVolume, PersistentVolumeSpec, Pod, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::plugin::{PluginManager, VolumePlugin};
+use rustlet_core::PodUid;
+
+use crate::events::{EventKind, EventRecorder};
+use crate::plugin::{
+    PluginError, PluginManager, VolumeError, VolumeHost, VolumeMounter, VolumePlugin,
+    VolumeUnmounter,
+};
 use crate::spec::VolumeSpec;
 
+/// A volume name that makes the fake SetUp fail for good (upstream `FailOnSetupVolumeName`).
+pub const FAIL_ON_SETUP: &str = "fail-setup";
+/// A volume name that makes the fake SetUp end in an unknown state (upstream
+/// `TimeoutOnSetupVolumeName`).
+pub const TIMEOUT_ON_SETUP: &str = "timeout-setup";
+/// A volume name whose fake TearDown fails.
+pub const FAIL_ON_TEARDOWN: &str = "fail-teardown";
+
+/// Call counters of a fake plugin, shared by its mounters.
+#[derive(Debug, Default)]
+pub struct Calls {
+    /// SetUp calls.
+    pub set_up: AtomicUsize,
+    /// TearDown calls.
+    pub tear_down: AtomicUsize,
+}
+
+impl Calls {
+    /// SetUp calls so far.
+    pub fn set_ups(&self) -> usize {
+        self.set_up.load(Ordering::SeqCst)
+    }
+
+    /// TearDown calls so far.
+    pub fn tear_downs(&self) -> usize {
+        self.tear_down.load(Ordering::SeqCst)
+    }
+}
+
+struct FakeVolume {
+    path: PathBuf,
+    name: String,
+    calls: Arc<Calls>,
+}
+
+impl VolumeMounter for FakeVolume {
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn set_up(&self) -> Result<(), VolumeError> {
+        self.calls.set_up.fetch_add(1, Ordering::SeqCst);
+        match self.name.as_str() {
+            FAIL_ON_SETUP => Err(VolumeError::Final("mount failed: fake error".into())),
+            TIMEOUT_ON_SETUP => Err(VolumeError::Uncertain("mount timed out: fake error".into())),
+            _ => std::fs::create_dir_all(&self.path).map_err(|e| VolumeError::Final(e.to_string())),
+        }
+    }
+}
+
+impl VolumeUnmounter for FakeVolume {
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn tear_down(&self) -> Result<(), VolumeError> {
+        self.calls.tear_down.fetch_add(1, Ordering::SeqCst);
+        if self.name == FAIL_ON_TEARDOWN {
+            return Err(VolumeError::Final("unmount failed: fake error".into()));
+        }
+        match std::fs::remove_dir(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(VolumeError::Final(e.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Records events in memory.
+#[derive(Debug, Default)]
+pub struct FakeRecorder {
+    events: Mutex<Vec<(EventKind, String, String)>>,
+}
+
+impl FakeRecorder {
+    /// `(kind, reason, message)` of every event so far.
+    pub fn events(&self) -> Vec<(EventKind, String, String)> {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl EventRecorder for FakeRecorder {
+    fn event(&self, _pod: &Pod, kind: EventKind, reason: &str, message: &str) {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).push((
+            kind,
+            reason.to_owned(),
+            message.to_owned(),
+        ));
+    }
+}
+
 /// What a fake plugin serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Serves {
     /// Inline `emptyDir` volumes.
+    #[default]
     EmptyDir,
     /// Inline `hostPath` volumes.
     HostPath,
@@ -21,8 +125,9 @@ pub enum Serves {
     PersistentVolumes,
 }
 
-/// A configurable fake plugin.
-#[derive(Clone, Debug)]
+/// A configurable fake plugin. Its mounters create and remove a directory; the magic volume
+/// names [`FAIL_ON_SETUP`], [`TIMEOUT_ON_SETUP`] and [`FAIL_ON_TEARDOWN`] switch the error paths.
+#[derive(Clone, Debug, Default)]
 pub struct FakePlugin {
     /// Plugin name.
     pub name: &'static str,
@@ -34,6 +139,8 @@ pub struct FakePlugin {
     pub device_mountable: bool,
     /// Requires remount.
     pub requires_remount: bool,
+    /// Calls made through its mounters.
+    pub calls: Arc<Calls>,
 }
 
 impl VolumePlugin for FakePlugin {
@@ -61,6 +168,33 @@ impl VolumePlugin for FakePlugin {
     fn requires_remount(&self, _spec: &VolumeSpec) -> bool {
         self.requires_remount
     }
+
+    fn new_mounter(
+        &self,
+        spec: &VolumeSpec,
+        pod: &Pod,
+        host: &VolumeHost,
+    ) -> Result<Box<dyn VolumeMounter>, PluginError> {
+        let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+        Ok(Box::new(FakeVolume {
+            path: host.pod_volume_dir(&uid, self.name, spec.name()),
+            name: spec.name().to_owned(),
+            calls: self.calls.clone(),
+        }))
+    }
+
+    fn new_unmounter(
+        &self,
+        inner_name: &str,
+        pod_uid: &PodUid,
+        host: &VolumeHost,
+    ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
+        Ok(Box::new(FakeVolume {
+            path: host.pod_volume_dir(pod_uid, self.name, inner_name),
+            name: inner_name.to_owned(),
+            calls: self.calls.clone(),
+        }))
+    }
 }
 
 /// Plain per-pod plugins for emptyDir and hostPath, and an attachable fake for PVs.
@@ -68,9 +202,7 @@ pub fn fake_plugins() -> PluginManager {
     let plain = |name, serves| FakePlugin {
         name,
         serves,
-        attachable: false,
-        device_mountable: false,
-        requires_remount: false,
+        ..FakePlugin::default()
     };
     PluginManager::new(vec![
         Arc::new(plain("kubernetes.io/empty-dir", Serves::EmptyDir)),
@@ -80,7 +212,7 @@ pub fn fake_plugins() -> PluginManager {
             serves: Serves::PersistentVolumes,
             attachable: true,
             device_mountable: true,
-            requires_remount: false,
+            ..FakePlugin::default()
         }),
     ])
 }

@@ -139,7 +139,7 @@ fn test_mark_volumes_reported_in_use_positive_new_pod_new_volume() {
             .collect()
     };
     dsw.mark_volumes_reported_in_use(std::slice::from_ref(&v2));
-    assert_eq!(reported(&dsw), [v2.clone()]);
+    assert_eq!(reported(&dsw), std::slice::from_ref(&v2));
     dsw.mark_volumes_reported_in_use(std::slice::from_ref(&v3));
     assert_eq!(reported(&dsw), [v3], "replace semantics");
     assert!(!reported(&dsw).contains(&v1));
@@ -213,7 +213,7 @@ fn v28_pod_errors_are_a_bounded_sorted_set() {
     dsw.add_error_to_pod(&p, "b");
     dsw.add_error_to_pod(&p, "a");
     dsw.add_error_to_pod(&p, "b");
-    assert_eq!(dsw.pods_with_errors(), [p.clone()]);
+    assert_eq!(dsw.pods_with_errors(), std::slice::from_ref(&p));
     assert_eq!(dsw.pop_pod_errors(&p), ["a", "b"]);
     assert!(dsw.pop_pod_errors(&p).is_empty(), "popped");
     for i in 0..30 {
@@ -536,6 +536,7 @@ fn v37_remount_required_for_plugins_that_ask_for_it() {
         attachable: false,
         device_mountable: false,
         requires_remount: true,
+        ..FakePlugin::default()
     })]);
     let asw = ActualStateOfWorld::new(plugins);
     let name = asw

@@ -1,0 +1,233 @@
+//! The operation executor (upstream `operationexecutor` + `operation_generator.go`, V51-V53):
+//! starts one operation per key through [`NestedPendingOperations`], runs the plugin's
+//! blocking work off the async threads, and records the outcome in the actual state.
+//!
+//! Built so far: attach verification for non-attachable volumes, MountVolume and UnmountVolume.
+//! The attach path (WaitForAttach, MountDevice, UnmountDevice) comes next.
+
+use std::sync::Arc;
+
+use rustlet_core::PodUid;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::cache::{
+    ActualStateOfWorld, MarkVolumeOpts, MountedVolume, VolumeMountState, VolumeToMount,
+};
+use crate::events::{EventKind, EventRecorder, FAILED_MOUNT, volume_error_message};
+use crate::operations::{NestedPendingOperations, OperationKey, StartError};
+use crate::plugin::{PluginManager, VolumeError, VolumeHost};
+
+/// Operation names (upstream `operationName`s).
+pub mod op {
+    /// MountVolume.
+    pub const VOLUME_MOUNT: &str = "volume_mount";
+    /// UnmountVolume.
+    pub const VOLUME_UNMOUNT: &str = "volume_unmount";
+}
+
+/// Why an operation was not started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    /// Running or backing off: expected, the reconciler ignores it (V47).
+    #[error(transparent)]
+    NotNow(#[from] StartError),
+    /// The attach path is not implemented yet: the volume waits.
+    #[error("volume {0} needs attaching, which this agent does not do yet")]
+    AttachNotSupported(String),
+}
+
+/// Runs volume operations.
+pub struct OperationExecutor {
+    pub(crate) ops: Arc<NestedPendingOperations>,
+    asw: Arc<ActualStateOfWorld>,
+    plugins: PluginManager,
+    host: VolumeHost,
+    events: Arc<dyn EventRecorder>,
+    changed: watch::Sender<u64>,
+}
+
+impl OperationExecutor {
+    /// An executor over these caches and plugins.
+    pub fn new(
+        asw: Arc<ActualStateOfWorld>,
+        plugins: PluginManager,
+        host: VolumeHost,
+        events: Arc<dyn EventRecorder>,
+    ) -> Self {
+        Self {
+            ops: Arc::new(NestedPendingOperations::new()),
+            asw,
+            plugins,
+            host,
+            events,
+            changed: watch::channel(0).0,
+        }
+    }
+
+    /// A receiver that sees a new value after every operation that changed the actual state.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// The operation table.
+    pub fn operations(&self) -> &Arc<NestedPendingOperations> {
+        &self.ops
+    }
+
+    fn notify(changed: &watch::Sender<u64>) {
+        changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// V52 for a volume that needs no attach: it is recorded as attached at once (no API call,
+    /// so no operation). Attachable volumes are refused for now.
+    pub fn verify_controller_attached_volume(
+        &self,
+        volume: &VolumeToMount,
+    ) -> Result<(), ExecError> {
+        if volume.plugin_is_attachable {
+            return Err(ExecError::AttachNotSupported(
+                volume.volume_name.to_string(),
+            ));
+        }
+        self.asw
+            .mark_volume_as_attached(Some(volume.volume_name.clone()), &volume.spec, "")
+            .map_err(|e| ExecError::AttachNotSupported(e.to_string()))?;
+        Self::notify(&self.changed);
+        Ok(())
+    }
+
+    /// V51 (filesystem, no device): NewMounter, SetUp, then the actual state. A final SetUp
+    /// error leaves no entry (unless the entry came from reconstruction: it stays uncertain); an
+    /// uncertain one records the mount as uncertain. Failures raise a `FailedMount` event.
+    pub fn mount_volume(
+        &self,
+        volume: &VolumeToMount,
+        remount: bool,
+    ) -> Result<JoinHandle<()>, ExecError> {
+        let shared = volume.plugin_is_attachable || volume.plugin_is_device_mountable;
+        let key = OperationKey::new(
+            volume.volume_name.clone(),
+            (!shared).then(|| volume.pod_name.clone()),
+        );
+        let (asw, plugins, host, events, changed) = (
+            self.asw.clone(),
+            self.plugins.clone(),
+            self.host.clone(),
+            self.events.clone(),
+            self.changed.clone(),
+        );
+        let volume = volume.clone();
+        let handle = self.ops.run(key, op::VOLUME_MOUNT, async move {
+            let outer = volume.outer_volume_spec_names.first().cloned().unwrap_or_default();
+            let pod_uid = PodUid::new(volume.pod.metadata.uid.clone().unwrap_or_default());
+            let work = {
+                let (plugins, host, volume) = (plugins.clone(), host.clone(), volume.clone());
+                tokio::task::spawn_blocking(move || -> Result<(), (&'static str, VolumeError)> {
+                    let plugin = plugins
+                        .find_by_spec(&volume.spec)
+                        .map_err(|e| ("MountVolume.FindPluginBySpec failed", VolumeError::Final(e.to_string())))?;
+                    let mounter = plugin
+                        .new_mounter(&volume.spec, &volume.pod, &host)
+                        .map_err(|e| ("MountVolume.NewMounter initialization failed", VolumeError::Final(e.to_string())))?;
+                    mounter.set_up().map_err(|e| ("MountVolume.SetUp failed", e))
+                })
+            };
+            let result = work.await.unwrap_or_else(|e| Err(("MountVolume.SetUp failed", VolumeError::Uncertain(e.to_string()))));
+            let opts = |state| MarkVolumeOpts {
+                pod_name: volume.pod_name.clone(),
+                pod_uid: pod_uid.clone(),
+                volume_name: volume.volume_name.clone(),
+                spec: volume.spec.clone(),
+                outer_volume_spec_name: outer.clone(),
+                volume_gid: volume.volume_gid.clone(),
+                state,
+            };
+            let outcome = match result {
+                Ok(()) => {
+                    let marked = asw.mark_volume_as_mounted(opts(VolumeMountState::Mounted));
+                    if remount {
+                        debug!(volume = %volume.volume_name, pod = %volume.pod_name, "MountVolume.SetUp succeeded (remount)");
+                    } else {
+                        info!(volume = %volume.volume_name, pod = %volume.pod_name, "MountVolume.SetUp succeeded for volume {outer:?}");
+                    }
+                    marked.map_err(|e| e.to_string())
+                }
+                Err((prefix, err)) => {
+                    match &err {
+                        VolumeError::Uncertain(_) => {
+                            let _ = asw.mark_volume_mount_as_uncertain(opts(VolumeMountState::Uncertain));
+                        }
+                        VolumeError::Final(_) => {
+                            // V55: a final error forgets a failed first mount, but a reconstructed
+                            // or earlier-mounted entry keeps its state (a remount failure does not
+                            // unmount).
+                            let was = asw.pod_exists_in_volume(&volume.pod_name, &volume.volume_name);
+                            let keep = asw.is_volume_reconstructed(&volume.volume_name, &volume.pod_name)
+                                || (remount && was.is_mounted());
+                            if !keep && matches!(was, crate::cache::PodVolumeState::Uncertain { .. }) {
+                                asw.mark_volume_as_unmounted(&volume.pod_name, &volume.volume_name);
+                            }
+                        }
+                    }
+                    let message = volume_error_message(prefix, &outer, &err);
+                    warn!(pod = %volume.pod_name, "{message}");
+                    events.event(&volume.pod, EventKind::Warning, FAILED_MOUNT, &message);
+                    Err(message)
+                }
+            };
+            Self::notify(&changed);
+            outcome
+        })?;
+        Ok(handle)
+    }
+
+    /// V53: NewUnmounter from the plugin name and the inner spec name (no pod object needed),
+    /// TearDown, then the actual state. A failed TearDown leaves the mount uncertain.
+    pub fn unmount_volume(&self, mounted: &MountedVolume) -> Result<JoinHandle<()>, ExecError> {
+        let key = OperationKey::new(mounted.volume_name.clone(), Some(mounted.pod_name.clone()));
+        let (asw, plugins, host, changed) = (
+            self.asw.clone(),
+            self.plugins.clone(),
+            self.host.clone(),
+            self.changed.clone(),
+        );
+        let mounted = mounted.clone();
+        let handle = self.ops.run(key, op::VOLUME_UNMOUNT, async move {
+            let work = {
+                let (mounted, plugins, host) = (mounted.clone(), plugins.clone(), host.clone());
+                tokio::task::spawn_blocking(move || -> Result<(), String> {
+                    let plugin = plugins
+                        .find_by_name(&mounted.plugin_name)
+                        .ok_or_else(|| format!("UnmountVolume.FindPluginByName failed for volume {:?}", mounted.volume_name))?;
+                    let unmounter = plugin
+                        .new_unmounter(mounted.spec.name(), &mounted.pod_uid, &host)
+                        .map_err(|e| format!("UnmountVolume.NewUnmounter failed for volume {:?}: {e}", mounted.volume_name))?;
+                    unmounter.tear_down().map_err(|e| format!("UnmountVolume.TearDown failed for volume {:?} : {e}", mounted.volume_name))
+                })
+            };
+            let result = work.await.unwrap_or_else(|e| Err(e.to_string()));
+            match &result {
+                Ok(()) => {
+                    info!(volume = %mounted.volume_name, pod = %mounted.pod_name, "UnmountVolume.TearDown succeeded");
+                    asw.mark_volume_as_unmounted(&mounted.pod_name, &mounted.volume_name);
+                }
+                Err(_) => {
+                    let _ = asw.mark_volume_mount_as_uncertain(MarkVolumeOpts {
+                        pod_name: mounted.pod_name.clone(),
+                        pod_uid: mounted.pod_uid.clone(),
+                        volume_name: mounted.volume_name.clone(),
+                        spec: mounted.spec.clone(),
+                        outer_volume_spec_name: mounted.outer_volume_spec_names.first().cloned().unwrap_or_default(),
+                        volume_gid: mounted.volume_gid.clone(),
+                        state: VolumeMountState::Uncertain,
+                    });
+                }
+            }
+            Self::notify(&changed);
+            result
+        })?;
+        Ok(handle)
+    }
+}

@@ -1,0 +1,279 @@
+//! Reconciler tests: upstream `reconciler_test.go` cases for non-attachable volumes, with the
+//! fake plugin's call counters and magic volume names, on paused tokio time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rustlet_core::{PodUid, UniquePodName};
+use rustlet_mount::fake::FakeMounter;
+
+use super::{PassReport, Reconciler};
+use crate::cache::{
+    ActualStateOfWorld, DesiredStateOfWorld, MarkVolumeOpts, PodVolumeState, VolumeMountState,
+};
+use crate::events::{EventKind, FAILED_MOUNT};
+use crate::executor::OperationExecutor;
+use crate::plugin::{PluginManager, VolumeHost};
+use crate::testing::{
+    FAIL_ON_SETUP, FAIL_ON_TEARDOWN, FakePlugin, FakeRecorder, Serves, TIMEOUT_ON_SETUP, empty_dir,
+    pod,
+};
+
+struct World {
+    _root: tempfile::TempDir,
+    dsw: Arc<DesiredStateOfWorld>,
+    asw: Arc<ActualStateOfWorld>,
+    executor: Arc<OperationExecutor>,
+    reconciler: Reconciler,
+    plugin: FakePlugin,
+    events: Arc<FakeRecorder>,
+    ready: Arc<AtomicBool>,
+}
+
+fn world() -> World {
+    let root = tempfile::tempdir().unwrap();
+    let plugin = FakePlugin {
+        name: "kubernetes.io/empty-dir",
+        serves: Serves::EmptyDir,
+        ..FakePlugin::default()
+    };
+    let plugins = PluginManager::new(vec![Arc::new(plugin.clone())]);
+    let host = VolumeHost {
+        root_dir: root.path().to_owned(),
+        mounter: Arc::new(FakeMounter::new()),
+        node_allocatable_memory: None,
+    };
+    let dsw = Arc::new(DesiredStateOfWorld::new(plugins.clone()));
+    let asw = Arc::new(ActualStateOfWorld::new(plugins.clone()));
+    let events = Arc::new(FakeRecorder::default());
+    let executor = Arc::new(OperationExecutor::new(
+        asw.clone(),
+        plugins,
+        host,
+        events.clone(),
+    ));
+    let ready = Arc::new(AtomicBool::new(true));
+    let reconciler = Reconciler::new(dsw.clone(), asw.clone(), executor.clone(), ready.clone());
+    World {
+        _root: root,
+        dsw,
+        asw,
+        executor,
+        reconciler,
+        plugin,
+        events,
+        ready,
+    }
+}
+
+impl World {
+    async fn pass(&self) -> PassReport {
+        let report = self.reconciler.reconcile();
+        self.executor.operations().wait().await;
+        report
+    }
+
+    fn add(&self, uid: &str, volume: &str) -> rustlet_core::UniqueVolumeName {
+        self.dsw
+            .add_pod_to_volume(
+                &UniquePodName::new(uid),
+                pod(uid),
+                empty_dir(volume),
+                volume,
+            )
+            .unwrap()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_run_positive_do_nothing() {
+    let w = world();
+    assert_eq!(w.pass().await, PassReport::default());
+    assert_eq!(
+        (w.plugin.calls.set_ups(), w.plugin.calls.tear_downs()),
+        (0, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_attachable_volume_is_mounted_in_one_pass_then_left_alone() {
+    let w = world();
+    let vol = w.add("p1", "cache");
+    assert_eq!(w.pass().await.mounts, 1);
+    assert!(matches!(
+        w.asw.pod_exists_in_volume(&UniquePodName::new("p1"), &vol),
+        PodVolumeState::Mounted { .. }
+    ));
+    assert_eq!(
+        w.asw.mounted_volumes_for_pod(&UniquePodName::new("p1"))[0].outer_volume_spec_names,
+        ["cache"]
+    );
+    assert_eq!(
+        w.pass().await,
+        PassReport::default(),
+        "steady state: nothing to do"
+    );
+    assert_eq!(w.plugin.calls.set_ups(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unmount_after_the_pod_leaves_then_the_volume_is_dropped() {
+    let w = world();
+    let vol = w.add("p1", "cache");
+    w.pass().await;
+    w.dsw
+        .delete_pod_from_volume(&UniquePodName::new("p1"), &vol);
+    let report = w.pass().await;
+    assert_eq!(report.unmounts, 1);
+    assert_eq!(w.plugin.calls.tear_downs(), 1);
+    assert!(
+        w.asw
+            .pod_removed_from_volume(&UniquePodName::new("p1"), &vol)
+    );
+    assert_eq!(
+        w.pass().await.detached,
+        1,
+        "V45: dropped on the pass after TearDown"
+    );
+    assert!(w.asw.attached_volumes().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_unmounted_before_the_sources_are_ready() {
+    let w = world();
+    let vol = w.add("p1", "cache");
+    w.pass().await;
+    w.ready.store(false, Ordering::Release);
+    w.dsw
+        .delete_pod_from_volume(&UniquePodName::new("p1"), &vol);
+    assert_eq!(w.pass().await, PassReport::default());
+    assert_eq!(w.plugin.calls.tear_downs(), 0);
+    w.ready.store(true, Ordering::Release);
+    assert_eq!(w.pass().await.unmounts, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_set_up_raises_failed_mount_and_backs_off() {
+    let w = world();
+    let vol = w.add("p1", FAIL_ON_SETUP);
+    w.pass().await;
+    assert_eq!(w.plugin.calls.set_ups(), 1);
+    assert!(matches!(
+        w.asw.pod_exists_in_volume(&UniquePodName::new("p1"), &vol),
+        PodVolumeState::NotMounted { .. }
+    ));
+    let events = w.events.events();
+    assert_eq!(
+        events,
+        [(
+            EventKind::Warning,
+            FAILED_MOUNT.to_owned(),
+            format!(
+                "MountVolume.SetUp failed for volume {FAIL_ON_SETUP:?} : mount failed: fake error"
+            )
+        )]
+    );
+    // Within the 500 ms backoff nothing is retried; after it, SetUp runs again.
+    w.pass().await;
+    assert_eq!(w.plugin.calls.set_ups(), 1);
+    tokio::time::advance(Duration::from_millis(501)).await;
+    w.pass().await;
+    assert_eq!(w.plugin.calls.set_ups(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn uncertain_set_up_is_possibly_mounted_and_is_torn_down_when_the_pod_goes() {
+    let w = world();
+    let pod_name = UniquePodName::new("p1");
+    let vol = w.add("p1", TIMEOUT_ON_SETUP);
+    w.pass().await;
+    assert!(matches!(
+        w.asw.pod_exists_in_volume(&pod_name, &vol),
+        PodVolumeState::Uncertain { .. }
+    ));
+    assert_eq!(w.asw.possibly_mounted_volumes_for_pod(&pod_name).len(), 1);
+    assert!(w.asw.mounted_volumes_for_pod(&pod_name).is_empty());
+    w.dsw.delete_pod_from_volume(&pod_name, &vol);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        w.pass().await.unmounts,
+        1,
+        "an uncertain mount is torn down, not forgotten"
+    );
+    assert_eq!(w.plugin.calls.tear_downs(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_tear_down_leaves_the_mount_uncertain() {
+    let w = world();
+    let pod_name = UniquePodName::new("p1");
+    let vol = w.add("p1", FAIL_ON_TEARDOWN);
+    w.pass().await;
+    w.dsw.delete_pod_from_volume(&pod_name, &vol);
+    w.pass().await;
+    assert!(matches!(
+        w.asw.pod_exists_in_volume(&pod_name, &vol),
+        PodVolumeState::Uncertain { .. }
+    ));
+    assert!(!w.asw.pod_removed_from_volume(&pod_name, &vol));
+    assert_eq!(
+        w.pass().await.detached,
+        0,
+        "never dropped while possibly mounted"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn reconstructed_volume_stays_uncertain_after_a_final_set_up_error() {
+    // Upstream TestReconstructVolumesMount (b), PR #110670.
+    let w = world();
+    let pod_name = UniquePodName::new("p1");
+    let vol = w.add("p1", FAIL_ON_SETUP);
+    w.asw
+        .mark_volume_as_attached(Some(vol.clone()), &empty_dir(FAIL_ON_SETUP), "")
+        .unwrap();
+    let opts = MarkVolumeOpts {
+        pod_name: pod_name.clone(),
+        pod_uid: PodUid::new("p1"),
+        volume_name: vol.clone(),
+        spec: empty_dir(FAIL_ON_SETUP),
+        outer_volume_spec_name: FAIL_ON_SETUP.into(),
+        volume_gid: None,
+        state: VolumeMountState::Uncertain,
+    };
+    assert!(
+        w.asw
+            .check_and_mark_volume_as_uncertain_via_reconstruction(opts)
+            .unwrap()
+    );
+    w.pass().await;
+    assert_eq!(w.plugin.calls.set_ups(), 1);
+    assert!(matches!(
+        w.asw.pod_exists_in_volume(&pod_name, &vol),
+        PodVolumeState::Uncertain { .. }
+    ));
+    assert_eq!(w.plugin.calls.tear_downs(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_pods_of_a_per_pod_plugin_mount_independently() {
+    let w = world();
+    let a = w.add("a", "data");
+    let b = w.add("b", "data");
+    assert_ne!(a, b);
+    assert_eq!(w.pass().await.mounts, 2);
+    assert_eq!(w.asw.mounted_volumes().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn executor_changes_are_signalled() {
+    let w = world();
+    let changes = w.executor.subscribe();
+    w.add("p1", "cache");
+    w.pass().await;
+    assert!(
+        changes.has_changed().unwrap(),
+        "waiters are woken by the actual state, not by polling"
+    );
+}

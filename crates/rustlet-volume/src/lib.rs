@@ -32,14 +32,19 @@
 pub mod cache;
 pub mod events;
 pub mod executor;
+pub mod manager;
 pub mod mounter;
 pub mod operations;
 pub mod plugin;
 pub mod plugins;
+pub mod populator;
 pub mod reconciler;
 pub mod spec;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+
+#[cfg(test)]
+mod tests;
 
 pub use mounter::Mounter;
 pub use plugin::{PluginError, PluginManager, VolumePlugin};

@@ -265,3 +265,111 @@ pub fn pod(uid: &str) -> Arc<Pod> {
         ..Default::default()
     })
 }
+
+/// A pod source and pod-state provider in memory.
+#[derive(Debug)]
+pub struct FakePods {
+    pods: Mutex<Vec<Arc<Pod>>>,
+    ready: std::sync::atomic::AtomicBool,
+    terminating: Mutex<std::collections::HashSet<PodUid>>,
+    removed: Mutex<std::collections::HashSet<PodUid>>,
+}
+
+impl Default for FakePods {
+    fn default() -> Self {
+        Self {
+            pods: Mutex::new(Vec::new()),
+            ready: std::sync::atomic::AtomicBool::new(true),
+            terminating: Mutex::default(),
+            removed: Mutex::default(),
+        }
+    }
+}
+
+fn uid_of(pod: &Pod) -> PodUid {
+    PodUid::new(pod.metadata.uid.clone().unwrap_or_default())
+}
+
+impl FakePods {
+    /// Adds (or replaces) a pod.
+    pub fn add(&self, pod: Arc<Pod>) {
+        let mut pods = self.pods.lock().unwrap();
+        pods.retain(|p| uid_of(p) != uid_of(&pod));
+        pods.push(pod);
+    }
+
+    /// Removes a pod from the source.
+    pub fn remove(&self, uid: &str) {
+        self.pods
+            .lock()
+            .unwrap()
+            .retain(|p| uid_of(p).as_str() != uid);
+    }
+
+    /// Whether the sources are ready.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Termination requested for a pod.
+    pub fn set_terminating(&self, uid: &str) {
+        self.terminating.lock().unwrap().insert(PodUid::new(uid));
+    }
+
+    /// Every container of a pod stopped.
+    pub fn set_runtime_removed(&self, uid: &str) {
+        self.removed.lock().unwrap().insert(PodUid::new(uid));
+    }
+}
+
+impl crate::populator::PodSource for FakePods {
+    fn pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.lock().unwrap().clone()
+    }
+
+    fn all_sources_ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl crate::populator::PodStateProvider for FakePods {
+    fn should_pod_containers_be_terminating(&self, uid: &PodUid) -> bool {
+        self.terminating.lock().unwrap().contains(uid) || self.removed.lock().unwrap().contains(uid)
+    }
+
+    fn should_pod_runtime_be_removed(&self, uid: &PodUid) -> bool {
+        self.removed.lock().unwrap().contains(uid)
+    }
+}
+
+/// A pod whose single container mounts every given volume.
+pub fn pod_with_volumes(uid: &str, volumes: Vec<Volume>) -> Arc<Pod> {
+    use k8s_openapi::api::core::v1::{Container, PodSpec, VolumeMount};
+    let mounts = volumes
+        .iter()
+        .map(|v| VolumeMount {
+            name: v.name.clone(),
+            mount_path: format!("/mnt/{}", v.name),
+            ..Default::default()
+        })
+        .collect();
+    let mut pod = (*pod(uid)).clone();
+    pod.spec = Some(PodSpec {
+        containers: vec![Container {
+            name: "c".into(),
+            volume_mounts: Some(mounts),
+            ..Default::default()
+        }],
+        volumes: Some(volumes),
+        ..Default::default()
+    });
+    Arc::new(pod)
+}
+
+/// The inline volume of a pod-volume spec.
+pub fn volume(spec: VolumeSpec) -> Volume {
+    match spec {
+        VolumeSpec::Pod(v) => v,
+        VolumeSpec::Persistent { .. } => panic!("not an inline volume"),
+    }
+}

@@ -1,0 +1,426 @@
+//! The `VolumeManager` facade (upstream `volume_manager.go`, V1-V16), event-driven: the
+//! populator runs when pods change, the reconciler when the desired or actual state changes,
+//! and waiters are woken by those changes instead of polling every 300 ms. A periodic resync
+//! stays as a safety net.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use rustlet_core::{UniquePodName, UniqueVolumeName};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::{ActualStateOfWorld, Attachability, DesiredStateOfWorld, PodVolumeState};
+use crate::events::EventRecorder;
+use crate::executor::OperationExecutor;
+use crate::mounter::Mounter;
+use crate::plugin::{PluginManager, VolumeHost};
+use crate::populator::{PodSource, PodStateProvider, Populator, pod_volume_names};
+use crate::reconciler::Reconciler;
+
+/// Configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeManagerConfig {
+    /// The agent's root directory (pods live under `<root>/pods/<uid>`).
+    pub root_dir: PathBuf,
+    /// Safety-net period of the populator and reconciler when nothing wakes them.
+    pub resync_period: Duration,
+    /// How long `wait_for_attach_and_mount` and `wait_for_unmount` wait (upstream 2 min 3 s).
+    pub wait_timeout: Duration,
+    /// Node allocatable memory, the size of a Memory emptyDir in a pod without limits.
+    pub node_allocatable_memory: Option<u64>,
+}
+
+impl VolumeManagerConfig {
+    /// Defaults under `root_dir`: resync every second, waits of 2 min 3 s.
+    pub fn new(root_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            root_dir: root_dir.into(),
+            resync_period: Duration::from_secs(1),
+            wait_timeout: Duration::from_secs(123),
+            node_allocatable_memory: None,
+        }
+    }
+}
+
+/// What the manager is built from.
+pub struct VolumeManagerDeps {
+    /// The pods bound to the node.
+    pub pods: Arc<dyn PodSource>,
+    /// The pod workers' view of pod lifecycles.
+    pub states: Arc<dyn PodStateProvider>,
+    /// The mount backend.
+    pub mounter: Arc<dyn Mounter>,
+    /// The volume plugins.
+    pub plugins: PluginManager,
+    /// Where events go.
+    pub events: Arc<dyn EventRecorder>,
+}
+
+/// Why a wait ended without success (upstream's message shapes, V5 and V7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitError {
+    /// Some expected volumes are not mounted.
+    NotMounted {
+        /// Expected outer names not mounted (sorted).
+        unmounted: Vec<String>,
+        /// Outer names of attachable volumes that are not attached (sorted).
+        unattached: Vec<String>,
+        /// Expected outer names the desired state does not have (sorted).
+        failed_to_process: Vec<String>,
+        /// Why the wait ended.
+        cause: WaitCause,
+    },
+    /// Volumes are still mounted.
+    StillMounted {
+        /// Their unique names (sorted, errata 2).
+        mounted: Vec<String>,
+        /// Why the wait ended.
+        cause: WaitCause,
+    },
+}
+
+/// Why a wait ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitCause {
+    /// The deadline passed (upstream `context deadline exceeded`).
+    DeadlineExceeded,
+    /// The populator recorded errors for the pod, joined by `"; "`.
+    PodErrors(String),
+}
+
+impl fmt::Display for WaitCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DeadlineExceeded => f.write_str("context deadline exceeded"),
+            Self::PodErrors(e) => f.write_str(e),
+        }
+    }
+}
+
+fn go_list(items: &[String]) -> String {
+    format!("[{}]", items.join(" "))
+}
+
+impl fmt::Display for WaitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotMounted {
+                unmounted,
+                unattached,
+                failed_to_process,
+                cause,
+            } => write!(
+                f,
+                "unmounted volumes={}, unattached volumes={}, failed to process volumes={}: {cause}",
+                go_list(unmounted),
+                go_list(unattached),
+                go_list(failed_to_process)
+            ),
+            Self::StillMounted { mounted, cause } => {
+                write!(f, "mounted volumes={}: {cause}", go_list(mounted))
+            }
+        }
+    }
+}
+
+impl std::error::Error for WaitError {}
+
+/// A mounted volume as the runtime needs it (upstream `VolumeInfo`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeInfo {
+    /// Where the volume is on the host (what to bind into containers).
+    pub path: PathBuf,
+    /// The inner spec name.
+    pub inner_volume_spec_name: String,
+    /// The unique volume name.
+    pub volume_name: UniqueVolumeName,
+}
+
+/// The volume manager.
+pub struct VolumeManager {
+    dsw: Arc<DesiredStateOfWorld>,
+    asw: Arc<ActualStateOfWorld>,
+    populator: Populator,
+    reconciler: Reconciler,
+    executor: Arc<OperationExecutor>,
+    host: VolumeHost,
+    plugins: PluginManager,
+    config: VolumeManagerConfig,
+    wake: Notify,
+    changed: watch::Sender<u64>,
+    synced: AtomicBool,
+}
+
+fn pod_name_of(pod: &Pod) -> UniquePodName {
+    UniquePodName::new(pod.metadata.uid.clone().unwrap_or_default())
+}
+
+impl VolumeManager {
+    /// A manager with empty caches; call [`Self::run`] to start it.
+    pub fn new(deps: VolumeManagerDeps, config: VolumeManagerConfig) -> Self {
+        let dsw = Arc::new(DesiredStateOfWorld::new(deps.plugins.clone()));
+        let asw = Arc::new(ActualStateOfWorld::new(deps.plugins.clone()));
+        let host = VolumeHost {
+            root_dir: config.root_dir.clone(),
+            mounter: deps.mounter,
+            node_allocatable_memory: config.node_allocatable_memory,
+        };
+        let executor = Arc::new(OperationExecutor::new(
+            asw.clone(),
+            deps.plugins.clone(),
+            host.clone(),
+            deps.events,
+        ));
+        let populator = Populator::new(dsw.clone(), asw.clone(), deps.pods, deps.states);
+        let reconciler = Reconciler::new(
+            dsw.clone(),
+            asw.clone(),
+            executor.clone(),
+            populator.has_added_pods(),
+        );
+        Self {
+            dsw,
+            asw,
+            populator,
+            reconciler,
+            executor,
+            host,
+            plugins: deps.plugins,
+            config,
+            wake: Notify::new(),
+            changed: watch::channel(0).0,
+            synced: AtomicBool::new(false),
+        }
+    }
+
+    /// The desired state (for inspection).
+    pub fn desired_state(&self) -> &Arc<DesiredStateOfWorld> {
+        &self.dsw
+    }
+
+    /// The actual state (for inspection).
+    pub fn actual_state(&self) -> &Arc<ActualStateOfWorld> {
+        &self.asw
+    }
+
+    /// Tells the manager that pods changed: the populator and reconciler run now.
+    pub fn pod_updated(&self) {
+        self.wake.notify_one();
+    }
+
+    /// One populator pass and one reconciler pass.
+    pub fn sync_once(&self) {
+        self.populator.populate();
+        self.reconciler.reconcile();
+        if self.populator.has_added_pods().load(Ordering::Acquire) {
+            self.synced.store(true, Ordering::Release);
+        }
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Runs until `cancel` fires: a pass whenever pods change, an operation finishes, or the
+    /// resync period passes.
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let mut ops = self.executor.subscribe();
+        loop {
+            self.sync_once();
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = self.wake.notified() => {}
+                Ok(()) = ops.changed() => {}
+                () = tokio::time::sleep(self.config.resync_period) => {}
+            }
+        }
+    }
+
+    /// V13: the reconciler has run with a complete desired state.
+    pub fn reconciler_states_has_been_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    fn mounted_outer_names(
+        &self,
+        pod_name: &UniquePodName,
+    ) -> (BTreeMap<String, UniqueVolumeName>, BTreeSet<String>) {
+        let names = self.dsw.volume_names_for_pod(pod_name);
+        let mounted = names
+            .iter()
+            .filter(|(_, vol)| self.asw.pod_exists_in_volume(pod_name, vol).is_mounted())
+            .map(|(outer, _)| outer.clone())
+            .collect();
+        (names, mounted)
+    }
+
+    /// V1-V5: waits until every volume the pod's containers use is mounted; fails early with the
+    /// populator's errors, and at the deadline with upstream's three lists.
+    pub async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), WaitError> {
+        let (mounts, devices) = pod_volume_names(pod);
+        let expected: BTreeSet<String> = mounts.union(&devices).cloned().collect();
+        if expected.is_empty() {
+            return Ok(());
+        }
+        let pod_name = pod_name_of(pod);
+        self.populator.reprocess_pod(&pod_name);
+        let mut changes = self.changed.subscribe();
+        self.wake.notify_one();
+        let deadline = Instant::now() + self.config.wait_timeout;
+        let cause = loop {
+            let errors = self.dsw.pop_pod_errors(&pod_name);
+            if !errors.is_empty() {
+                break WaitCause::PodErrors(errors.join("; "));
+            }
+            let (_, mounted) = self.mounted_outer_names(&pod_name);
+            if expected.is_subset(&mounted) {
+                return Ok(());
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { break WaitCause::DeadlineExceeded },
+                () = tokio::time::sleep_until(deadline) => break WaitCause::DeadlineExceeded,
+            }
+        };
+        let (names, mounted) = self.mounted_outer_names(&pod_name);
+        let unmounted: Vec<String> = expected.difference(&mounted).cloned().collect();
+        if unmounted.is_empty() {
+            return Ok(());
+        }
+        let attachable: BTreeSet<UniqueVolumeName> = self
+            .dsw
+            .volumes_to_mount()
+            .into_iter()
+            .filter(|v| v.pod_name == pod_name && v.plugin_is_attachable)
+            .map(|v| v.volume_name)
+            .collect();
+        let unattached = names
+            .iter()
+            .filter(|(_, vol)| {
+                attachable.contains(*vol)
+                    && self.asw.pod_exists_in_volume(&pod_name, vol) == PodVolumeState::NotAttached
+            })
+            .map(|(outer, _)| outer.clone())
+            .collect();
+        let failed_to_process = expected
+            .iter()
+            .filter(|n| !names.contains_key(*n))
+            .cloned()
+            .collect();
+        Err(WaitError::NotMounted {
+            unmounted,
+            unattached,
+            failed_to_process,
+            cause,
+        })
+    }
+
+    /// V7: waits until the pod has no volume in state `Mounted` (uncertain ones do not block).
+    pub async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), WaitError> {
+        let pod_name = pod_name_of(pod);
+        self.populator.reprocess_pod(&pod_name);
+        let mut changes = self.changed.subscribe();
+        self.wake.notify_one();
+        let deadline = Instant::now() + self.config.wait_timeout;
+        loop {
+            let mounted = self.asw.mounted_volumes_for_pod(&pod_name);
+            if mounted.is_empty() {
+                return Ok(());
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        let mut mounted: Vec<String> = self
+            .asw
+            .mounted_volumes_for_pod(&pod_name)
+            .into_iter()
+            .map(|m| m.volume_name.to_string())
+            .collect();
+        mounted.sort();
+        mounted.dedup();
+        if mounted.is_empty() {
+            return Ok(());
+        }
+        Err(WaitError::StillMounted {
+            mounted,
+            cause: WaitCause::DeadlineExceeded,
+        })
+    }
+
+    /// V9: outer name → where the volume is, for volumes mounted and still desired.
+    pub fn get_mounted_volumes_for_pod(
+        &self,
+        pod_name: &UniquePodName,
+    ) -> BTreeMap<String, VolumeInfo> {
+        let mut out = BTreeMap::new();
+        for volume in self
+            .dsw
+            .volumes_to_mount()
+            .into_iter()
+            .filter(|v| v.pod_name == *pod_name)
+        {
+            if !self
+                .asw
+                .pod_exists_in_volume(pod_name, &volume.volume_name)
+                .is_mounted()
+            {
+                continue;
+            }
+            let Ok(plugin) = self.plugins.find_by_spec(&volume.spec) else {
+                continue;
+            };
+            let Ok(mounter) = plugin.new_mounter(&volume.spec, &volume.pod, &self.host) else {
+                continue;
+            };
+            for outer in &volume.outer_volume_spec_names {
+                out.insert(
+                    outer.clone(),
+                    VolumeInfo {
+                        path: mounter.path(),
+                        inner_volume_spec_name: volume.spec.name().to_owned(),
+                        volume_name: volume.volume_name.clone(),
+                    },
+                );
+            }
+        }
+        out
+    }
+
+    /// V10: mounted or uncertain volumes exist for the pod.
+    pub fn has_possibly_mounted_volumes(&self, pod_name: &UniquePodName) -> bool {
+        !self
+            .asw
+            .possibly_mounted_volumes_for_pod(pod_name)
+            .is_empty()
+    }
+
+    /// V12: attachable volumes desired or attached, sorted: what `node.status.volumesInUse` lists.
+    pub fn get_volumes_in_use(&self) -> Vec<UniqueVolumeName> {
+        let mut set: BTreeSet<UniqueVolumeName> = self
+            .dsw
+            .volumes_to_mount()
+            .into_iter()
+            .filter(|v| v.plugin_is_attachable)
+            .map(|v| v.volume_name)
+            .collect();
+        set.extend(
+            self.asw
+                .attached_volumes()
+                .into_iter()
+                .filter(|v| v.attachability == Attachability::Attachable)
+                .map(|v| v.volume_name),
+        );
+        set.into_iter().collect()
+    }
+
+    /// V14: exactly these volumes are reported in use.
+    pub fn mark_volumes_as_reported_in_use(&self, reported: &[UniqueVolumeName]) {
+        self.dsw.mark_volumes_reported_in_use(reported);
+        self.wake.notify_one();
+    }
+}

@@ -1,0 +1,233 @@
+//! The desired-state populator (upstream `populator/desired_state_of_world_populator.go`,
+//! V17-V23): turns the pods bound to the node into (volume, pod) pairs of the desired state, and
+//! removes the pairs of pods that are gone or whose containers have all stopped.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Pod;
+use rustlet_core::{PodUid, UniquePodName};
+use tracing::{debug, warn};
+
+use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld};
+use crate::spec::VolumeSpec;
+
+/// The pods bound to this node (upstream `PodManager.GetPods`), mirror pods excluded.
+pub trait PodSource: Send + Sync {
+    /// Every pod.
+    fn pods(&self) -> Vec<Arc<Pod>>;
+    /// Whether every configured pod source has delivered its first full list (upstream
+    /// `sourcesReady.AllReady`).
+    fn all_sources_ready(&self) -> bool;
+}
+
+/// What the pod workers know about a pod's lifecycle (V23).
+pub trait PodStateProvider: Send + Sync {
+    /// Termination has been requested (deleted, evicted, terminal phase).
+    fn should_pod_containers_be_terminating(&self, uid: &PodUid) -> bool;
+    /// Every container has stopped (or the pod is unknown once sources are synced).
+    fn should_pod_runtime_be_removed(&self, uid: &PodUid) -> bool;
+}
+
+/// V2: the names used by any container's `volumeMounts` or `volumeDevices` (init, regular,
+/// ephemeral), split into (mounts, devices).
+pub fn pod_volume_names(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut mounts, mut devices) = (BTreeSet::new(), BTreeSet::new());
+    let Some(spec) = &pod.spec else {
+        return (mounts, devices);
+    };
+    let mut visit =
+        |vm: Option<&Vec<k8s_openapi::api::core::v1::VolumeMount>>,
+         vd: Option<&Vec<k8s_openapi::api::core::v1::VolumeDevice>>| {
+            mounts.extend(vm.into_iter().flatten().map(|m| m.name.clone()));
+            devices.extend(vd.into_iter().flatten().map(|d| d.name.clone()));
+        };
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
+        visit(c.volume_mounts.as_ref(), c.volume_devices.as_ref());
+    }
+    for c in spec.ephemeral_containers.iter().flatten() {
+        visit(c.volume_mounts.as_ref(), c.volume_devices.as_ref());
+    }
+    (mounts, devices)
+}
+
+fn unique_pod_name(pod: &Pod) -> UniquePodName {
+    UniquePodName::new(pod.metadata.uid.clone().unwrap_or_default())
+}
+
+/// V20 for inline volumes (PVC-backed ones come with the PVC/PV getters).
+fn create_volume_spec(
+    pod: &Pod,
+    name: &str,
+    devices: &BTreeSet<String>,
+) -> Result<VolumeSpec, String> {
+    let volume = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref()?.iter().find(|v| v.name == name))
+        .ok_or_else(|| {
+            format!("volume {name} is referenced by a container but not declared in the pod")
+        })?;
+    if volume.persistent_volume_claim.is_some() || volume.ephemeral.is_some() {
+        return Err(format!(
+            "volume {name}: PersistentVolumeClaim and ephemeral volumes are not supported by this agent yet"
+        ));
+    }
+    if devices.contains(name) {
+        return Err(format!(
+            "volume {name} has volumeMode Filesystem, but is specified in volumeDevices"
+        ));
+    }
+    Ok(VolumeSpec::Pod(volume.clone()))
+}
+
+/// The populator.
+pub struct Populator {
+    dsw: Arc<DesiredStateOfWorld>,
+    asw: Arc<ActualStateOfWorld>,
+    pods: Arc<dyn PodSource>,
+    states: Arc<dyn PodStateProvider>,
+    /// Pod → processed. An entry with `false` means "seen, reprocess on next pass".
+    processed: Mutex<HashMap<UniquePodName, bool>>,
+    /// Set after the first full pass once every source is ready (upstream `HasAddedPods`).
+    has_added_pods: Arc<AtomicBool>,
+}
+
+impl Populator {
+    /// A populator feeding `dsw`.
+    pub fn new(
+        dsw: Arc<DesiredStateOfWorld>,
+        asw: Arc<ActualStateOfWorld>,
+        pods: Arc<dyn PodSource>,
+        states: Arc<dyn PodStateProvider>,
+    ) -> Self {
+        Self {
+            dsw,
+            asw,
+            pods,
+            states,
+            processed: Mutex::new(HashMap::new()),
+            has_added_pods: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The "desired state is complete" flag the reconciler reads before it unmounts anything.
+    pub fn has_added_pods(&self) -> Arc<AtomicBool> {
+        self.has_added_pods.clone()
+    }
+
+    fn processed(&self) -> std::sync::MutexGuard<'_, HashMap<UniquePodName, bool>> {
+        self.processed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// V21: the pod is processed again on the next pass (the entry stays, with `false`).
+    pub fn reprocess_pod(&self, pod_name: &UniquePodName) {
+        self.processed().insert(pod_name.clone(), false);
+    }
+
+    /// One upstream `populatorLoop`; sets the has-added-pods flag after a full pass made while
+    /// every source was ready (V17).
+    pub fn populate(&self) {
+        let sources_ready = self.pods.all_sources_ready();
+        self.find_and_add_new_pods();
+        self.find_and_remove_deleted_pods();
+        if sources_ready {
+            self.has_added_pods.store(true, Ordering::Release);
+        }
+    }
+
+    fn find_and_add_new_pods(&self) {
+        let steady = self.has_added_pods.load(Ordering::Acquire);
+        for pod in self.pods.pods() {
+            let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+            let skip = if steady {
+                self.states.should_pod_containers_be_terminating(&uid)
+            } else {
+                self.states.should_pod_runtime_be_removed(&uid)
+            };
+            if !skip {
+                self.process_pod_volumes(&pod);
+            }
+        }
+    }
+
+    /// V19.
+    fn process_pod_volumes(&self, pod: &Arc<Pod>) {
+        let pod_name = unique_pod_name(pod);
+        if self.processed().get(&pod_name) == Some(&true) {
+            return;
+        }
+        let (mounts, devices) = pod_volume_names(pod);
+        let mut all_added = true;
+        for name in mounts.union(&devices) {
+            let added = create_volume_spec(pod, name, &devices).and_then(|spec| {
+                self.dsw
+                    .add_pod_to_volume(&pod_name, pod.clone(), spec, name)
+                    .map_err(|e| e.to_string())
+            });
+            if let Err(err) = added {
+                warn!(pod = %pod_name, volume = %name, "Error processing volume: {err}");
+                self.dsw.add_error_to_pod(&pod_name, err);
+                all_added = false;
+            }
+        }
+        let mut processed = self.processed();
+        if all_added {
+            processed.insert(pod_name.clone(), true);
+            drop(processed);
+            self.asw.mark_remount_required(&pod_name);
+            self.dsw.pop_pod_errors(&pod_name);
+        } else if let Some(flag) = processed.get_mut(&pod_name) {
+            // Seen before (by a wait's reprocess): retried only after the next reprocess, so a
+            // broken pod does not cost API calls every pass.
+            *flag = true;
+        }
+    }
+
+    /// V22.
+    fn find_and_remove_deleted_pods(&self) {
+        let known: HashMap<UniquePodName, Arc<Pod>> = self
+            .pods
+            .pods()
+            .into_iter()
+            .map(|p| (unique_pod_name(&p), p))
+            .collect();
+        for volume in self.dsw.volumes_to_mount() {
+            let uid = PodUid::new(volume.pod_name.as_str());
+            let in_manager = known.contains_key(&volume.pod_name);
+            if !self.states.should_pod_runtime_be_removed(&uid) {
+                continue; // containers may still run
+            }
+            if in_manager
+                && self
+                    .asw
+                    .pod_removed_from_volume(&volume.pod_name, &volume.volume_name)
+            {
+                continue; // upstream quirk (V22 step 3)
+            }
+            debug!(pod = %volume.pod_name, volume = %volume.volume_name, "Removing volume from desired state");
+            self.dsw
+                .delete_pod_from_volume(&volume.pod_name, &volume.volume_name);
+            self.processed().remove(&volume.pod_name);
+        }
+        let in_dsw = self.dsw.pods();
+        self.processed().retain(|pod, _| {
+            known.contains_key(pod)
+                || in_dsw.contains(pod)
+                || !self
+                    .states
+                    .should_pod_runtime_be_removed(&PodUid::new(pod.as_str()))
+        });
+        for pod in self.dsw.pods_with_errors() {
+            if !known.contains_key(&pod) {
+                self.dsw.pop_pod_errors(&pod);
+            }
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The facade: `volume_manager_test.go` cases for inline volumes, and real mounts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    EmptyDirVolumeSource, HostPathVolumeSource, PersistentVolumeClaimVolumeSource, Volume,
+};
+use rustlet_core::UniquePodName;
+use rustlet_mount::LinuxMounter;
+use rustlet_mount::fake::FakeMounter;
+use tokio_util::sync::CancellationToken;
+
+use crate::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps, WaitCause, WaitError};
+use crate::mounter::Mounter;
+use crate::plugins::builtin_plugins;
+use crate::testing::{FakePods, FakeRecorder, pod_with_volumes};
+
+fn empty_dir(name: &str, medium: Option<&str>) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: medium.map(str::to_owned),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn host_path(name: &str, path: &std::path::Path, type_: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.to_string_lossy().into_owned(),
+            type_: Some(type_.into()),
+        }),
+        ..Default::default()
+    }
+}
+
+struct Running {
+    manager: Arc<VolumeManager>,
+    pods: Arc<FakePods>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(root: &std::path::Path, mounter: Arc<dyn Mounter>, wait_timeout: Duration) -> Running {
+    let pods = Arc::new(FakePods::default());
+    let deps = VolumeManagerDeps {
+        pods: pods.clone(),
+        states: pods.clone(),
+        mounter,
+        plugins: builtin_plugins(),
+        events: Arc::new(FakeRecorder::default()),
+    };
+    let config = VolumeManagerConfig {
+        wait_timeout,
+        node_allocatable_memory: Some(64 << 20),
+        ..VolumeManagerConfig::new(root)
+    };
+    let manager = Arc::new(VolumeManager::new(deps, config));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    Running {
+        manager,
+        pods,
+        cancel,
+        task,
+    }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn v1_v2_pods_without_used_volumes_return_at_once() {
+    let root = tempfile::tempdir().unwrap();
+    let r = start(
+        root.path(),
+        Arc::new(FakeMounter::new()),
+        Duration::from_secs(5),
+    );
+    let mut pod = (*pod_with_volumes("p", vec![])).clone();
+    pod.spec.as_mut().unwrap().volumes = Some(vec![empty_dir("declared-but-unused", None)]);
+    r.manager.wait_for_attach_and_mount(&pod).await.unwrap();
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_for_attach_and_mount_then_unmount_with_the_fake_mounter() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeMounter::new();
+    let r = start(root.path(), Arc::new(fake.clone()), Duration::from_secs(5));
+    let host_dir = root.path().join("host-data");
+    let pod = pod_with_volumes(
+        "p1",
+        vec![
+            empty_dir("cache", None),
+            empty_dir("mem", Some("Memory")),
+            host_path("host", &host_dir, "DirectoryOrCreate"),
+        ],
+    );
+    r.pods.add(pod.clone());
+    r.manager.pod_updated();
+    r.manager.wait_for_attach_and_mount(&pod).await.unwrap();
+
+    let mounted = r
+        .manager
+        .get_mounted_volumes_for_pod(&UniquePodName::new("p1"));
+    assert_eq!(mounted.keys().collect::<Vec<_>>(), ["cache", "host", "mem"]);
+    assert_eq!(
+        mounted["cache"].path,
+        root.path()
+            .join("pods/p1/volumes/kubernetes.io~empty-dir/cache")
+    );
+    assert_eq!(mounted["host"].path, host_dir);
+    assert!(host_dir.is_dir(), "DirectoryOrCreate made it");
+    assert_eq!(fake.mounts().len(), 1, "only the Memory emptyDir mounts");
+    assert!(
+        r.manager.get_volumes_in_use().is_empty(),
+        "V12: non-attachable volumes are never reported"
+    );
+    assert!(r.manager.reconciler_states_has_been_synced());
+
+    r.pods.remove("p1");
+    r.pods.set_runtime_removed("p1");
+    r.manager.pod_updated();
+    r.manager.wait_for_unmount(&pod).await.unwrap();
+    assert!(
+        !r.manager
+            .has_possibly_mounted_volumes(&UniquePodName::new("p1"))
+    );
+    assert!(fake.mounts().is_empty());
+    assert!(
+        !root
+            .path()
+            .join("pods/p1/volumes/kubernetes.io~empty-dir/cache")
+            .exists()
+    );
+    assert!(host_dir.is_dir(), "hostPath is never removed");
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn v4_populator_errors_fail_the_wait_early() {
+    let root = tempfile::tempdir().unwrap();
+    let r = start(
+        root.path(),
+        Arc::new(FakeMounter::new()),
+        Duration::from_secs(120),
+    );
+    let claim = Volume {
+        name: "data".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: "c".into(),
+            read_only: None,
+        }),
+        ..Default::default()
+    };
+    let pod = pod_with_volumes("p2", vec![claim, empty_dir("cache", None)]);
+    r.pods.add(pod.clone());
+    let started = tokio::time::Instant::now();
+    let err = r.manager.wait_for_attach_and_mount(&pod).await.unwrap_err();
+    assert!(
+        tokio::time::Instant::now() - started < Duration::from_secs(2),
+        "early, not at the deadline"
+    );
+    let WaitError::NotMounted {
+        unmounted,
+        failed_to_process,
+        cause: WaitCause::PodErrors(errors),
+        ..
+    } = &err
+    else {
+        panic!("{err}")
+    };
+    assert!(unmounted.contains(&"data".to_owned()), "{unmounted:?}");
+    assert_eq!(failed_to_process, &["data"]);
+    assert!(errors.contains("not supported"), "{errors}");
+    assert!(
+        err.to_string()
+            .contains("unattached volumes=[], failed to process volumes=[data]: volume data: "),
+        "{err}"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn v5_timeout_names_the_unmounted_volumes() {
+    let root = tempfile::tempdir().unwrap();
+    let r = start(
+        root.path(),
+        Arc::new(FakeMounter::new()),
+        Duration::from_secs(3),
+    );
+    // A hostPath that must exist and does not: SetUp fails on every attempt.
+    let pod = pod_with_volumes(
+        "p3",
+        vec![
+            host_path("missing", &root.path().join("nope"), "Directory"),
+            empty_dir("b", None),
+        ],
+    );
+    r.pods.add(pod.clone());
+    let err = r.manager.wait_for_attach_and_mount(&pod).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unmounted volumes=[missing], unattached volumes=[], failed to process volumes=[]: context deadline exceeded"
+    );
+    r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn v13_not_synced_before_the_sources_are_ready() {
+    let root = tempfile::tempdir().unwrap();
+    let pods_ready_later = start(
+        root.path(),
+        Arc::new(FakeMounter::new()),
+        Duration::from_secs(3),
+    );
+    pods_ready_later.pods.set_ready(false);
+    // The first pass may already have run with ready sources; a fresh manager shows the gate.
+    let pods = Arc::new(FakePods::default());
+    pods.set_ready(false);
+    let deps = VolumeManagerDeps {
+        pods: pods.clone(),
+        states: pods.clone(),
+        mounter: Arc::new(FakeMounter::new()),
+        plugins: builtin_plugins(),
+        events: Arc::new(FakeRecorder::default()),
+    };
+    let manager = VolumeManager::new(deps, VolumeManagerConfig::new(root.path()));
+    manager.sync_once();
+    assert!(!manager.reconciler_states_has_been_synced());
+    pods.set_ready(true);
+    manager.sync_once();
+    assert!(manager.reconciler_states_has_been_synced());
+    pods_ready_later.stop().await;
+}
+
+#[tokio::test]
+async fn real_mounts_empty_dir_memory_and_host_path() {
+    let Some(t) =
+        rustlet_mount::testing::privileged_dir("real_mounts_empty_dir_memory_and_host_path")
+    else {
+        return;
+    };
+    let linux = LinuxMounter::new();
+    let r = start(t.path(), Arc::new(linux.clone()), Duration::from_secs(10));
+    let host_dir = t.mkdir("host");
+    std::fs::write(host_dir.join("keep"), "host data").unwrap();
+    let pod = pod_with_volumes(
+        "real",
+        vec![
+            empty_dir("disk", None),
+            empty_dir("mem", Some("Memory")),
+            host_path("host", &host_dir, "Directory"),
+        ],
+    );
+    r.pods.add(pod.clone());
+    r.manager.pod_updated();
+    r.manager.wait_for_attach_and_mount(&pod).await.unwrap();
+    let mounted = r
+        .manager
+        .get_mounted_volumes_for_pod(&UniquePodName::new("real"));
+    let mem = &mounted["mem"].path;
+    assert!(
+        linux
+            .list()
+            .unwrap()
+            .iter()
+            .any(|m| m.mount_point == *mem && m.fstype == "tmpfs")
+    );
+    std::fs::write(mem.join("f"), "in memory").unwrap();
+
+    r.pods.remove("real");
+    r.pods.set_runtime_removed("real");
+    r.manager.pod_updated();
+    r.manager.wait_for_unmount(&pod).await.unwrap();
+    assert!(!linux.list().unwrap().iter().any(|m| m.mount_point == *mem));
+    assert!(!mem.exists());
+    assert_eq!(
+        std::fs::read_to_string(host_dir.join("keep")).unwrap(),
+        "host data"
+    );
+    r.stop().await;
+}

@@ -1,0 +1,187 @@
+//! `desired_state_of_world_populator_test.go`, inline-volume cases.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
+use rustlet_core::UniquePodName;
+
+use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, MarkVolumeOpts, VolumeMountState};
+use crate::plugins::builtin_plugins;
+use crate::populator::Populator;
+use crate::testing::{FakePods, empty_dir, pod_with_volumes, volume};
+
+struct Fixture {
+    pods: Arc<FakePods>,
+    dsw: Arc<DesiredStateOfWorld>,
+    asw: Arc<ActualStateOfWorld>,
+    populator: Populator,
+}
+
+fn fixture() -> Fixture {
+    let pods = Arc::new(FakePods::default());
+    let dsw = Arc::new(DesiredStateOfWorld::new(builtin_plugins()));
+    let asw = Arc::new(ActualStateOfWorld::new(builtin_plugins()));
+    let populator = Populator::new(dsw.clone(), asw.clone(), pods.clone(), pods.clone());
+    Fixture {
+        pods,
+        dsw,
+        asw,
+        populator,
+    }
+}
+
+#[test]
+fn test_find_and_add_new_pods_with_different_conditions() {
+    // (has added pods, pod state) -> added?
+    for (has_added, state, want) in [
+        (true, "running", true),
+        (true, "terminating", false),
+        (true, "terminated", false),
+        (false, "running", true),
+        (false, "terminating", true),
+        (false, "terminated", false),
+    ] {
+        let f = fixture();
+        f.populator
+            .has_added_pods()
+            .store(has_added, Ordering::SeqCst);
+        f.pods
+            .add(pod_with_volumes("p", vec![volume(empty_dir("v"))]));
+        match state {
+            "terminating" => f.pods.set_terminating("p"),
+            "terminated" => f.pods.set_runtime_removed("p"),
+            _ => {}
+        }
+        f.populator.populate();
+        assert_eq!(
+            f.dsw.pods().contains(&UniquePodName::new("p")),
+            want,
+            "{has_added} {state}"
+        );
+    }
+}
+
+#[test]
+fn v2_volumes_no_container_uses_are_never_added() {
+    let f = fixture();
+    let mut pod = (*pod_with_volumes("p", vec![volume(empty_dir("used"))])).clone();
+    pod.spec
+        .as_mut()
+        .unwrap()
+        .volumes
+        .as_mut()
+        .unwrap()
+        .push(volume(empty_dir("unused")));
+    f.pods.add(Arc::new(pod));
+    f.populator.populate();
+    let names = f.dsw.volume_names_for_pod(&UniquePodName::new("p"));
+    assert_eq!(names.keys().collect::<Vec<_>>(), ["used"]);
+}
+
+#[test]
+fn test_find_and_add_new_pods_find_and_remove_deleted_pods() {
+    let f = fixture();
+    f.pods
+        .add(pod_with_volumes("p", vec![volume(empty_dir("v"))]));
+    f.populator.populate();
+    assert_eq!(f.dsw.volumes_to_mount().len(), 1);
+    // Deleted but containers still running: kept.
+    f.pods.remove("p");
+    f.populator.populate();
+    assert_eq!(f.dsw.volumes_to_mount().len(), 1);
+    // Runtime gone: removed.
+    f.pods.set_runtime_removed("p");
+    f.populator.populate();
+    assert!(f.dsw.volumes_to_mount().is_empty());
+}
+
+#[test]
+fn test_find_and_remove_deleted_pods_with_actual_state() {
+    let f = fixture();
+    f.pods
+        .add(pod_with_volumes("p", vec![volume(empty_dir("v"))]));
+    f.populator.populate();
+    let vol = f.dsw.volumes_to_mount()[0].volume_name.clone();
+    f.pods.set_runtime_removed("p");
+    f.populator.populate();
+    assert_eq!(
+        f.dsw.volumes_to_mount().len(),
+        1,
+        "V22 step 3: never mounted and still known: kept"
+    );
+    f.asw
+        .mark_volume_as_attached(Some(vol.clone()), &empty_dir("v"), "")
+        .unwrap();
+    f.asw
+        .mark_volume_as_mounted(MarkVolumeOpts {
+            pod_name: UniquePodName::new("p"),
+            pod_uid: rustlet_core::PodUid::new("p"),
+            volume_name: vol,
+            spec: empty_dir("v"),
+            outer_volume_spec_name: "v".into(),
+            volume_gid: None,
+            state: VolumeMountState::Uncertain,
+        })
+        .unwrap();
+    f.populator.populate();
+    assert!(
+        f.dsw.volumes_to_mount().is_empty(),
+        "an uncertain mount counts: removed, so it is torn down"
+    );
+}
+
+#[test]
+fn test_find_and_add_new_pods_with_volume_retrieval_error() {
+    let f = fixture();
+    let claim = Volume {
+        name: "data".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: "c".into(),
+            read_only: None,
+        }),
+        ..Default::default()
+    };
+    f.pods
+        .add(pod_with_volumes("p", vec![claim, volume(empty_dir("ok"))]));
+    f.populator.populate();
+    let errors = f.dsw.pop_pod_errors(&UniquePodName::new("p"));
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0].contains("not supported"), "{errors:?}");
+    assert_eq!(
+        f.dsw.volumes_to_mount().len(),
+        1,
+        "the good volume is still added"
+    );
+    let p = UniquePodName::new("p");
+    // Never seen by a wait: retried on every pass.
+    f.populator.populate();
+    assert_eq!(f.dsw.pop_pod_errors(&p).len(), 1);
+    // After a reprocess (from a wait) and one more failure, it is marked processed.
+    f.populator.reprocess_pod(&p);
+    f.populator.populate();
+    assert_eq!(f.dsw.pop_pod_errors(&p).len(), 1);
+    f.populator.populate();
+    assert!(
+        f.dsw.pop_pod_errors(&p).is_empty(),
+        "not retried every pass any more"
+    );
+    f.populator.reprocess_pod(&p);
+    f.populator.populate();
+    assert_eq!(
+        f.dsw.pop_pod_errors(&p).len(),
+        1,
+        "retried after the next reprocess"
+    );
+}
+
+#[test]
+fn v17_has_added_pods_waits_for_the_sources() {
+    let f = fixture();
+    f.pods.set_ready(false);
+    f.populator.populate();
+    assert!(!f.populator.has_added_pods().load(Ordering::SeqCst));
+    f.pods.set_ready(true);
+    f.populator.populate();
+    assert!(f.populator.has_added_pods().load(Ordering::SeqCst));
+}

@@ -39,6 +39,7 @@ pub mod plugin;
 pub mod plugins;
 pub mod populator;
 pub mod reconciler;
+pub mod reconstruct;
 pub mod spec;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

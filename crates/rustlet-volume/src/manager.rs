@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use rustlet_core::{UniquePodName, UniqueVolumeName};
+use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
 
 use crate::cache::{ActualStateOfWorld, Attachability, DesiredStateOfWorld, PodVolumeState};
 use crate::events::EventRecorder;
@@ -23,6 +24,7 @@ use crate::mounter::Mounter;
 use crate::plugin::{PluginManager, VolumeHost};
 use crate::populator::{PodSource, PodStateProvider, Populator, pod_volume_names};
 use crate::reconciler::Reconciler;
+use crate::reconstruct::{OrphanKept, ReconstructReport, cleanup_orphaned_pod_dirs, reconstruct};
 
 /// Configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,6 +150,7 @@ pub struct VolumeManager {
     dsw: Arc<DesiredStateOfWorld>,
     asw: Arc<ActualStateOfWorld>,
     populator: Populator,
+    pods: Arc<dyn PodSource>,
     reconciler: Reconciler,
     executor: Arc<OperationExecutor>,
     host: VolumeHost,
@@ -178,7 +181,7 @@ impl VolumeManager {
             host.clone(),
             deps.events,
         ));
-        let populator = Populator::new(dsw.clone(), asw.clone(), deps.pods, deps.states);
+        let populator = Populator::new(dsw.clone(), asw.clone(), deps.pods.clone(), deps.states);
         let reconciler = Reconciler::new(
             dsw.clone(),
             asw.clone(),
@@ -189,6 +192,7 @@ impl VolumeManager {
             dsw,
             asw,
             populator,
+            pods: deps.pods,
             reconciler,
             executor,
             host,
@@ -225,17 +229,51 @@ impl VolumeManager {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Runs until `cancel` fires: a pass whenever pods change, an operation finishes, or the
-    /// resync period passes.
+    /// V69: rebuilds the actual state from the pod directories (before the first pass).
+    pub fn reconstruct(&self) -> ReconstructReport {
+        reconstruct(&self.asw, &self.plugins, &self.host)
+    }
+
+    /// V80: removes the directories of pods that are gone and have nothing mounted. Runs on
+    /// the resync period (upstream: housekeeping every 2 s), once the desired state is complete.
+    pub fn housekeeping(&self) -> Vec<OrphanKept> {
+        if !self.populator.has_added_pods().load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let known: BTreeSet<PodUid> = self
+            .pods
+            .pods()
+            .iter()
+            .map(|p| PodUid::new(p.metadata.uid.clone().unwrap_or_default()))
+            .chain(self.dsw.pods().into_iter().map(|p| PodUid::new(p.as_str())))
+            .collect();
+        cleanup_orphaned_pod_dirs(&self.host, &self.asw, &known)
+    }
+
+    /// Runs until `cancel` fires: reconstruction first, then a pass whenever pods change, an
+    /// operation finishes, or the resync period passes (which also runs housekeeping).
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let report = self.reconstruct();
+        let mut failed = report.failed;
         let mut ops = self.executor.subscribe();
         loop {
             self.sync_once();
+            if !failed.is_empty() && self.populator.has_added_pods().load(Ordering::Acquire) {
+                // V76: entries that could not be rebuilt are left to orphan clean-up (which
+                // keeps their pod directory while anything there is mounted); the list is cleared.
+                for dir in failed.drain(..) {
+                    warn!(path = %dir.path.display(), "volume failed reconstruction and is not desired; left for orphan clean-up");
+                }
+            }
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = self.wake.notified() => {}
                 Ok(()) = ops.changed() => {}
-                () = tokio::time::sleep(self.config.resync_period) => {}
+                () = tokio::time::sleep(self.config.resync_period) => {
+                    for kept in self.housekeeping() {
+                        debug!(?kept, "orphaned pod directory kept");
+                    }
+                }
             }
         }
     }

@@ -165,6 +165,20 @@ pub trait VolumePlugin: Send + Sync {
         })
     }
 
+    /// Rebuilds a spec from what is on disk after a restart (upstream `ConstructVolumeSpec`):
+    /// enough to tear the volume down, or to adopt it when its pod comes back.
+    fn construct_volume_spec(
+        &self,
+        _inner_name: &str,
+        _mount_path: &Path,
+        _host: &VolumeHost,
+    ) -> Result<VolumeSpec, PluginError> {
+        Err(PluginError::Unsupported {
+            plugin: self.name().to_owned(),
+            operation: "ConstructVolumeSpec",
+        })
+    }
+
     /// An unmounter for the volume with this inner name in this pod (upstream `NewUnmounter`).
     fn new_unmounter(
         &self,

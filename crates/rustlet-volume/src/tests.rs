@@ -3,3 +3,4 @@
 
 mod manager;
 mod populator;
+mod reconstruct;

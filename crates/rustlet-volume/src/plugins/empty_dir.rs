@@ -123,6 +123,33 @@ impl VolumePlugin for EmptyDirPlugin {
         }))
     }
 
+    /// A minimal inline spec; the medium is Memory when a tmpfs is mounted there, so that
+    /// SetUp adopts it instead of mounting a second tmpfs on top.
+    fn construct_volume_spec(
+        &self,
+        inner_name: &str,
+        mount_path: &Path,
+        host: &VolumeHost,
+    ) -> Result<VolumeSpec, PluginError> {
+        let tmpfs = host
+            .mounter
+            .list()
+            .map_err(|e| PluginError::InvalidSpec {
+                plugin: PLUGIN_NAME.into(),
+                reason: e.to_string(),
+            })?
+            .iter()
+            .any(|m| m.mount_point == mount_path && m.fstype == "tmpfs");
+        Ok(VolumeSpec::Pod(Volume {
+            name: inner_name.to_owned(),
+            empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource {
+                medium: tmpfs.then(|| "Memory".to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
     fn new_unmounter(
         &self,
         inner_name: &str,

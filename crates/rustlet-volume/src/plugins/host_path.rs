@@ -98,6 +98,23 @@ impl VolumePlugin for HostPathPlugin {
         }))
     }
 
+    /// V90: a dummy spec whose path is the volume name; reconstruction only needs the name.
+    fn construct_volume_spec(
+        &self,
+        inner_name: &str,
+        _mount_path: &Path,
+        _host: &VolumeHost,
+    ) -> Result<VolumeSpec, PluginError> {
+        Ok(VolumeSpec::Pod(k8s_openapi::api::core::v1::Volume {
+            name: inner_name.to_owned(),
+            host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+                path: inner_name.to_owned(),
+                type_: None,
+            }),
+            ..Default::default()
+        }))
+    }
+
     fn new_unmounter(
         &self,
         inner_name: &str,

@@ -1,0 +1,193 @@
+//! Reconstruction after a restart (upstream `reconciler/reconstruct.go`, V69-V76) and the
+//! clean-up of orphaned pod directories (upstream `kubelet_volumes.go`, V80-V81).
+//!
+//! Every `<root>/pods/<uid>/volumes/<escaped plugin>/<name>` becomes an *uncertain* mount in the
+//! actual state: a volume whose pod comes back is mounted again (SetUp is idempotent, so data on
+//! a surviving tmpfs stays), and one that is no longer desired is torn down once the desired
+//! state is complete. Nothing is ever removed across a mount point.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustlet_core::{PodUid, UniquePodName};
+use rustlet_mount::remove_all_one_filesystem;
+use tracing::{info, warn};
+
+use crate::cache::{ActualStateOfWorld, MarkVolumeOpts, VolumeMountState};
+use crate::plugin::{PluginManager, VolumeHost, unescape_plugin_name, unique_volume_name};
+
+/// One volume directory found on disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodVolumeDir {
+    /// The pod UID (the directory name).
+    pub pod_uid: PodUid,
+    /// The plugin name (unescaped).
+    pub plugin_name: String,
+    /// The inner spec name.
+    pub spec_name: String,
+    /// The directory.
+    pub path: PathBuf,
+}
+
+/// What reconstruction did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReconstructReport {
+    /// Volumes added to the actual state as uncertain.
+    pub reconstructed: Vec<PodVolumeDir>,
+    /// Volumes that could not be rebuilt (no plugin, no spec): upstream
+    /// `volumesFailedReconstruction`.
+    pub failed: Vec<PodVolumeDir>,
+}
+
+fn read_dir_names(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+}
+
+/// V70: the volume directories of every pod under `<root>/pods`.
+pub fn volumes_from_pod_dirs(root: &Path) -> Vec<PodVolumeDir> {
+    let pods = root.join("pods");
+    let mut out = Vec::new();
+    for uid in read_dir_names(&pods) {
+        let volumes = pods.join(&uid).join("volumes");
+        for plugin in read_dir_names(&volumes) {
+            for name in read_dir_names(&volumes.join(&plugin)) {
+                out.push(PodVolumeDir {
+                    pod_uid: PodUid::new(uid.clone()),
+                    plugin_name: unescape_plugin_name(&plugin),
+                    path: volumes.join(&plugin).join(&name),
+                    spec_name: name,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// V69-V73: rebuilds the actual state from disk.
+pub fn reconstruct(
+    asw: &ActualStateOfWorld,
+    plugins: &PluginManager,
+    host: &VolumeHost,
+) -> ReconstructReport {
+    let mut report = ReconstructReport::default();
+    for dir in volumes_from_pod_dirs(&host.root_dir) {
+        let pod_name = UniquePodName::new(dir.pod_uid.as_str());
+        if asw.volume_exists_with_spec_name(&pod_name, &dir.spec_name) {
+            continue; // V71
+        }
+        let rebuilt = (|| -> Result<(), String> {
+            let plugin = plugins
+                .find_by_name(&dir.plugin_name)
+                .ok_or_else(|| format!("no volume plugin {}", dir.plugin_name))?;
+            let spec = plugin
+                .construct_volume_spec(&dir.spec_name, &dir.path, host)
+                .map_err(|e| e.to_string())?;
+            let volume_name =
+                unique_volume_name(plugin.as_ref(), &spec, &pod_name).map_err(|e| e.to_string())?;
+            asw.add_attach_uncertain_reconstructed_volume(volume_name.clone(), &spec, "")
+                .map_err(|e| e.to_string())?;
+            asw.check_and_mark_volume_as_uncertain_via_reconstruction(MarkVolumeOpts {
+                pod_name: pod_name.clone(),
+                pod_uid: dir.pod_uid.clone(),
+                volume_name,
+                spec,
+                outer_volume_spec_name: dir.spec_name.clone(),
+                volume_gid: None,
+                state: VolumeMountState::Uncertain,
+            })
+            .map_err(|e| e.to_string())?;
+            Ok(())
+        })();
+        match rebuilt {
+            Ok(()) => report.reconstructed.push(dir),
+            Err(err) => {
+                warn!(path = %dir.path.display(), "Could not construct volume information: {err}");
+                report.failed.push(dir);
+            }
+        }
+    }
+    info!(
+        reconstructed = report.reconstructed.len(),
+        failed = report.failed.len(),
+        "volume reconstruction done"
+    );
+    report
+}
+
+/// Why an orphaned pod directory was kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OrphanKept {
+    /// The volume manager still has mounted or uncertain volumes for it.
+    VolumesInUse(PodUid),
+    /// Something under `volumes/` is a mount point (or the check failed).
+    MountedOnDisk(PodUid),
+    /// A removal failed (never across a mount point).
+    RemoveFailed(PodUid, String),
+}
+
+/// V80: removes `pods/<uid>` directories of pods that are neither `known` nor have volumes,
+/// never recursively across a mount point. Returns what was kept and why.
+pub fn cleanup_orphaned_pod_dirs(
+    host: &VolumeHost,
+    asw: &Arc<ActualStateOfWorld>,
+    known: &BTreeSet<PodUid>,
+) -> Vec<OrphanKept> {
+    let mut kept = Vec::new();
+    let pods_dir = host.root_dir.join("pods");
+    let table = host.mounter.list();
+    for uid in read_dir_names(&pods_dir) {
+        let uid = PodUid::new(uid);
+        if known.contains(&uid) {
+            continue;
+        }
+        if !asw
+            .possibly_mounted_volumes_for_pod(&UniquePodName::new(uid.as_str()))
+            .is_empty()
+        {
+            kept.push(OrphanKept::VolumesInUse(uid));
+            continue;
+        }
+        let pod_dir = pods_dir.join(uid.as_str());
+        let mounted = match &table {
+            Ok(table) => table.iter().any(|m| m.mount_point.starts_with(&pod_dir)),
+            Err(_) => true, // fail safe
+        };
+        if mounted {
+            kept.push(OrphanKept::MountedOnDisk(uid));
+            continue;
+        }
+        // Volume dirs with regular files are not emptied here: a removal of pod data must go
+        // through the volume's TearDown, so only empty volume dirs go.
+        let volumes = pod_dir.join("volumes");
+        let mut failed = None;
+        for plugin in read_dir_names(&volumes) {
+            for name in read_dir_names(&volumes.join(&plugin)) {
+                if let Err(e) = std::fs::remove_dir(volumes.join(&plugin).join(&name)) {
+                    failed = Some(format!(
+                        "orphaned pod {uid:?} found, but failed to rmdir() volume at path {}: {e}",
+                        volumes.join(&plugin).join(&name).display()
+                    ));
+                }
+            }
+        }
+        if let Some(err) = failed {
+            kept.push(OrphanKept::RemoveFailed(uid, err));
+            continue;
+        }
+        match remove_all_one_filesystem(&pod_dir) {
+            Ok(()) => info!(%uid, "Cleaned up orphaned pod directory"),
+            Err(e) => kept.push(OrphanKept::RemoveFailed(uid, e.to_string())),
+        }
+    }
+    kept
+}

@@ -1,0 +1,363 @@
+//! `reconstruct_test.go` cases, orphan clean-up, and the crash test: drop the manager in the
+//! middle of a storm of mounts and unmounts, restart it on the same root, and check that the
+//! mount table converges to exactly the desired set with the data of surviving tmpfs volumes
+//! intact.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Volume};
+use rustlet_core::{PodUid, UniquePodName};
+use rustlet_mount::fake::FakeMounter;
+use rustlet_mount::{LinuxMounter, TmpfsOptions};
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::{ActualStateOfWorld, PodVolumeState};
+use crate::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps};
+use crate::mounter::Mounter;
+use crate::plugin::VolumeHost;
+use crate::plugins::builtin_plugins;
+use crate::reconstruct::{OrphanKept, cleanup_orphaned_pod_dirs, reconstruct};
+use crate::testing::{FakePods, FakeRecorder, pod_with_volumes};
+
+fn mem(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn disk(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+fn host(root: &std::path::Path, mounter: Arc<dyn Mounter>) -> VolumeHost {
+    VolumeHost {
+        root_dir: root.to_owned(),
+        mounter,
+        node_allocatable_memory: Some(64 << 20),
+    }
+}
+
+#[test]
+fn test_reconstruct_volumes() {
+    let root = tempfile::tempdir().unwrap();
+    for pod in ["pod1", "pod2"] {
+        std::fs::create_dir_all(
+            root.path()
+                .join(format!("pods/{pod}/volumes/kubernetes.io~empty-dir/cache")),
+        )
+        .unwrap();
+    }
+    std::fs::create_dir_all(
+        root.path()
+            .join("pods/pod1/volumes/missing-plugin/pvc-abcdef"),
+    )
+    .unwrap();
+    let asw = ActualStateOfWorld::new(builtin_plugins());
+    let report = reconstruct(
+        &asw,
+        &builtin_plugins(),
+        &host(root.path(), Arc::new(FakeMounter::new())),
+    );
+    assert_eq!(report.reconstructed.len(), 2, "{report:?}");
+    assert_eq!(report.failed.len(), 1);
+    assert_eq!(report.failed[0].spec_name, "pvc-abcdef");
+    assert_eq!(report.failed[0].plugin_name, "missing-plugin");
+    assert!(asw.mounted_volumes().is_empty(), "0 certain mounts");
+    assert_eq!(asw.all_mounted_volumes().len(), 2, "2 uncertain");
+    let pod1 = UniquePodName::new("pod1");
+    assert_eq!(asw.possibly_mounted_volumes_for_pod(&pod1).len(), 1);
+    let vol = asw.possibly_mounted_volumes_for_pod(&pod1)[0]
+        .volume_name
+        .clone();
+    assert!(asw.is_volume_reconstructed(&vol, &pod1));
+    assert!(matches!(
+        asw.pod_exists_in_volume(&pod1, &vol),
+        PodVolumeState::Uncertain { .. }
+    ));
+    // Running it again adds nothing (V71).
+    let again = reconstruct(
+        &asw,
+        &builtin_plugins(),
+        &host(root.path(), Arc::new(FakeMounter::new())),
+    );
+    assert!(again.reconstructed.is_empty());
+}
+
+#[test]
+fn v80_orphaned_pod_dirs_go_unless_something_is_mounted() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeMounter::new();
+    let h = host(root.path(), Arc::new(fake.clone()));
+    let asw = Arc::new(ActualStateOfWorld::new(builtin_plugins()));
+    for uid in ["gone", "busy", "known"] {
+        std::fs::create_dir_all(
+            root.path()
+                .join(format!("pods/{uid}/volumes/kubernetes.io~empty-dir/v")),
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.path().join(format!("pods/{uid}/plugins/x"))).unwrap();
+        std::fs::write(root.path().join(format!("pods/{uid}/etc-hosts")), "").unwrap();
+    }
+    fake.tmpfs(
+        &root
+            .path()
+            .join("pods/busy/volumes/kubernetes.io~empty-dir/v"),
+        TmpfsOptions::default(),
+    )
+    .unwrap();
+    let kept = cleanup_orphaned_pod_dirs(&h, &asw, &BTreeSet::from([PodUid::new("known")]));
+    assert_eq!(kept, [OrphanKept::MountedOnDisk(PodUid::new("busy"))]);
+    assert!(!root.path().join("pods/gone").exists());
+    assert!(root.path().join("pods/busy").exists());
+    assert!(root.path().join("pods/known").exists());
+}
+
+#[test]
+fn v80_a_volume_dir_with_data_is_never_emptied_by_orphan_clean_up() {
+    let root = tempfile::tempdir().unwrap();
+    let h = host(root.path(), Arc::new(FakeMounter::new()));
+    let asw = Arc::new(ActualStateOfWorld::new(builtin_plugins()));
+    let volume = root
+        .path()
+        .join("pods/gone/volumes/kubernetes.io~empty-dir/v");
+    std::fs::create_dir_all(&volume).unwrap();
+    std::fs::write(volume.join("data"), "x").unwrap();
+    let kept = cleanup_orphaned_pod_dirs(&h, &asw, &BTreeSet::new());
+    assert!(
+        matches!(&kept[..], [OrphanKept::RemoveFailed(uid, msg)] if uid.as_str() == "gone" && msg.contains("failed to rmdir() volume"))
+    );
+    assert!(volume.join("data").exists());
+}
+
+struct Agent {
+    manager: Arc<VolumeManager>,
+    pods: Arc<FakePods>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts an agent whose pod source is complete from the first pass: `setup` fills it before
+/// the sources report ready (a real source is ready only once it delivered its full list;
+/// with an empty-but-ready source the first pass would rightly tear every volume down).
+fn start_with(
+    root: &std::path::Path,
+    mounter: Arc<dyn Mounter>,
+    setup: impl FnOnce(&FakePods),
+) -> Agent {
+    let pods = Arc::new(FakePods::default());
+    pods.set_ready(false);
+    setup(&pods);
+    pods.set_ready(true);
+    let deps = VolumeManagerDeps {
+        pods: pods.clone(),
+        states: pods.clone(),
+        mounter,
+        plugins: builtin_plugins(),
+        events: Arc::new(FakeRecorder::default()),
+    };
+    let config = VolumeManagerConfig {
+        node_allocatable_memory: Some(64 << 20),
+        ..VolumeManagerConfig::new(root)
+    };
+    let manager = Arc::new(VolumeManager::new(deps, config));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    Agent {
+        manager,
+        pods,
+        cancel,
+        task,
+    }
+}
+
+fn start(root: &std::path::Path, mounter: Arc<dyn Mounter>) -> Agent {
+    start_with(root, mounter, |_| {})
+}
+
+#[tokio::test(start_paused = true)]
+async fn v75_a_reconstructed_volume_still_desired_is_adopted_with_its_data() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeMounter::new();
+    let first = start(root.path(), Arc::new(fake.clone()));
+    let pod = pod_with_volumes("p", vec![disk("cache")]);
+    first.pods.add(pod.clone());
+    first.manager.pod_updated();
+    first.manager.wait_for_attach_and_mount(&pod).await.unwrap();
+    let path = root
+        .path()
+        .join("pods/p/volumes/kubernetes.io~empty-dir/cache");
+    std::fs::write(path.join("data"), "survives").unwrap();
+    first.task.abort(); // the agent dies
+
+    let second = start_with(root.path(), Arc::new(fake.clone()), |pods| {
+        pods.add(pod.clone())
+    });
+    second
+        .manager
+        .wait_for_attach_and_mount(&pod)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(path.join("data")).unwrap(),
+        "survives"
+    );
+    second.cancel.cancel();
+    second.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn v75_a_reconstructed_volume_no_longer_desired_is_torn_down() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeMounter::new();
+    let path = root
+        .path()
+        .join("pods/old/volumes/kubernetes.io~empty-dir/mem");
+    std::fs::create_dir_all(&path).unwrap();
+    fake.tmpfs(&path, TmpfsOptions::default()).unwrap();
+    let agent = start(root.path(), Arc::new(fake.clone()));
+    agent.pods.set_runtime_removed("old");
+    agent.manager.pod_updated();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(fake.mounts().is_empty(), "unmounted");
+    assert!(
+        !root.path().join("pods/old").exists(),
+        "and the orphaned pod dir removed by housekeeping"
+    );
+    agent.cancel.cancel();
+    agent.task.await.unwrap();
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn tmpfs_under(linux: &LinuxMounter, root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut mounts: Vec<_> = linux
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.mount_point.starts_with(root) && m.fstype == "tmpfs")
+        .map(|m| m.mount_point)
+        .collect();
+    mounts.sort();
+    mounts
+}
+
+/// Under the private mount namespace: pods with a Memory emptyDir each; a storm (pods leaving,
+/// pods arriving) is started and the agent crashes at several points of it: its whole runtime
+/// is shut down where it stands, operations included (a mount syscall in flight completes, its
+/// bookkeeping does not: the "crash after mount" case). A fresh agent on the same root must
+/// converge to exactly the desired set, each tmpfs mounted once, the surviving pods' data intact.
+#[test]
+fn crash_in_a_storm_of_mounts_converges_without_leaks_or_double_mounts() {
+    let Some(t) = rustlet_mount::testing::privileged_dir(
+        "crash_in_a_storm_of_mounts_converges_without_leaks_or_double_mounts",
+    ) else {
+        return;
+    };
+    let root = t.path().to_owned();
+    let linux = LinuxMounter::new();
+    let pod = |i: usize| pod_with_volumes(&format!("pod-{i}"), vec![mem("mem"), disk("disk")]);
+    let mem_path =
+        |i: usize| root.join(format!("pods/pod-{i}/volumes/kubernetes.io~empty-dir/mem"));
+
+    // Round 0: pods 0..8 mounted, with data.
+    let mut rt = runtime();
+    let mut agent = rt.block_on(async {
+        let agent = start_with(&root, Arc::new(linux.clone()), |pods| {
+            (0..8).for_each(|i| pods.add(pod(i)))
+        });
+        for i in 0..8 {
+            agent
+                .manager
+                .wait_for_attach_and_mount(&pod(i))
+                .await
+                .unwrap();
+            std::fs::write(mem_path(i).join("data"), format!("pod {i}")).unwrap();
+        }
+        agent
+    });
+    let mut live: BTreeSet<usize> = (0..8).collect();
+    let mut next = 8;
+    for round in 0..4usize {
+        // The storm: two pods leave, two arrive; the agent dies after `round` ms of it.
+        let leaving: Vec<usize> = live.iter().copied().take(2).collect();
+        rt.block_on(async {
+            for i in &leaving {
+                agent.pods.remove(&format!("pod-{i}"));
+                agent.pods.set_runtime_removed(&format!("pod-{i}"));
+            }
+            for k in 0..2 {
+                agent.pods.add(pod(next + k));
+            }
+            agent.manager.pod_updated();
+            tokio::time::sleep(Duration::from_millis(round as u64)).await;
+        });
+        rt.shutdown_background(); // the crash
+        for i in &leaving {
+            live.remove(i);
+        }
+        live.extend([next, next + 1]);
+        next += 2;
+
+        rt = runtime();
+        agent = rt.block_on(async {
+            let b = start_with(&root, Arc::new(linux.clone()), |pods| {
+                for i in &live {
+                    pods.add(pod(*i));
+                }
+                for i in (0..next).filter(|i| !live.contains(i)) {
+                    pods.set_runtime_removed(&format!("pod-{i}"));
+                }
+            });
+            for i in &live {
+                b.manager.wait_for_attach_and_mount(&pod(*i)).await.unwrap();
+            }
+            let expected: Vec<_> = {
+                let mut e: Vec<_> = live.iter().map(|i| mem_path(*i)).collect();
+                e.sort();
+                e
+            };
+            // Teardowns of the leaving pods finish asynchronously: wait for convergence.
+            let mut seen = tmpfs_under(&linux, &root);
+            for _ in 0..500 {
+                if seen == expected {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                seen = tmpfs_under(&linux, &root);
+            }
+            assert_eq!(
+                seen, expected,
+                "round {round}: exactly the desired set, each mounted once"
+            );
+            for i in live.iter().filter(|i| **i < 8) {
+                assert_eq!(
+                    std::fs::read_to_string(mem_path(*i).join("data")).unwrap(),
+                    format!("pod {i}"),
+                    "round {round}: data intact"
+                );
+            }
+            b
+        });
+    }
+    rt.block_on(async {
+        agent.cancel.cancel();
+        (&mut agent.task).await.unwrap();
+    });
+}

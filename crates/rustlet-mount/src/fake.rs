@@ -221,6 +221,23 @@ impl FakeMounter {
         Ok(self.state().mounts.iter().any(|m| m.target == path))
     }
 
+    /// Like `LinuxMounter::is_tmpfs_mount_point`: the newest mount at `path` is a tmpfs.
+    pub fn is_tmpfs_mount_point(&self, path: &Path) -> Result<bool> {
+        if !path.exists() {
+            return Err(Error::Stat {
+                path: path.to_owned(),
+                error: io_err(Errno::ENOENT),
+            });
+        }
+        Ok(self
+            .state()
+            .mounts
+            .iter()
+            .rev()
+            .find(|m| m.target == path)
+            .is_some_and(|m| m.fstype == "tmpfs"))
+    }
+
     /// Like `LinuxMounter::is_likely_not_mount_point`.
     pub fn is_likely_not_mount_point(&self, path: &Path) -> Result<bool> {
         self.is_mount_point(path).map(|mounted| !mounted)

@@ -290,6 +290,20 @@ impl LinuxMounter {
         Ok(self.list()?.iter().any(|m| m.mount_point == resolved))
     }
 
+    /// Whether a tmpfs is mounted exactly at `path`: `statfs` says tmpfs and the device differs
+    /// from the parent's (a tmpfs always has a device of its own). Two `stat`s and a `statfs`,
+    /// no mount table read.
+    pub fn is_tmpfs_mount_point(&self, path: &Path) -> Result<bool> {
+        let fs = nix::sys::statfs::statfs(path).map_err(|e| Error::Stat {
+            path: path.to_owned(),
+            error: crate::error::io_err(e),
+        })?;
+        if fs.filesystem_type() != nix::sys::statfs::TMPFS_MAGIC {
+            return Ok(false);
+        }
+        self.is_likely_not_mount_point(path).map(|not| !not)
+    }
+
     /// The mount table.
     pub fn list(&self) -> Result<Vec<MountInfo>> {
         mountinfo::read(self.mountinfo_path())

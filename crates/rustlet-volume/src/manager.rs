@@ -222,6 +222,12 @@ impl VolumeManager {
     /// One populator pass and one reconciler pass.
     pub fn sync_once(&self) {
         self.populator.populate();
+        self.reconcile_once();
+    }
+
+    /// One reconciler pass (after an operation changed the actual state, the desired state did
+    /// not change: no populator pass needed).
+    fn reconcile_once(&self) {
         self.reconciler.reconcile();
         if self.populator.has_added_pods().load(Ordering::Acquire) {
             self.synced.store(true, Ordering::Release);
@@ -256,8 +262,13 @@ impl VolumeManager {
         let report = self.reconstruct();
         let mut failed = report.failed;
         let mut ops = self.executor.subscribe();
+        let mut populate = true;
         loop {
-            self.sync_once();
+            if populate {
+                self.sync_once();
+            } else {
+                self.reconcile_once();
+            }
             if !failed.is_empty() && self.populator.has_added_pods().load(Ordering::Acquire) {
                 // V76: entries that could not be rebuilt are left to orphan clean-up (which
                 // keeps their pod directory while anything there is mounted); the list is cleared.
@@ -265,16 +276,17 @@ impl VolumeManager {
                     warn!(path = %dir.path.display(), "volume failed reconstruction and is not desired; left for orphan clean-up");
                 }
             }
-            tokio::select! {
+            populate = tokio::select! {
                 () = cancel.cancelled() => return,
-                () = self.wake.notified() => {}
-                Ok(()) = ops.changed() => {}
+                () = self.wake.notified() => true,
+                Ok(()) = ops.changed() => false,
                 () = tokio::time::sleep(self.config.resync_period) => {
                     for kept in self.housekeeping() {
                         debug!(?kept, "orphaned pod directory kept");
                     }
+                    true
                 }
-            }
+            };
         }
     }
 

@@ -25,6 +25,8 @@ pub trait Mounter: Send + Sync {
     fn is_likely_not_mount_point(&self, path: &Path) -> Result<bool>;
     /// Exact check from the mount table.
     fn is_mount_point(&self, path: &Path) -> Result<bool>;
+    /// Whether a tmpfs is mounted exactly at `path` (cheap: no mount table read).
+    fn is_tmpfs_mount_point(&self, path: &Path) -> Result<bool>;
     /// The mount table.
     fn list(&self) -> Result<Vec<MountInfo>>;
     /// Other mount points of the same filesystem directory.
@@ -53,6 +55,9 @@ macro_rules! forward_mounter {
             }
             fn is_mount_point(&self, path: &Path) -> Result<bool> {
                 <$type>::is_mount_point(self, path)
+            }
+            fn is_tmpfs_mount_point(&self, path: &Path) -> Result<bool> {
+                <$type>::is_tmpfs_mount_point(self, path)
             }
             fn list(&self) -> Result<Vec<MountInfo>> {
                 <$type>::list(self)

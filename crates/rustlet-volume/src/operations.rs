@@ -4,6 +4,7 @@
 //! A key is (volume, pod, node); two keys conflict when the volumes are equal and set, and the
 //! pods (and nodes) are equal or either is unset. A key without a volume never conflicts.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -107,11 +108,19 @@ struct Entry {
     backoff: Option<Backoff>,
 }
 
-/// The operation table. A linear scan, as upstream (the count is the number of tracked ops).
+/// The operation table, indexed by volume: two keys can only conflict when their volumes are
+/// equal, so a lookup scans the entries of one volume, not every tracked operation (upstream
+/// scans one slice of everything).
 #[derive(Debug, Default)]
 pub struct NestedPendingOperations {
-    entries: Mutex<Vec<Entry>>,
+    inner: Mutex<Table>,
     idle: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    by_volume: HashMap<Option<UniqueVolumeName>, Vec<Entry>>,
+    pending: usize,
 }
 
 impl NestedPendingOperations {
@@ -120,12 +129,12 @@ impl NestedPendingOperations {
         Self::default()
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Upstream `isOperationExists`: a pending conflicting entry first, else an exact match,
-    /// else the first conflicting one.
+    /// Upstream `isOperationExists` within one volume's entries: a pending conflicting entry
+    /// first, else an exact match, else the first conflicting one.
     fn find(entries: &[Entry], key: &OperationKey) -> Option<usize> {
         let mut found = None;
         for (i, e) in entries.iter().enumerate() {
@@ -144,14 +153,17 @@ impl NestedPendingOperations {
 
     /// Marks an operation as started, or says why it may not start (V48).
     pub fn start(&self, key: &OperationKey, operation: &str) -> Result<(), StartError> {
-        let mut entries = self.entries();
-        let Some(i) = Self::find(&entries, key) else {
+        let mut table = self.table();
+        let table = &mut *table;
+        let entries = table.by_volume.entry(key.volume.clone()).or_default();
+        let Some(i) = Self::find(entries, key) else {
             entries.push(Entry {
                 key: key.clone(),
                 operation: operation.to_owned(),
                 pending: true,
                 backoff: None,
             });
+            table.pending += 1;
             return Ok(());
         };
         let entry = &mut entries[i];
@@ -178,19 +190,30 @@ impl NestedPendingOperations {
         entry.operation = operation.to_owned();
         entry.pending = true;
         entry.key = key.clone();
+        table.pending += 1;
         Ok(())
     }
 
     /// Records the end of a started operation: success forgets the key, failure keeps it with
     /// a doubled backoff (500 ms first, 2 min 2 s at most).
     pub fn finish(&self, key: &OperationKey, result: Result<(), String>) {
-        let mut entries = self.entries();
+        let mut table = self.table();
+        let table = &mut *table;
+        let Some(entries) = table.by_volume.get_mut(&key.volume) else {
+            return;
+        };
         let Some(i) = entries.iter().position(|e| e.key == *key) else {
             return;
         };
+        if entries[i].pending {
+            table.pending -= 1;
+        }
         match result {
             Ok(()) => {
                 entries.remove(i);
+                if entries.is_empty() {
+                    table.by_volume.remove(&key.volume);
+                }
             }
             Err(err) => {
                 let entry = &mut entries[i];
@@ -209,7 +232,7 @@ impl NestedPendingOperations {
                 });
             }
         }
-        if !entries.iter().any(|e| e.pending) {
+        if table.pending == 0 {
             self.idle.notify_waiters();
         }
     }
@@ -239,14 +262,21 @@ impl NestedPendingOperations {
 
     /// V49: a conflicting operation is running.
     pub fn is_operation_pending(&self, key: &OperationKey) -> bool {
-        let entries = self.entries();
-        entries.iter().any(|e| e.pending && e.key.matches(key))
+        key.volume.is_some()
+            && self
+                .table()
+                .by_volume
+                .get(&key.volume)
+                .is_some_and(|entries| entries.iter().any(|e| e.pending && e.key.matches(key)))
     }
 
     /// V49: no conflicting entry, or its backoff for the same operation has expired.
     pub fn is_operation_safe_to_retry(&self, key: &OperationKey, operation: &str) -> bool {
-        let entries = self.entries();
-        let Some(i) = Self::find(&entries, key) else {
+        let table = self.table();
+        let Some(entries) = table.by_volume.get(&key.volume) else {
+            return true;
+        };
+        let Some(i) = Self::find(entries, key) else {
             return true;
         };
         let e = &entries[i];
@@ -265,7 +295,7 @@ impl NestedPendingOperations {
     pub async fn wait(&self) {
         loop {
             let notified = self.idle.notified();
-            if !self.entries().iter().any(|e| e.pending) {
+            if self.table().pending == 0 {
                 return;
             }
             notified.await;

@@ -198,23 +198,20 @@ impl Populator {
             .into_iter()
             .map(|p| (unique_pod_name(&p), p))
             .collect();
-        for volume in self.dsw.volumes_to_mount() {
-            let uid = PodUid::new(volume.pod_name.as_str());
-            let in_manager = known.contains_key(&volume.pod_name);
+        // Only the pairs to remove are copied out; the others are looked at in place.
+        let removable = self.dsw.pairs_where(|volume, pod| {
+            let uid = PodUid::new(pod.as_str());
+            // Containers may still run: keep (V22 steps 1-2).
             if !self.states.should_pod_runtime_be_removed(&uid) {
-                continue; // containers may still run
+                return false;
             }
-            if in_manager
-                && self
-                    .asw
-                    .pod_removed_from_volume(&volume.pod_name, &volume.volume_name)
-            {
-                continue; // upstream quirk (V22 step 3)
-            }
-            debug!(pod = %volume.pod_name, volume = %volume.volume_name, "Removing volume from desired state");
-            self.dsw
-                .delete_pod_from_volume(&volume.pod_name, &volume.volume_name);
-            self.processed().remove(&volume.pod_name);
+            // Upstream quirk (V22 step 3): a known pod whose volume never mounted stays.
+            !(known.contains_key(pod) && self.asw.pod_removed_from_volume(pod, volume))
+        });
+        for (volume_name, pod_name) in removable {
+            debug!(pod = %pod_name, volume = %volume_name, "Removing volume from desired state");
+            self.dsw.delete_pod_from_volume(&pod_name, &volume_name);
+            self.processed().remove(&pod_name);
         }
         let in_dsw = self.dsw.pods();
         self.processed().retain(|pod, _| {

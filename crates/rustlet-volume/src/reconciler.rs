@@ -2,8 +2,8 @@
 //! state toward the desired state, in upstream's order: unmount what is no longer desired,
 //! attach-wait or mount what is, then drop volumes no pod uses.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tracing::{debug, warn};
 
@@ -30,6 +30,9 @@ pub struct Reconciler {
     /// Set once the populator has made a full pass over all pod sources: before that, nothing is
     /// unmounted (a volume of a pod not yet seen must not be torn down).
     sources_ready: Arc<AtomicBool>,
+    /// (desired generation, actual generation, sources ready) after the last pass that found
+    /// nothing to do and met no obstacle: while they are unchanged, a pass has nothing to do.
+    idle_at: Mutex<Option<(u64, u64, bool)>>,
 }
 
 fn log_start_error(what: &str, err: &ExecError) {
@@ -52,29 +55,57 @@ impl Reconciler {
             asw,
             executor,
             sources_ready,
+            idle_at: Mutex::new(None),
         }
     }
 
-    /// One pass (V42).
+    /// One pass (V42). When neither state changed since a pass that found nothing to do, the
+    /// scan is skipped: it would find nothing again (the event-driven steady state is O(1)).
     pub fn reconcile(&self) -> PassReport {
-        let mut report = PassReport::default();
         let ready = self.sources_ready.load(Ordering::Acquire);
+        let fingerprint = (self.dsw.generation(), self.asw.generation(), ready);
+        let mut idle_at = self.idle_at.lock().unwrap_or_else(|e| e.into_inner());
+        if *idle_at == Some(fingerprint) {
+            return PassReport::default();
+        }
+        let (report, clean) = self.full_pass(ready);
+        *idle_at = (clean && report == PassReport::default()).then_some(fingerprint);
+        report
+    }
+
+    /// One full scan in upstream's order. `clean` is false when something could not start
+    /// (an operation running or backing off, an unsupported attach), so the next pass must look
+    /// again even if nothing changed.
+    pub fn full_pass(&self, ready: bool) -> (PassReport, bool) {
+        let mut report = PassReport::default();
+        let mut clean = true;
         if ready {
-            // V43: mounted or uncertain, and no longer desired.
-            for mounted in self.asw.all_mounted_volumes() {
-                if !self
-                    .dsw
-                    .pod_exists_in_volume(&mounted.pod_name, &mounted.volume_name)
-                {
-                    match self.executor.unmount_volume(&mounted) {
-                        Ok(_) => report.unmounts += 1,
-                        Err(e) => log_start_error("operationExecutor.UnmountVolume", &e),
+            // V43: mounted or uncertain, and no longer desired. Lock order: each phase holds one
+            // cache's read view while the other iterates; only this single reconciler thread
+            // nests, and no writer holds one cache while taking the other, so no cycle forms.
+            let stale = {
+                let desired = self.dsw.reader();
+                self.asw.possibly_mounted_where(|volume, pod| {
+                    !desired.pod_exists_in_volume(pod, volume)
+                })
+            };
+            for mounted in stale {
+                match self.executor.unmount_volume(&mounted) {
+                    Ok(_) => report.unmounts += 1,
+                    Err(e) => {
+                        clean = false;
+                        log_start_error("operationExecutor.UnmountVolume", &e);
                     }
                 }
             }
         }
-        // V44.
-        for volume in self.dsw.volumes_to_mount() {
+        // V44. Only pairs not already mounted are copied out: the steady state copies nothing.
+        let pending = {
+            let actual = self.asw.reader();
+            self.dsw
+                .volumes_to_mount_where(|volume, pod| !actual.is_mounted_and_current(pod, volume))
+        };
+        for volume in pending {
             let mut state = self
                 .asw
                 .pod_exists_in_volume(&volume.pod_name, &volume.volume_name);
@@ -82,6 +113,7 @@ impl Reconciler {
                 // V46/V52: non-attachable volumes are recorded as attached right away, and
                 // mounted in the same pass.
                 if let Err(e) = self.executor.verify_controller_attached_volume(&volume) {
+                    clean = false;
                     log_start_error("operationExecutor.VerifyControllerAttachedVolume", &e);
                     continue;
                 }
@@ -97,31 +129,35 @@ impl Reconciler {
             debug!(volume = %volume.volume_name, pod = %volume.pod_name, remount, "operationExecutor.MountVolume started");
             match self.executor.mount_volume(&volume, remount) {
                 Ok(_) => report.mounts += 1,
-                Err(e) => log_start_error("operationExecutor.MountVolume", &e),
+                Err(e) => {
+                    clean = false;
+                    log_start_error("operationExecutor.MountVolume", &e);
+                }
             }
         }
         if ready {
             // V45: volumes without pods that nobody wants and no operation touches.
             for volume in self.asw.unmounted_volumes() {
+                if self.dsw.volume_exists(&volume.volume_name) {
+                    continue;
+                }
                 let key = OperationKey {
                     volume: Some(volume.volume_name.clone()),
                     pod: None,
                     node: None,
                 };
-                if self.dsw.volume_exists(&volume.volume_name)
-                    || self.executor.operations().is_operation_pending(&key)
+                if self.executor.operations().is_operation_pending(&key)
+                    || volume.device_state.may_be_mounted()
                 {
+                    clean = false; // an operation is running, or UnmountDevice (attach path) is due
                     continue;
-                }
-                if volume.device_state.may_be_mounted() {
-                    continue; // UnmountDevice: comes with the attach path
                 }
                 self.asw.mark_volume_as_detached(&volume.volume_name);
                 debug!(volume = %volume.volume_name, "Volume detached");
                 report.detached += 1;
             }
         }
-        report
+        (report, clean)
     }
 }
 

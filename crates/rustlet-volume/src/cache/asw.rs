@@ -3,7 +3,7 @@
 //! included: a mount whose outcome is unknown (timeout, crash, reconstruction) counts as
 //! possibly mounted, never as absent.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::RwLock;
 
 use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
@@ -189,7 +189,9 @@ struct VolumeEntry {
 
 #[derive(Debug, Default)]
 struct Inner {
-    volumes: BTreeMap<UniqueVolumeName, VolumeEntry>,
+    volumes: HashMap<UniqueVolumeName, VolumeEntry>,
+    /// Per pod: the volumes it has an entry in (an index for per-pod queries).
+    by_pod: HashMap<UniquePodName, BTreeSet<UniqueVolumeName>>,
     /// (volume, pod) pairs added by reconstruction and not yet confirmed by a real mount.
     found_during_reconstruction: BTreeMap<UniqueVolumeName, BTreeMap<UniquePodName, PodUid>>,
 }
@@ -199,6 +201,7 @@ struct Inner {
 pub struct ActualStateOfWorld {
     inner: RwLock<Inner>,
     plugins: PluginManager,
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl ActualStateOfWorld {
@@ -207,6 +210,7 @@ impl ActualStateOfWorld {
         Self {
             inner: RwLock::new(Inner::default()),
             plugins,
+            generation: Default::default(),
         }
     }
 
@@ -215,7 +219,14 @@ impl ActualStateOfWorld {
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A counter that changes whenever the state may have changed (every write).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn add_volume(
@@ -286,6 +297,13 @@ impl ActualStateOfWorld {
     /// V32: records a pod's mount in the given state.
     pub fn mark_volume_as_mounted(&self, opts: MarkVolumeOpts) -> Result<(), AswError> {
         let mut inner = self.write();
+        if inner.volumes.contains_key(&opts.volume_name) {
+            inner
+                .by_pod
+                .entry(opts.pod_name.clone())
+                .or_default()
+                .insert(opts.volume_name.clone());
+        }
         let Some(volume) = inner.volumes.get_mut(&opts.volume_name) else {
             return Err(AswError::VolumeNotAttached(opts.volume_name));
         };
@@ -343,6 +361,12 @@ impl ActualStateOfWorld {
         }
         if let Some(pods) = inner.found_during_reconstruction.get_mut(volume_name) {
             pods.remove(pod_name);
+        }
+        if let Some(volumes) = inner.by_pod.get_mut(pod_name) {
+            volumes.remove(volume_name);
+            if volumes.is_empty() {
+                inner.by_pod.remove(pod_name);
+            }
         }
     }
 
@@ -466,6 +490,25 @@ impl ActualStateOfWorld {
         }
     }
 
+    /// A read view held across many lookups (one lock acquisition for a whole pass).
+    pub fn reader(&self) -> AswReader<'_> {
+        AswReader(self.read())
+    }
+
+    /// True when the pod's mount of the volume is `Mounted` and needs no remount (the cheap
+    /// form of [`Self::pod_exists_in_volume`] for the reconciler's steady state).
+    pub fn is_mounted_and_current(
+        &self,
+        pod_name: &UniquePodName,
+        volume_name: &UniqueVolumeName,
+    ) -> bool {
+        self.read()
+            .volumes
+            .get(volume_name)
+            .and_then(|v| v.pods.get(pod_name))
+            .is_some_and(|p| p.state == VolumeMountState::Mounted && !p.remount_required)
+    }
+
     /// V34: the pod's mount is gone (no entry, or `NotMounted`).
     pub fn pod_removed_from_volume(
         &self,
@@ -501,15 +544,32 @@ impl ActualStateOfWorld {
         })
     }
 
+    /// Mounted or uncertain entries for which `wanted(volume, pod)` is true, cloned.
+    pub fn possibly_mounted_where(
+        &self,
+        mut wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
+    ) -> Vec<MountedVolume> {
+        self.mounted_filter(|volume, pod, state| {
+            state != VolumeMountState::NotMounted && wanted(volume, pod)
+        })
+    }
+
     fn mounted(
         &self,
         filter: impl Fn(&UniquePodName, VolumeMountState) -> bool,
+    ) -> Vec<MountedVolume> {
+        self.mounted_filter(|_, pod, state| filter(pod, state))
+    }
+
+    fn mounted_filter(
+        &self,
+        mut filter: impl FnMut(&UniqueVolumeName, &UniquePodName, VolumeMountState) -> bool,
     ) -> Vec<MountedVolume> {
         let inner = self.read();
         let mut out = Vec::new();
         for (volume_name, volume) in &inner.volumes {
             for (pod_name, pod) in &volume.pods {
-                if filter(pod_name, pod.state) {
+                if filter(volume_name, pod_name, pod.state) {
                     out.push(MountedVolume {
                         pod_name: pod_name.clone(),
                         pod_uid: pod.pod_uid.clone(),
@@ -534,12 +594,41 @@ impl ActualStateOfWorld {
 
     /// V35: `Mounted` entries of one pod.
     pub fn mounted_volumes_for_pod(&self, pod_name: &UniquePodName) -> Vec<MountedVolume> {
-        self.mounted(|p, s| p == pod_name && s == VolumeMountState::Mounted)
+        self.pod_mounts(pod_name, |s| s == VolumeMountState::Mounted)
+    }
+
+    fn pod_mounts(
+        &self,
+        pod_name: &UniquePodName,
+        filter: impl Fn(VolumeMountState) -> bool,
+    ) -> Vec<MountedVolume> {
+        let inner = self.read();
+        let Some(volumes) = inner.by_pod.get(pod_name) else {
+            return Vec::new();
+        };
+        volumes
+            .iter()
+            .filter_map(|volume_name| {
+                let volume = inner.volumes.get(volume_name)?;
+                let pod = volume.pods.get(pod_name)?;
+                filter(pod.state).then(|| MountedVolume {
+                    pod_name: pod_name.clone(),
+                    pod_uid: pod.pod_uid.clone(),
+                    volume_name: volume_name.clone(),
+                    outer_volume_spec_names: pod.outer_names.clone(),
+                    plugin_name: volume.plugin_name.clone(),
+                    spec: pod.spec.clone(),
+                    state: pod.state,
+                    device_mount_path: volume.device_mount_path.clone(),
+                    volume_gid: pod.gid.clone(),
+                })
+            })
+            .collect()
     }
 
     /// V35: `Mounted` or `Uncertain` entries of one pod.
     pub fn possibly_mounted_volumes_for_pod(&self, pod_name: &UniquePodName) -> Vec<MountedVolume> {
-        self.mounted(|p, s| p == pod_name && s != VolumeMountState::NotMounted)
+        self.pod_mounts(pod_name, |s| s != VolumeMountState::NotMounted)
     }
 
     /// V35: `Mounted` or `Uncertain` entries of every pod.
@@ -676,10 +765,24 @@ impl ActualStateOfWorld {
 
     /// The pods with any entry, for diagnostics.
     pub fn pods(&self) -> BTreeSet<UniquePodName> {
-        self.read()
+        self.read().by_pod.keys().cloned().collect()
+    }
+}
+
+/// A read lock on the actual state, for a batch of lookups.
+pub struct AswReader<'a>(std::sync::RwLockReadGuard<'a, Inner>);
+
+impl AswReader<'_> {
+    /// See [`ActualStateOfWorld::is_mounted_and_current`].
+    pub fn is_mounted_and_current(
+        &self,
+        pod_name: &UniquePodName,
+        volume_name: &UniqueVolumeName,
+    ) -> bool {
+        self.0
             .volumes
-            .values()
-            .flat_map(|v| v.pods.keys().cloned())
-            .collect()
+            .get(volume_name)
+            .and_then(|v| v.pods.get(pod_name))
+            .is_some_and(|p| p.state == VolumeMountState::Mounted && !p.remount_required)
     }
 }

@@ -58,7 +58,9 @@ struct VolumeEntry {
 
 #[derive(Debug, Default)]
 struct Inner {
-    volumes: BTreeMap<UniqueVolumeName, VolumeEntry>,
+    volumes: HashMap<UniqueVolumeName, VolumeEntry>,
+    /// Per pod: outer name → volume (an index, so per-pod queries cost the pod's volumes).
+    by_pod: HashMap<UniquePodName, BTreeMap<String, UniqueVolumeName>>,
     pod_errors: HashMap<UniquePodName, BTreeSet<String>>,
 }
 
@@ -67,6 +69,7 @@ struct Inner {
 pub struct DesiredStateOfWorld {
     inner: RwLock<Inner>,
     plugins: PluginManager,
+    generation: std::sync::atomic::AtomicU64,
 }
 
 const PV_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
@@ -133,6 +136,7 @@ impl DesiredStateOfWorld {
         Self {
             inner: RwLock::new(Inner::default()),
             plugins,
+            generation: Default::default(),
         }
     }
 
@@ -141,7 +145,14 @@ impl DesiredStateOfWorld {
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A counter that changes whenever the state may have changed (every write).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// V25: adds (or refreshes) the pod's use of a volume; returns the unique volume name.
@@ -163,7 +174,8 @@ impl DesiredStateOfWorld {
                 .cloned()
         });
         let size_limit = desired_size_limit(&pod, &spec);
-        let mut inner = self.write();
+        let mut guard = self.write();
+        let inner = &mut *guard;
         let entry = inner
             .volumes
             .entry(volume_name.clone())
@@ -183,6 +195,10 @@ impl DesiredStateOfWorld {
         if !outer_names.iter().any(|n| n == outer_name) {
             outer_names.push(outer_name.to_owned());
         }
+        let index = inner.by_pod.entry(pod_name.clone()).or_default();
+        for outer in &outer_names {
+            index.insert(outer.clone(), volume_name.clone());
+        }
         entry.pods.insert(
             pod_name.clone(),
             PodToMount {
@@ -197,7 +213,8 @@ impl DesiredStateOfWorld {
     /// V26: removes the pod from the volume, the volume when no pod is left, and the pod's
     /// errors.
     pub fn delete_pod_from_volume(&self, pod_name: &UniquePodName, volume_name: &UniqueVolumeName) {
-        let mut inner = self.write();
+        let mut guard = self.write();
+        let inner = &mut *guard;
         inner.pod_errors.remove(pod_name);
         if let Some(entry) = inner.volumes.get_mut(volume_name) {
             entry.pods.remove(pod_name);
@@ -205,6 +222,17 @@ impl DesiredStateOfWorld {
                 inner.volumes.remove(volume_name);
             }
         }
+        if let Some(index) = inner.by_pod.get_mut(pod_name) {
+            index.retain(|_, v| v != volume_name);
+            if index.is_empty() {
+                inner.by_pod.remove(pod_name);
+            }
+        }
+    }
+
+    /// A read view held across many lookups (one lock acquisition for a whole pass).
+    pub fn reader(&self) -> DswReader<'_> {
+        DswReader(self.read())
     }
 
     /// V27: the volume is desired for some pod.
@@ -235,22 +263,50 @@ impl DesiredStateOfWorld {
 
     /// Every (volume, pod) pair to mount.
     pub fn volumes_to_mount(&self) -> Vec<VolumeToMount> {
+        self.volumes_to_mount_where(|_, _| true)
+    }
+
+    /// The (volume, pod) pairs for which `wanted(volume, pod)` is true, cloned; the others are
+    /// only looked at (the reconciler's steady state clones nothing).
+    pub fn volumes_to_mount_where(
+        &self,
+        mut wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
+    ) -> Vec<VolumeToMount> {
         let inner = self.read();
         let mut out = Vec::new();
         for (volume_name, entry) in &inner.volumes {
             for (pod_name, pod) in &entry.pods {
-                out.push(VolumeToMount {
-                    volume_name: volume_name.clone(),
-                    pod_name: pod_name.clone(),
-                    pod: pod.pod.clone(),
-                    spec: pod.spec.clone(),
-                    outer_volume_spec_names: pod.outer_names.clone(),
-                    plugin_is_attachable: entry.attachable,
-                    plugin_is_device_mountable: entry.device_mountable,
-                    volume_gid: entry.gid.clone(),
-                    reported_in_use: entry.reported_in_use,
-                    desired_size_limit: entry.size_limit,
-                });
+                if wanted(volume_name, pod_name) {
+                    out.push(VolumeToMount {
+                        volume_name: volume_name.clone(),
+                        pod_name: pod_name.clone(),
+                        pod: pod.pod.clone(),
+                        spec: pod.spec.clone(),
+                        outer_volume_spec_names: pod.outer_names.clone(),
+                        plugin_is_attachable: entry.attachable,
+                        plugin_is_device_mountable: entry.device_mountable,
+                        volume_gid: entry.gid.clone(),
+                        reported_in_use: entry.reported_in_use,
+                        desired_size_limit: entry.size_limit,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The (volume, pod) pairs for which `wanted` is true, as names only.
+    pub fn pairs_where(
+        &self,
+        mut wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
+    ) -> Vec<(UniqueVolumeName, UniquePodName)> {
+        let inner = self.read();
+        let mut out = Vec::new();
+        for (volume_name, entry) in &inner.volumes {
+            for pod_name in entry.pods.keys() {
+                if wanted(volume_name, pod_name) {
+                    out.push((volume_name.clone(), pod_name.clone()));
+                }
             }
         }
         out
@@ -258,11 +314,7 @@ impl DesiredStateOfWorld {
 
     /// The pods that have at least one desired volume.
     pub fn pods(&self) -> BTreeSet<UniquePodName> {
-        self.read()
-            .volumes
-            .values()
-            .flat_map(|v| v.pods.keys().cloned())
-            .collect()
+        self.read().by_pod.keys().cloned().collect()
     }
 
     /// Outer volume name to unique volume name, for one pod.
@@ -270,16 +322,11 @@ impl DesiredStateOfWorld {
         &self,
         pod_name: &UniquePodName,
     ) -> BTreeMap<String, UniqueVolumeName> {
-        let inner = self.read();
-        let mut out = BTreeMap::new();
-        for (volume_name, entry) in &inner.volumes {
-            if let Some(pod) = entry.pods.get(pod_name) {
-                for outer in &pod.outer_names {
-                    out.insert(outer.clone(), volume_name.clone());
-                }
-            }
-        }
-        out
+        self.read()
+            .by_pod
+            .get(pod_name)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// V14: exactly these volumes are reported in use (replace semantics).
@@ -316,5 +363,22 @@ impl DesiredStateOfWorld {
             .filter(|(_, e)| !e.is_empty())
             .map(|(p, _)| p.clone())
             .collect()
+    }
+}
+
+/// A read lock on the desired state, for a batch of lookups.
+pub struct DswReader<'a>(std::sync::RwLockReadGuard<'a, Inner>);
+
+impl DswReader<'_> {
+    /// See [`DesiredStateOfWorld::pod_exists_in_volume`].
+    pub fn pod_exists_in_volume(
+        &self,
+        pod_name: &UniquePodName,
+        volume_name: &UniqueVolumeName,
+    ) -> bool {
+        self.0
+            .volumes
+            .get(volume_name)
+            .is_some_and(|v| v.pods.contains_key(pod_name))
     }
 }

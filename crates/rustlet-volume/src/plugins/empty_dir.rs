@@ -180,13 +180,11 @@ fn fail(what: &str, path: &Path, err: impl std::fmt::Display) -> VolumeError {
 
 impl EmptyDir {
     fn is_tmpfs_mount(&self) -> Result<bool, VolumeError> {
-        let table = self
-            .mounter
-            .list()
-            .map_err(|e| fail("reading the mount table for", &self.dir, e))?;
-        Ok(table
-            .iter()
-            .any(|m| m.mount_point == self.dir && m.fstype == "tmpfs"))
+        match self.mounter.is_tmpfs_mount_point(&self.dir) {
+            Ok(mounted) => Ok(mounted),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(fail("checking for a tmpfs on", &self.dir, e)),
+        }
     }
 
     fn ready(&self) -> bool {

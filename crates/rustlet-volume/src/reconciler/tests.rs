@@ -277,3 +277,38 @@ async fn executor_changes_are_signalled() {
         "waiters are woken by the actual state, not by polling"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_pass_is_skipped_until_either_state_changes() {
+    let w = world();
+    w.add("p1", "a");
+    w.pass().await;
+    assert_eq!(w.pass().await, PassReport::default(), "idle");
+    let before = w.plugin.calls.set_ups();
+    assert_eq!(
+        w.pass().await,
+        PassReport::default(),
+        "skipped: nothing changed"
+    );
+    w.add("p2", "b");
+    assert_eq!(
+        w.pass().await.mounts,
+        1,
+        "a desired-state change is seen at once"
+    );
+    assert_eq!(w.plugin.calls.set_ups(), before + 1);
+    // An actual-state change made behind the reconciler's back (a crash-recovered entry, say)
+    // is seen too.
+    let (report, clean) = w.reconciler.full_pass(true);
+    assert_eq!((report, clean), (PassReport::default(), true));
+    let vol = w
+        .dsw
+        .volumes_to_mount()
+        .into_iter()
+        .find(|v| v.pod_name.as_str() == "p1")
+        .unwrap()
+        .volume_name;
+    w.asw
+        .mark_volume_as_unmounted(&UniquePodName::new("p1"), &vol);
+    assert_eq!(w.pass().await.mounts, 1);
+}

@@ -16,6 +16,7 @@ use crate::cache::{
     ActualStateOfWorld, MarkVolumeOpts, MountedVolume, VolumeMountState, VolumeToMount,
 };
 use crate::events::{EventKind, EventRecorder, FAILED_MOUNT, volume_error_message};
+use crate::metrics::VolumeMetrics;
 use crate::operations::{NestedPendingOperations, OperationKey, StartError};
 use crate::plugin::{PluginManager, VolumeError, VolumeHost};
 
@@ -46,6 +47,10 @@ pub struct OperationExecutor {
     host: VolumeHost,
     events: Arc<dyn EventRecorder>,
     changed: watch::Sender<u64>,
+    /// Bumped when an operation's outcome leaves work for the reconciler (an unmount finished, so
+    /// the volume may be dropped; or a mount ended uncertain). A successful mount leaves none.
+    needs_pass: watch::Sender<u64>,
+    metrics: VolumeMetrics,
 }
 
 impl OperationExecutor {
@@ -63,7 +68,20 @@ impl OperationExecutor {
             host,
             events,
             changed: watch::channel(0).0,
+            needs_pass: watch::channel(0).0,
+            metrics: VolumeMetrics::default(),
         }
+    }
+
+    /// Records operation durations into these metrics.
+    pub fn with_metrics(mut self, metrics: VolumeMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// A receiver that sees a new value when an operation left work for the reconciler.
+    pub fn subscribe_needs_pass(&self) -> watch::Receiver<u64> {
+        self.needs_pass.subscribe()
     }
 
     /// A receiver that sees a new value after every operation that changed the actual state.
@@ -119,6 +137,13 @@ impl OperationExecutor {
             self.changed.clone(),
         );
         let volume = volume.clone();
+        let metrics = self.metrics.clone();
+        let plugin_name = self
+            .plugins
+            .find_by_spec(&volume.spec)
+            .map(|p| p.name().to_owned())
+            .unwrap_or_default();
+        let started = std::time::Instant::now();
         let handle = self.ops.run(key, op::VOLUME_MOUNT, async move {
             let outer = volume.outer_volume_spec_names.first().cloned().unwrap_or_default();
             let pod_uid = PodUid::new(volume.pod.metadata.uid.clone().unwrap_or_default());
@@ -177,6 +202,7 @@ impl OperationExecutor {
                     Err(message)
                 }
             };
+            metrics.operation(op::VOLUME_MOUNT, &plugin_name, outcome.is_ok(), started.elapsed().as_secs_f64());
             Self::notify(&changed);
             outcome
         })?;
@@ -193,6 +219,9 @@ impl OperationExecutor {
             self.host.clone(),
             self.changed.clone(),
         );
+        let needs_pass = self.needs_pass.clone();
+        let metrics = self.metrics.clone();
+        let started = std::time::Instant::now();
         let mounted = mounted.clone();
         let handle = self.ops.run(key, op::VOLUME_UNMOUNT, async move {
             let work = {
@@ -225,7 +254,9 @@ impl OperationExecutor {
                     });
                 }
             }
+            metrics.operation(op::VOLUME_UNMOUNT, &mounted.plugin_name, result.is_ok(), started.elapsed().as_secs_f64());
             Self::notify(&changed);
+            Self::notify(&needs_pass);
             result
         })?;
         Ok(handle)

@@ -33,6 +33,7 @@ pub mod cache;
 pub mod events;
 pub mod executor;
 pub mod manager;
+pub mod metrics;
 pub mod mounter;
 pub mod operations;
 pub mod plugin;

@@ -20,6 +20,7 @@ use tracing::{debug, warn};
 use crate::cache::{ActualStateOfWorld, Attachability, DesiredStateOfWorld, PodVolumeState};
 use crate::events::EventRecorder;
 use crate::executor::OperationExecutor;
+use crate::metrics::VolumeMetrics;
 use crate::mounter::Mounter;
 use crate::plugin::{PluginManager, VolumeHost};
 use crate::populator::{PodSource, PodStateProvider, Populator, pod_volume_names};
@@ -159,6 +160,7 @@ pub struct VolumeManager {
     wake: Notify,
     changed: watch::Sender<u64>,
     synced: AtomicBool,
+    metrics: VolumeMetrics,
 }
 
 fn pod_name_of(pod: &Pod) -> UniquePodName {
@@ -175,12 +177,11 @@ impl VolumeManager {
             mounter: deps.mounter,
             node_allocatable_memory: config.node_allocatable_memory,
         };
-        let executor = Arc::new(OperationExecutor::new(
-            asw.clone(),
-            deps.plugins.clone(),
-            host.clone(),
-            deps.events,
-        ));
+        let metrics = VolumeMetrics::default();
+        let executor = Arc::new(
+            OperationExecutor::new(asw.clone(), deps.plugins.clone(), host.clone(), deps.events)
+                .with_metrics(metrics.clone()),
+        );
         let populator = Populator::new(dsw.clone(), asw.clone(), deps.pods.clone(), deps.states);
         let reconciler = Reconciler::new(
             dsw.clone(),
@@ -201,6 +202,7 @@ impl VolumeManager {
             wake: Notify::new(),
             changed: watch::channel(0).0,
             synced: AtomicBool::new(false),
+            metrics,
         }
     }
 
@@ -261,7 +263,7 @@ impl VolumeManager {
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let report = self.reconstruct();
         let mut failed = report.failed;
-        let mut ops = self.executor.subscribe();
+        let mut needs_pass = self.executor.subscribe_needs_pass();
         let mut populate = true;
         loop {
             if populate {
@@ -276,11 +278,20 @@ impl VolumeManager {
                     warn!(path = %dir.path.display(), "volume failed reconstruction and is not desired; left for orphan clean-up");
                 }
             }
+            // A retry is due when the earliest backoff ends (upstream: the next 100 ms pass).
+            let retry_at = self.executor.operations().next_retry_at();
             populate = tokio::select! {
                 () = cancel.cancelled() => return,
                 () = self.wake.notified() => true,
-                Ok(()) = ops.changed() => false,
+                Ok(()) = needs_pass.changed() => false,
+                () = async {
+                    match retry_at {
+                        Some(at) => tokio::time::sleep_until(at + Duration::from_millis(1)).await,
+                        None => std::future::pending().await,
+                    }
+                } => false,
                 () = tokio::time::sleep(self.config.resync_period) => {
+                                        self.update_volume_counts();
                     for kept in self.housekeeping() {
                         debug!(?kept, "orphaned pod directory kept");
                     }
@@ -288,6 +299,19 @@ impl VolumeManager {
                 }
             };
         }
+    }
+
+    /// The manager's metrics (register them into the agent's registry).
+    pub fn metrics(&self) -> &VolumeMetrics {
+        &self.metrics
+    }
+
+    /// Refreshes `volume_manager_total_volumes` (on the resync period).
+    pub fn update_volume_counts(&self) {
+        self.metrics
+            .set_totals("desired_state_of_world", self.dsw.volume_counts_by_plugin());
+        self.metrics
+            .set_totals("actual_state_of_world", self.asw.volume_counts_by_plugin());
     }
 
     /// V13: the reconciler has run with a complete desired state.
@@ -317,12 +341,20 @@ impl VolumeManager {
             return Ok(());
         }
         let pod_name = pod_name_of(pod);
+        // Already mounted: done, without a reprocess (deviation from V3: volumes that need a
+        // periodic remount are refreshed by the resync pass instead of by every wait).
+        let mut early_errors = self.dsw.pop_pod_errors(&pod_name);
+        if early_errors.is_empty() && expected.is_subset(&self.mounted_outer_names(&pod_name).1) {
+            return Ok(());
+        }
         self.populator.reprocess_pod(&pod_name);
         let mut changes = self.changed.subscribe();
+        let mut ops = self.executor.subscribe();
         self.wake.notify_one();
         let deadline = Instant::now() + self.config.wait_timeout;
         let cause = loop {
-            let errors = self.dsw.pop_pod_errors(&pod_name);
+            let mut errors = std::mem::take(&mut early_errors);
+            errors.extend(self.dsw.pop_pod_errors(&pod_name));
             if !errors.is_empty() {
                 break WaitCause::PodErrors(errors.join("; "));
             }
@@ -332,6 +364,7 @@ impl VolumeManager {
             }
             tokio::select! {
                 changed = changes.changed() => if changed.is_err() { break WaitCause::DeadlineExceeded },
+                changed = ops.changed() => if changed.is_err() { break WaitCause::DeadlineExceeded },
                 () = tokio::time::sleep_until(deadline) => break WaitCause::DeadlineExceeded,
             }
         };
@@ -373,6 +406,7 @@ impl VolumeManager {
         let pod_name = pod_name_of(pod);
         self.populator.reprocess_pod(&pod_name);
         let mut changes = self.changed.subscribe();
+        let mut ops = self.executor.subscribe();
         self.wake.notify_one();
         let deadline = Instant::now() + self.config.wait_timeout;
         loop {
@@ -382,6 +416,7 @@ impl VolumeManager {
             }
             tokio::select! {
                 changed = changes.changed() => if changed.is_err() { break },
+                changed = ops.changed() => if changed.is_err() { break },
                 () = tokio::time::sleep_until(deadline) => break,
             }
         }

@@ -291,6 +291,20 @@ impl NestedPendingOperations {
         }
     }
 
+    /// When the earliest backoff that has not ended yet ends (for the manager's retry timer;
+    /// an expired one is not returned, so a key nobody retries cannot make the timer spin).
+    pub fn next_retry_at(&self) -> Option<Instant> {
+        let now = Instant::now();
+        self.table()
+            .by_volume
+            .values()
+            .flatten()
+            .filter(|e| !e.pending)
+            .filter_map(|e| e.backoff.as_ref().map(|b| b.last_error_time + b.duration))
+            .filter(|at| *at > now)
+            .min()
+    }
+
     /// V50: waits until no operation is pending.
     pub async fn wait(&self) {
         loop {
@@ -403,6 +417,25 @@ mod tests {
         handle.await.unwrap();
         assert!(
             matches!(table.start(&key, "volume_mount"), Err(StartError::Backoff { last_error, .. }) if last_error.contains("panicked"))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn next_retry_at_is_the_earliest_future_backoff_end() {
+        let table = NestedPendingOperations::new();
+        assert_eq!(table.next_retry_at(), None);
+        let key = OperationKey::new(vol("v"), pod("p"));
+        table.start(&key, "volume_mount").unwrap();
+        table.finish(&key, Err("boom".into()));
+        assert_eq!(
+            table.next_retry_at(),
+            Some(Instant::now() + INITIAL_DURATION_BEFORE_RETRY)
+        );
+        tokio::time::advance(INITIAL_DURATION_BEFORE_RETRY * 2).await;
+        assert_eq!(
+            table.next_retry_at(),
+            None,
+            "expired: no timer that would spin"
         );
     }
 

@@ -653,6 +653,15 @@ impl ActualStateOfWorld {
             .collect()
     }
 
+    /// Volumes per plugin (for the `volume_manager_total_volumes` metric).
+    pub fn volume_counts_by_plugin(&self) -> BTreeMap<String, i64> {
+        let mut counts = BTreeMap::new();
+        for v in self.read().volumes.values() {
+            *counts.entry(v.plugin_name.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
     /// V35: every volume.
     pub fn attached_volumes(&self) -> Vec<AttachedVolume> {
         self.volumes(|_| true)

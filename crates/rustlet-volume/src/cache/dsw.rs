@@ -48,6 +48,7 @@ struct PodToMount {
 
 #[derive(Clone, Debug)]
 struct VolumeEntry {
+    plugin_name: String,
     pods: BTreeMap<UniquePodName, PodToMount>,
     attachable: bool,
     device_mountable: bool,
@@ -174,12 +175,30 @@ impl DesiredStateOfWorld {
                 .cloned()
         });
         let size_limit = desired_size_limit(&pod, &spec);
+        {
+            // A re-add of an unchanged pair (a reprocessed pod) writes nothing, so it does not
+            // count as a change of the desired state.
+            let inner = self.read();
+            let unchanged = inner
+                .volumes
+                .get(&volume_name)
+                .and_then(|v| v.pods.get(pod_name))
+                .is_some_and(|p| {
+                    p.spec == spec
+                        && p.outer_names.iter().any(|n| n == outer_name)
+                        && Arc::ptr_eq(&p.pod, &pod)
+                });
+            if unchanged {
+                return Ok(volume_name);
+            }
+        }
         let mut guard = self.write();
         let inner = &mut *guard;
         let entry = inner
             .volumes
             .entry(volume_name.clone())
             .or_insert_with(|| VolumeEntry {
+                plugin_name: plugin.name().to_owned(),
                 pods: BTreeMap::new(),
                 attachable: plugin.is_attachable(),
                 device_mountable: plugin.is_device_mountable(),
@@ -310,6 +329,15 @@ impl DesiredStateOfWorld {
             }
         }
         out
+    }
+
+    /// Volumes per plugin (for the `volume_manager_total_volumes` metric).
+    pub fn volume_counts_by_plugin(&self) -> BTreeMap<String, i64> {
+        let mut counts = BTreeMap::new();
+        for v in self.read().volumes.values() {
+            *counts.entry(v.plugin_name.clone()).or_insert(0) += 1;
+        }
+        counts
     }
 
     /// The pods that have at least one desired volume.

@@ -290,3 +290,32 @@ async fn real_mounts_empty_dir_memory_and_host_path() {
     );
     r.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn metrics_with_upstream_names() {
+    let root = tempfile::tempdir().unwrap();
+    let r = start(
+        root.path(),
+        Arc::new(FakeMounter::new()),
+        Duration::from_secs(5),
+    );
+    let pod = pod_with_volumes(
+        "pm",
+        vec![empty_dir("a", None), empty_dir("b", Some("Memory"))],
+    );
+    r.pods.add(pod.clone());
+    r.manager.wait_for_attach_and_mount(&pod).await.unwrap();
+    r.manager.update_volume_counts();
+    let mut registry = prometheus_client::registry::Registry::default();
+    r.manager.metrics().register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        "volume_manager_total_volumes{plugin_name=\"kubernetes.io/empty-dir\",state=\"desired_state_of_world\"} 2",
+        "volume_manager_total_volumes{plugin_name=\"kubernetes.io/empty-dir\",state=\"actual_state_of_world\"} 2",
+        "storage_operation_duration_seconds_count{operation_name=\"volume_mount\",volume_plugin=\"kubernetes.io/empty-dir\",status=\"success\"} 2",
+    ] {
+        assert!(text.contains(line), "missing {line}\n{text}");
+    }
+    r.stop().await;
+}

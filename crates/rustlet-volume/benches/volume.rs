@@ -86,6 +86,7 @@ fn agent(root: &Path, resync: Duration) -> Agent {
         mounter: Arc::new(LinuxMounter::new()),
         plugins: builtin_plugins(),
         events: Arc::new(FakeRecorder::default()),
+        node: Arc::new(rustlet_volume::node::NothingAttached),
     };
     let config = VolumeManagerConfig {
         resync_period: resync,

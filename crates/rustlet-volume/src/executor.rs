@@ -15,10 +15,12 @@ use tracing::{debug, info, warn};
 use crate::cache::{
     ActualStateOfWorld, MarkVolumeOpts, MountedVolume, VolumeMountState, VolumeToMount,
 };
+use crate::cache::{AttachedVolume, DeviceMountState};
 use crate::events::{EventKind, EventRecorder, FAILED_MOUNT, volume_error_message};
 use crate::metrics::VolumeMetrics;
+use crate::node::{NodeStatus, NothingAttached};
 use crate::operations::{NestedPendingOperations, OperationKey, StartError};
-use crate::plugin::{PluginManager, VolumeError, VolumeHost};
+use crate::plugin::{PluginManager, VolumeError, VolumeHost, VolumePlugin};
 
 /// Operation names (upstream `operationName`s).
 pub mod op {
@@ -26,6 +28,8 @@ pub mod op {
     pub const VOLUME_MOUNT: &str = "volume_mount";
     /// UnmountVolume.
     pub const VOLUME_UNMOUNT: &str = "volume_unmount";
+    /// UnmountDevice.
+    pub const UNMOUNT_DEVICE: &str = "unmount_device";
 }
 
 /// Why an operation was not started.
@@ -34,9 +38,15 @@ pub enum ExecError {
     /// Running or backing off: expected, the reconciler ignores it (V47).
     #[error(transparent)]
     NotNow(#[from] StartError),
-    /// The attach path is not implemented yet: the volume waits.
-    #[error("volume {0} needs attaching, which this agent does not do yet")]
-    AttachNotSupported(String),
+    /// The volume is attachable and not yet in `node.status.volumesInUse`: it waits for the next
+    /// node status update (V46). Expected; not logged.
+    #[error(
+        "Volume {0} has not been added to the list of VolumesInUse in the node's volume status"
+    )]
+    NotReportedInUse(String),
+    /// The node status does not list the volume as attached yet (V52).
+    #[error("Volume {0} not attached according to node status")]
+    NotAttachedYet(String),
 }
 
 /// Runs volume operations.
@@ -51,6 +61,7 @@ pub struct OperationExecutor {
     /// the volume may be dropped; or a mount ended uncertain). A successful mount leaves none.
     needs_pass: watch::Sender<u64>,
     metrics: VolumeMetrics,
+    node: Arc<dyn NodeStatus>,
 }
 
 impl OperationExecutor {
@@ -70,7 +81,14 @@ impl OperationExecutor {
             changed: watch::channel(0).0,
             needs_pass: watch::channel(0).0,
             metrics: VolumeMetrics::default(),
+            node: Arc::new(NothingAttached),
         }
+    }
+
+    /// Reads `node.status.volumesAttached` from this view.
+    pub fn with_node_status(mut self, node: Arc<dyn NodeStatus>) -> Self {
+        self.node = node;
+        self
     }
 
     /// Records operation durations into these metrics.
@@ -105,13 +123,33 @@ impl OperationExecutor {
         volume: &VolumeToMount,
     ) -> Result<(), ExecError> {
         if volume.plugin_is_attachable {
-            return Err(ExecError::AttachNotSupported(
-                volume.volume_name.to_string(),
-            ));
+            // V46: not yet reported in use, so the controller will not attach it: wait, quietly.
+            if !volume.reported_in_use {
+                return Err(ExecError::NotReportedInUse(volume.volume_name.to_string()));
+            }
+            // V52 step 5, from the node watch instead of a GET per attempt.
+            let attached = self
+                .node
+                .volumes_attached()
+                .into_iter()
+                .find(|a| a.name == volume.volume_name);
+            let Some(attached) = attached else {
+                return Err(ExecError::NotAttachedYet(volume.volume_name.to_string()));
+            };
+            self.asw
+                .mark_volume_as_attached(
+                    Some(volume.volume_name.clone()),
+                    &volume.spec,
+                    &attached.device_path,
+                )
+                .map_err(|e| ExecError::NotAttachedYet(e.to_string()))?;
+            info!(volume = %volume.volume_name, device = %attached.device_path, "Controller attach succeeded");
+            Self::notify(&self.changed);
+            return Ok(());
         }
         self.asw
             .mark_volume_as_attached(Some(volume.volume_name.clone()), &volume.spec, "")
-            .map_err(|e| ExecError::AttachNotSupported(e.to_string()))?;
+            .map_err(|e| ExecError::NotAttachedYet(e.to_string()))?;
         Self::notify(&self.changed);
         Ok(())
     }
@@ -123,6 +161,7 @@ impl OperationExecutor {
         &self,
         volume: &VolumeToMount,
         remount: bool,
+        device_path: &str,
     ) -> Result<JoinHandle<()>, ExecError> {
         let shared = volume.plugin_is_attachable || volume.plugin_is_device_mountable;
         let key = OperationKey::new(
@@ -137,6 +176,7 @@ impl OperationExecutor {
             self.changed.clone(),
         );
         let volume = volume.clone();
+        let device_path = device_path.to_owned();
         let metrics = self.metrics.clone();
         let plugin_name = self
             .plugins
@@ -147,12 +187,15 @@ impl OperationExecutor {
         let handle = self.ops.run(key, op::VOLUME_MOUNT, async move {
             let outer = volume.outer_volume_spec_names.first().cloned().unwrap_or_default();
             let pod_uid = PodUid::new(volume.pod.metadata.uid.clone().unwrap_or_default());
-            let work = {
-                let (plugins, host, volume) = (plugins.clone(), host.clone(), volume.clone());
+                        let work = {
+                let (plugins, host, volume, asw) = (plugins.clone(), host.clone(), volume.clone(), asw.clone());
                 tokio::task::spawn_blocking(move || -> Result<(), (&'static str, VolumeError)> {
                     let plugin = plugins
                         .find_by_spec(&volume.spec)
                         .map_err(|e| ("MountVolume.FindPluginBySpec failed", VolumeError::Final(e.to_string())))?;
+                    if volume.plugin_is_attachable || volume.plugin_is_device_mountable {
+                        mount_device_steps(&asw, plugin.as_ref(), &host, &volume, device_path)?;
+                    }
                     let mounter = plugin
                         .new_mounter(&volume.spec, &volume.pod, &host)
                         .map_err(|e| ("MountVolume.NewMounter initialization failed", VolumeError::Final(e.to_string())))?;
@@ -260,5 +303,111 @@ impl OperationExecutor {
             result
         })?;
         Ok(handle)
+    }
+
+    /// V54: UnmountDevice of a volume no pod uses any more: refuses while other mounts of the
+    /// same directory exist; a failure leaves the device uncertain.
+    pub fn unmount_device(&self, volume: &AttachedVolume) -> Result<JoinHandle<()>, ExecError> {
+        let key = OperationKey::new(volume.volume_name.clone(), None);
+        let (asw, plugins, host, changed, needs_pass, metrics) = (
+            self.asw.clone(),
+            self.plugins.clone(),
+            self.host.clone(),
+            self.changed.clone(),
+            self.needs_pass.clone(),
+            self.metrics.clone(),
+        );
+        let volume = volume.clone();
+        let started = std::time::Instant::now();
+        let handle = self.ops.run(key, op::UNMOUNT_DEVICE, async move {
+            let work = {
+                let (asw, volume) = (asw.clone(), volume.clone());
+                tokio::task::spawn_blocking(move || -> Result<(), String> {
+                    let plugin = plugins.find_by_name(&volume.plugin_name).ok_or_else(|| {
+                        format!("UnmountDevice.FindDeviceMountablePluginByName failed for volume {:?}", volume.volume_name)
+                    })?;
+                    let device = plugin.new_device_mounter(&host).map_err(|e| e.to_string())?;
+                    let path = if volume.device_mount_path.is_empty() {
+                        device.device_mount_path(&volume.spec).map_err(|e| e.to_string())?
+                    } else {
+                        std::path::PathBuf::from(&volume.device_mount_path)
+                    };
+                    let refs: Vec<_> = host
+                        .mounter
+                        .mount_refs(&path)
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .filter(|r| !r.starts_with(&path))
+                        .collect();
+                    if !refs.is_empty() {
+                        return Err(format!("the device mount path {path:?} is still mounted by other references {refs:?}"));
+                    }
+                    match device.unmount_device(&path) {
+                        Ok(()) => asw.mark_device_as_unmounted(&volume.volume_name).map_err(|e| e.to_string()),
+                        Err(e) => {
+                            let _ = asw.mark_device_as_uncertain(&volume.volume_name, "", &path.to_string_lossy());
+                            Err(format!("UnmountDevice failed for volume {:?} : {e}", volume.volume_name))
+                        }
+                    }
+                })
+            };
+            let result = work.await.unwrap_or_else(|e| Err(e.to_string()));
+            if result.is_ok() {
+                info!(volume = %volume.volume_name, "UnmountDevice succeeded");
+            }
+            metrics.operation(op::UNMOUNT_DEVICE, &volume.plugin_name, result.is_ok(), started.elapsed().as_secs_f64());
+            Self::notify(&changed);
+            Self::notify(&needs_pass);
+            result
+        })?;
+        Ok(handle)
+    }
+}
+
+/// V51 steps 6-7: WaitForAttach, then MountDevice unless the device is already globally mounted.
+fn mount_device_steps(
+    asw: &ActualStateOfWorld,
+    plugin: &dyn VolumePlugin,
+    host: &VolumeHost,
+    volume: &VolumeToMount,
+    device_path: String,
+) -> Result<(), (&'static str, VolumeError)> {
+    let device = plugin.new_device_mounter(host).map_err(|e| {
+        (
+            "MountVolume.NewDeviceMounter initialization failed",
+            VolumeError::Final(e.to_string()),
+        )
+    })?;
+    let mut device_path = device_path;
+    if volume.plugin_is_attachable {
+        device_path = device
+            .wait_for_attach(&volume.spec, &device_path)
+            .map_err(|e| ("MountVolume.WaitForAttach failed", e))?;
+    }
+    if !volume.plugin_is_device_mountable
+        || asw.device_state(&volume.volume_name) == Some(DeviceMountState::GloballyMounted)
+    {
+        return Ok(());
+    }
+    let path = device
+        .device_mount_path(&volume.spec)
+        .map_err(|e| ("MountVolume.GetDeviceMountPath failed", e))?;
+    let path_text = path.to_string_lossy().into_owned();
+    match device.mount_device(&volume.spec, &device_path, &path) {
+        Ok(()) => asw
+            .mark_device_as_mounted(&volume.volume_name, &device_path, &path_text)
+            .map_err(|e| {
+                (
+                    "MountVolume.MarkDeviceAsMounted failed",
+                    VolumeError::Final(e.to_string()),
+                )
+            }),
+        Err(e) => {
+            // V55: an unknown outcome leaves the device uncertain (UnmountDevice will be tried).
+            if matches!(e, VolumeError::Uncertain(_)) {
+                let _ = asw.mark_device_as_uncertain(&volume.volume_name, &device_path, &path_text);
+            }
+            Err(("MountVolume.MountDevice failed", e))
+        }
     }
 }

@@ -22,12 +22,21 @@
 //! # Boundaries
 //!
 //! Owns the [`mounter::Mounter`] trait and implements it for `rustlet_mount::LinuxMounter`
-//! (and, behind `test-util`, the `FakeMounter`). Depends on `rustlet-core` and `rustlet-mount`;
-//! never on kube or a crate above it.
+//! (and, behind `test-util`, the `FakeMounter`). Its other seams: [`populator::PodSource`],
+//! [`populator::PodStateProvider`], [`node::NodeStatus`] and [`events::EventRecorder`], which
+//! `rustlet-api` and the binary implement. Depends on `rustlet-core` and `rustlet-mount`; never
+//! on kube or a crate above it.
 //!
-//! Status: the caches, plugin lookup, the operation bookkeeping and the mount seam are built;
-//! the populator, reconciler, executor, plugins' SetUp/TearDown, reconstruction and the
-//! `VolumeManager` facade are not yet.
+//! # Flow
+//!
+//! The [`populator::Populator`] turns pods into desired pairs; the [`reconciler::Reconciler`]
+//! compares the two caches and starts operations through the [`executor::OperationExecutor`]
+//! (unmount what is no longer desired; wait for attach, MountDevice and SetUp what is; then
+//! UnmountDevice and drop volumes nobody uses); [`reconstruct`] rebuilds the actual state from
+//! the pod directories after a restart. [`manager::VolumeManager`] runs it all, event-driven.
+//!
+//! Built-in plugins: emptyDir and hostPath. The content plugins (configMap, secret, projected,
+//! downwardAPI), subPath and PVC/local volumes plug into this engine next.
 
 pub mod cache;
 pub mod events;
@@ -35,6 +44,7 @@ pub mod executor;
 pub mod manager;
 pub mod metrics;
 pub mod mounter;
+pub mod node;
 pub mod operations;
 pub mod plugin;
 pub mod plugins;

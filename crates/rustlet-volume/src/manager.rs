@@ -22,6 +22,7 @@ use crate::events::EventRecorder;
 use crate::executor::OperationExecutor;
 use crate::metrics::VolumeMetrics;
 use crate::mounter::Mounter;
+use crate::node::NodeStatus;
 use crate::plugin::{PluginManager, VolumeHost};
 use crate::populator::{PodSource, PodStateProvider, Populator, pod_volume_names};
 use crate::reconciler::Reconciler;
@@ -64,6 +65,8 @@ pub struct VolumeManagerDeps {
     pub plugins: PluginManager,
     /// Where events go.
     pub events: Arc<dyn EventRecorder>,
+    /// `node.status.volumesAttached`, for attachable volumes.
+    pub node: Arc<dyn NodeStatus>,
 }
 
 /// Why a wait ended without success (upstream's message shapes, V5 and V7).
@@ -180,7 +183,8 @@ impl VolumeManager {
         let metrics = VolumeMetrics::default();
         let executor = Arc::new(
             OperationExecutor::new(asw.clone(), deps.plugins.clone(), host.clone(), deps.events)
-                .with_metrics(metrics.clone()),
+                .with_metrics(metrics.clone())
+                .with_node_status(deps.node),
         );
         let populator = Populator::new(dsw.clone(), asw.clone(), deps.pods.clone(), deps.states);
         let reconciler = Reconciler::new(
@@ -214,6 +218,11 @@ impl VolumeManager {
     /// The actual state (for inspection).
     pub fn actual_state(&self) -> &Arc<ActualStateOfWorld> {
         &self.asw
+    }
+
+    /// Tells the manager that the node status changed (volumes attached): a pass runs now.
+    pub fn node_status_updated(&self) {
+        self.wake.notify_one();
     }
 
     /// Tells the manager that pods changed: the populator and reconciler run now.

@@ -49,6 +49,16 @@ impl VolumeHost {
             .join(inner_name)
     }
 
+    /// `<root>/plugins/<plugin>/mounts/<volume>`: the global (device) mount path of an
+    /// attachable volume, upstream's in-tree layout.
+    pub fn plugin_global_mount_dir(&self, plugin: &str, volume: &str) -> PathBuf {
+        self.root_dir
+            .join("plugins")
+            .join(plugin)
+            .join("mounts")
+            .join(volume)
+    }
+
     /// `<root>/pods/<uid>/plugins/<escaped plugin>/<inner name>`: per-pod plugin state.
     pub fn pod_plugin_dir(&self, pod_uid: &PodUid, plugin: &str, inner_name: &str) -> PathBuf {
         self.pod_dir(pod_uid)
@@ -85,6 +95,26 @@ pub trait VolumeUnmounter: Send + Sync {
     fn path(&self) -> PathBuf;
     /// Unmounts and removes what SetUp made. Idempotent; never removes across a mount point.
     fn tear_down(&self) -> Result<(), VolumeError>;
+}
+
+/// The device side of an attachable or device-mountable plugin (upstream `Attacher` +
+/// `DeviceMounter` + `DeviceUnmounter`): the volume is attached to the node by the attach/detach
+/// controller, then mounted once at a global path that every pod's SetUp binds from.
+pub trait DeviceMounter: Send + Sync {
+    /// Waits until the device the node status names is usable; returns its path
+    /// (upstream `WaitForAttach`).
+    fn wait_for_attach(&self, spec: &VolumeSpec, device_path: &str) -> Result<String, VolumeError>;
+    /// The global mount path of the volume (upstream `GetDeviceMountPath`).
+    fn device_mount_path(&self, spec: &VolumeSpec) -> Result<PathBuf, VolumeError>;
+    /// Mounts the device at the global path (upstream `MountDevice`). Idempotent.
+    fn mount_device(
+        &self,
+        spec: &VolumeSpec,
+        device_path: &str,
+        device_mount_path: &Path,
+    ) -> Result<(), VolumeError>;
+    /// Unmounts the global path (upstream `UnmountDevice`).
+    fn unmount_device(&self, device_mount_path: &Path) -> Result<(), VolumeError>;
 }
 
 /// A path helper for plugins and tests.
@@ -176,6 +206,17 @@ pub trait VolumePlugin: Send + Sync {
         Err(PluginError::Unsupported {
             plugin: self.name().to_owned(),
             operation: "ConstructVolumeSpec",
+        })
+    }
+
+    /// The device side, for attachable or device-mountable plugins.
+    fn new_device_mounter(
+        &self,
+        _host: &VolumeHost,
+    ) -> Result<Box<dyn DeviceMounter>, PluginError> {
+        Err(PluginError::Unsupported {
+            plugin: self.name().to_owned(),
+            operation: "NewDeviceMounter",
         })
     }
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, PodVolumeState};
 use crate::executor::{ExecError, OperationExecutor};
@@ -20,6 +20,8 @@ pub struct PassReport {
     pub mounts: usize,
     /// Volumes dropped from the actual state (no pod uses them, nothing to unmount).
     pub detached: usize,
+    /// UnmountDevice operations started.
+    pub device_unmounts: usize,
 }
 
 /// The reconciler.
@@ -37,8 +39,9 @@ pub struct Reconciler {
 
 fn log_start_error(what: &str, err: &ExecError) {
     match err {
-        ExecError::NotNow(_) => {} // V47: expected (running, or backing off)
-        other => warn!("{what}: {other}"),
+        // V47: expected (running, backing off, or waiting for the node status).
+        ExecError::NotNow(_) | ExecError::NotReportedInUse(_) => {}
+        ExecError::NotAttachedYet(_) => debug!("{what}: {err}"),
     }
 }
 
@@ -121,13 +124,14 @@ impl Reconciler {
                     .asw
                     .pod_exists_in_volume(&volume.pod_name, &volume.volume_name);
             }
-            let remount = match state {
-                PodVolumeState::NotMounted { .. } | PodVolumeState::Uncertain { .. } => false,
-                PodVolumeState::RemountRequired { .. } => true,
+            let (remount, device_path) = match state {
+                PodVolumeState::NotMounted { device_path }
+                | PodVolumeState::Uncertain { device_path } => (false, device_path),
+                PodVolumeState::RemountRequired { device_path } => (true, device_path),
                 PodVolumeState::Mounted { .. } | PodVolumeState::NotAttached => continue,
             };
             debug!(volume = %volume.volume_name, pod = %volume.pod_name, remount, "operationExecutor.MountVolume started");
-            match self.executor.mount_volume(&volume, remount) {
+            match self.executor.mount_volume(&volume, remount, &device_path) {
                 Ok(_) => report.mounts += 1,
                 Err(e) => {
                     clean = false;
@@ -146,10 +150,17 @@ impl Reconciler {
                     pod: None,
                     node: None,
                 };
-                if self.executor.operations().is_operation_pending(&key)
-                    || volume.device_state.may_be_mounted()
-                {
-                    clean = false; // an operation is running, or UnmountDevice (attach path) is due
+                if self.executor.operations().is_operation_pending(&key) {
+                    clean = false;
+                    continue;
+                }
+                if volume.device_state.may_be_mounted() {
+                    // The global mount goes first; the volume is dropped on a later pass.
+                    clean = false;
+                    match self.executor.unmount_device(&volume) {
+                        Ok(_) => report.device_unmounts += 1,
+                        Err(e) => log_start_error("operationExecutor.UnmountDevice", &e),
+                    }
                     continue;
                 }
                 self.asw.mark_volume_as_detached(&volume.volume_name);
@@ -163,3 +174,6 @@ impl Reconciler {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod attach_tests;

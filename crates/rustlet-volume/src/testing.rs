@@ -373,3 +373,227 @@ pub fn volume(spec: VolumeSpec) -> Volume {
         VolumeSpec::Persistent { .. } => panic!("not an inline volume"),
     }
 }
+
+/// Call counters of the fake attachable plugin.
+#[derive(Debug, Default)]
+pub struct AttachCalls {
+    /// WaitForAttach calls.
+    pub wait_for_attach: AtomicUsize,
+    /// MountDevice calls.
+    pub mount_device: AtomicUsize,
+    /// UnmountDevice calls.
+    pub unmount_device: AtomicUsize,
+    /// SetUp calls.
+    pub set_up: AtomicUsize,
+    /// TearDown calls.
+    pub tear_down: AtomicUsize,
+}
+
+impl AttachCalls {
+    /// (WaitForAttach, MountDevice, SetUp, TearDown, UnmountDevice) so far.
+    pub fn counts(&self) -> (usize, usize, usize, usize, usize) {
+        let g = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+        (
+            g(&self.wait_for_attach),
+            g(&self.mount_device),
+            g(&self.set_up),
+            g(&self.tear_down),
+            g(&self.unmount_device),
+        )
+    }
+}
+
+/// A test-only attachable, device-mountable plugin for PersistentVolumes (upstream's
+/// `FakeVolumePlugin` in its attachable role). MountDevice binds a fake device directory
+/// `<root>/fake-devices/<pv>` onto the global path; SetUp binds the global path into the pod.
+#[derive(Clone, Debug, Default)]
+pub struct FakeAttachablePlugin {
+    /// Calls made through it.
+    pub calls: Arc<AttachCalls>,
+}
+
+/// The fake attachable plugin's name.
+pub const FAKE_ATTACHABLE: &str = "kubernetes.io/fake-attachable";
+
+struct FakeDevice {
+    host: VolumeHost,
+    calls: Arc<AttachCalls>,
+}
+
+impl crate::plugin::DeviceMounter for FakeDevice {
+    fn wait_for_attach(
+        &self,
+        _spec: &VolumeSpec,
+        device_path: &str,
+    ) -> Result<String, VolumeError> {
+        self.calls.wait_for_attach.fetch_add(1, Ordering::SeqCst);
+        if device_path.is_empty() {
+            return Err(VolumeError::Final("no device path".into()));
+        }
+        Ok(device_path.to_owned())
+    }
+
+    fn device_mount_path(&self, spec: &VolumeSpec) -> Result<PathBuf, VolumeError> {
+        Ok(self
+            .host
+            .plugin_global_mount_dir(FAKE_ATTACHABLE, spec.name()))
+    }
+
+    fn mount_device(
+        &self,
+        spec: &VolumeSpec,
+        _device_path: &str,
+        path: &std::path::Path,
+    ) -> Result<(), VolumeError> {
+        self.calls.mount_device.fetch_add(1, Ordering::SeqCst);
+        let device = self.host.root_dir.join("fake-devices").join(spec.name());
+        let fail = |e: &dyn std::fmt::Display| VolumeError::Final(e.to_string());
+        std::fs::create_dir_all(&device).map_err(|e| fail(&e))?;
+        std::fs::create_dir_all(path).map_err(|e| fail(&e))?;
+        if !self
+            .host
+            .mounter
+            .is_mount_point(path)
+            .map_err(|e| fail(&e))?
+        {
+            self.host
+                .mounter
+                .bind(&device, path, rustlet_mount::BindAccess::ReadWrite)
+                .map_err(|e| fail(&e))?;
+        }
+        Ok(())
+    }
+
+    fn unmount_device(&self, path: &std::path::Path) -> Result<(), VolumeError> {
+        self.calls.unmount_device.fetch_add(1, Ordering::SeqCst);
+        self.host
+            .mounter
+            .cleanup_mount_point(path, rustlet_mount::MountPointCheck::Exact)
+            .map_err(|e| VolumeError::Final(e.to_string()))
+    }
+}
+
+struct FakeAttachedVolume {
+    pod_dir: PathBuf,
+    global: PathBuf,
+    host: VolumeHost,
+    calls: Arc<AttachCalls>,
+}
+
+impl VolumeMounter for FakeAttachedVolume {
+    fn path(&self) -> PathBuf {
+        self.pod_dir.clone()
+    }
+
+    fn set_up(&self) -> Result<(), VolumeError> {
+        self.calls.set_up.fetch_add(1, Ordering::SeqCst);
+        let fail = |e: &dyn std::fmt::Display| VolumeError::Final(e.to_string());
+        std::fs::create_dir_all(&self.pod_dir).map_err(|e| fail(&e))?;
+        if !self
+            .host
+            .mounter
+            .is_mount_point(&self.pod_dir)
+            .map_err(|e| fail(&e))?
+        {
+            self.host
+                .mounter
+                .bind(
+                    &self.global,
+                    &self.pod_dir,
+                    rustlet_mount::BindAccess::ReadWrite,
+                )
+                .map_err(|e| fail(&e))?;
+        }
+        Ok(())
+    }
+}
+
+impl VolumeUnmounter for FakeAttachedVolume {
+    fn path(&self) -> PathBuf {
+        self.pod_dir.clone()
+    }
+
+    fn tear_down(&self) -> Result<(), VolumeError> {
+        self.calls.tear_down.fetch_add(1, Ordering::SeqCst);
+        self.host
+            .mounter
+            .cleanup_mount_point(&self.pod_dir, rustlet_mount::MountPointCheck::Exact)
+            .map_err(|e| VolumeError::Uncertain(e.to_string()))
+    }
+}
+
+impl VolumePlugin for FakeAttachablePlugin {
+    fn name(&self) -> &str {
+        FAKE_ATTACHABLE
+    }
+
+    fn can_support(&self, spec: &VolumeSpec) -> bool {
+        matches!(spec, VolumeSpec::Persistent { .. })
+    }
+
+    fn is_attachable(&self) -> bool {
+        true
+    }
+
+    fn is_device_mountable(&self) -> bool {
+        true
+    }
+
+    fn new_device_mounter(
+        &self,
+        host: &VolumeHost,
+    ) -> Result<Box<dyn crate::plugin::DeviceMounter>, PluginError> {
+        Ok(Box::new(FakeDevice {
+            host: host.clone(),
+            calls: self.calls.clone(),
+        }))
+    }
+
+    fn new_mounter(
+        &self,
+        spec: &VolumeSpec,
+        pod: &Pod,
+        host: &VolumeHost,
+    ) -> Result<Box<dyn VolumeMounter>, PluginError> {
+        let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+        Ok(Box::new(FakeAttachedVolume {
+            pod_dir: host.pod_volume_dir(&uid, FAKE_ATTACHABLE, spec.name()),
+            global: host.plugin_global_mount_dir(FAKE_ATTACHABLE, spec.name()),
+            host: host.clone(),
+            calls: self.calls.clone(),
+        }))
+    }
+
+    fn new_unmounter(
+        &self,
+        inner_name: &str,
+        pod_uid: &PodUid,
+        host: &VolumeHost,
+    ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
+        Ok(Box::new(FakeAttachedVolume {
+            pod_dir: host.pod_volume_dir(pod_uid, FAKE_ATTACHABLE, inner_name),
+            global: host.plugin_global_mount_dir(FAKE_ATTACHABLE, inner_name),
+            host: host.clone(),
+            calls: self.calls.clone(),
+        }))
+    }
+}
+
+/// A node status whose attached volumes a test sets.
+#[derive(Debug, Default)]
+pub struct FakeNodeStatus {
+    attached: Mutex<Vec<crate::node::AttachedToNode>>,
+}
+
+impl FakeNodeStatus {
+    /// Replaces `volumesAttached`.
+    pub fn set(&self, attached: Vec<crate::node::AttachedToNode>) {
+        *self.attached.lock().unwrap() = attached;
+    }
+}
+
+impl crate::node::NodeStatus for FakeNodeStatus {
+    fn volumes_attached(&self) -> Vec<crate::node::AttachedToNode> {
+        self.attached.lock().unwrap().clone()
+    }
+}

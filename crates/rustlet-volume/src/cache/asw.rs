@@ -461,6 +461,11 @@ impl ActualStateOfWorld {
         )
     }
 
+    /// The global mount state of a volume, if it is known.
+    pub fn device_state(&self, volume_name: &UniqueVolumeName) -> Option<DeviceMountState> {
+        self.read().volumes.get(volume_name).map(|v| v.device_state)
+    }
+
     /// V38: back to `NotMounted`, the global path forgotten.
     pub fn mark_device_as_unmounted(&self, volume_name: &UniqueVolumeName) -> Result<(), AswError> {
         self.set_device_mount_state(volume_name, DeviceMountState::NotMounted, "", "")

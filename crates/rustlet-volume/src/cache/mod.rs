@@ -7,7 +7,7 @@ pub mod dsw;
 mod tests;
 
 pub use asw::{
-    ActualStateOfWorld, Attachability, DeviceMountState, MarkVolumeOpts, MountedVolume,
-    PodVolumeState, VolumeMountState,
+    ActualStateOfWorld, Attachability, AttachedVolume, DeviceMountState, MarkVolumeOpts,
+    MountedVolume, PodVolumeState, VolumeMountState,
 };
 pub use dsw::{DesiredStateOfWorld, VolumeToMount};

@@ -53,6 +53,7 @@ fn start(root: &std::path::Path, mounter: Arc<dyn Mounter>, wait_timeout: Durati
         mounter,
         plugins: builtin_plugins(),
         events: Arc::new(FakeRecorder::default()),
+        node: Arc::new(crate::node::NothingAttached),
     };
     let config = VolumeManagerConfig {
         wait_timeout,
@@ -233,6 +234,7 @@ async fn v13_not_synced_before_the_sources_are_ready() {
         mounter: Arc::new(FakeMounter::new()),
         plugins: builtin_plugins(),
         events: Arc::new(FakeRecorder::default()),
+        node: Arc::new(crate::node::NothingAttached),
     };
     let manager = VolumeManager::new(deps, VolumeManagerConfig::new(root.path()));
     manager.sync_once();
@@ -318,4 +320,66 @@ async fn metrics_with_upstream_names() {
         assert!(text.contains(line), "missing {line}\n{text}");
     }
     r.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_wait_for_attach_and_mount_error_names_unattached_volumes() {
+    use crate::plugin::PluginManager;
+    use crate::testing::{FakeAttachablePlugin, persistent};
+    let root = tempfile::tempdir().unwrap();
+    let pods = Arc::new(FakePods::default());
+    let mut plugins: Vec<Arc<dyn crate::plugin::VolumePlugin>> =
+        vec![Arc::new(FakeAttachablePlugin::default())];
+    plugins.extend([
+        Arc::new(crate::plugins::empty_dir::EmptyDirPlugin) as Arc<dyn crate::plugin::VolumePlugin>,
+        Arc::new(crate::plugins::host_path::HostPathPlugin),
+    ]);
+    let deps = VolumeManagerDeps {
+        pods: pods.clone(),
+        states: pods.clone(),
+        mounter: Arc::new(FakeMounter::new()),
+        plugins: PluginManager::new(plugins),
+        events: Arc::new(FakeRecorder::default()),
+        node: Arc::new(crate::node::NothingAttached),
+    };
+    let config = VolumeManagerConfig {
+        wait_timeout: Duration::from_secs(2),
+        ..VolumeManagerConfig::new(root.path())
+    };
+    let manager = Arc::new(VolumeManager::new(deps, config));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    // The pod's claim resolved to a PV served by an attachable plugin; nothing attaches it.
+    let claim = Volume {
+        name: "data".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: "c".into(),
+            read_only: None,
+        }),
+        ..Default::default()
+    };
+    let pod = pod_with_volumes("pa", vec![claim]);
+    let vol = manager
+        .desired_state()
+        .add_pod_to_volume(
+            &UniquePodName::new("pa"),
+            pod.clone(),
+            persistent("pv-1"),
+            "data",
+        )
+        .unwrap();
+    assert_eq!(
+        manager.get_volumes_in_use(),
+        std::slice::from_ref(&vol),
+        "V12: attachable volumes are reported in use"
+    );
+    let err = manager.wait_for_attach_and_mount(&pod).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unmounted volumes=[data], unattached volumes=[data], failed to process volumes=[]: context deadline exceeded"
+    );
+    manager.mark_volumes_as_reported_in_use(std::slice::from_ref(&vol));
+    assert!(manager.desired_state().volumes_to_mount()[0].reported_in_use);
+    cancel.cancel();
+    task.await.unwrap();
 }

@@ -165,6 +165,7 @@ fn start_with(
         mounter,
         plugins: builtin_plugins(),
         events: Arc::new(FakeRecorder::default()),
+        node: Arc::new(crate::node::NothingAttached),
     };
     let config = VolumeManagerConfig {
         node_allocatable_memory: Some(64 << 20),

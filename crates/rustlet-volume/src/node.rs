@@ -1,0 +1,29 @@
+//! The node-status seam: which volumes the attach/detach controller has attached to this node
+//! (`node.status.volumesAttached`), read from the agent's node watch.
+
+use rustlet_core::UniqueVolumeName;
+
+/// One entry of `node.status.volumesAttached`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttachedToNode {
+    /// The unique volume name.
+    pub name: UniqueVolumeName,
+    /// The device path the attacher reported.
+    pub device_path: String,
+}
+
+/// The node's view of attached volumes.
+pub trait NodeStatus: Send + Sync {
+    /// `status.volumesAttached` of the node, as last seen.
+    fn volumes_attached(&self) -> Vec<AttachedToNode>;
+}
+
+/// A node with nothing attached (an agent with no attach/detach controller).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NothingAttached;
+
+impl NodeStatus for NothingAttached {
+    fn volumes_attached(&self) -> Vec<AttachedToNode> {
+        Vec::new()
+    }
+}

@@ -485,6 +485,55 @@ impl VolumeManager {
         out
     }
 
+    /// V11: the GIDs of the pod's mounted volumes (`pv.beta.kubernetes.io/gid`) that the pod
+    /// does not already list in `securityContext.supplementalGroups`; unparsable values skipped.
+    pub fn get_extra_supplemental_groups_for_pod(&self, pod: &Pod) -> Vec<i64> {
+        let existing: BTreeSet<i64> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|c| c.supplemental_groups.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let mut out = Vec::new();
+        for mounted in self.asw.mounted_volumes_for_pod(&pod_name_of(pod)) {
+            let Some(gid) = mounted
+                .volume_gid
+                .as_deref()
+                .and_then(|g| g.parse::<i64>().ok())
+            else {
+                continue;
+            };
+            if !existing.contains(&gid) && !out.contains(&gid) {
+                out.push(gid);
+            }
+        }
+        out
+    }
+
+    /// V8: waits for every pod's unmount in parallel; the errors of the pods that still have
+    /// mounted volumes, by pod.
+    pub async fn wait_for_all_pods_unmount(
+        &self,
+        pods: &[Arc<Pod>],
+    ) -> Result<(), Vec<(String, WaitError)>> {
+        let waits = pods.iter().map(|pod| async move {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            self.wait_for_unmount(pod).await.map_err(|e| (name, e))
+        });
+        let errors: Vec<_> = futures::future::join_all(waits)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
     /// V10: mounted or uncertain volumes exist for the pod.
     pub fn has_possibly_mounted_volumes(&self, pod_name: &UniquePodName) -> bool {
         !self

@@ -383,3 +383,106 @@ async fn test_wait_for_attach_and_mount_error_names_unattached_volumes() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn test_get_extra_supplemental_groups_for_pod() {
+    use crate::cache::{MarkVolumeOpts, VolumeMountState};
+    use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec};
+    let root = tempfile::tempdir().unwrap();
+    for (gid, existing, want) in [
+        (Some("777"), vec![], vec![777]),
+        (Some(""), vec![], vec![]),
+        (Some("a"), vec![], vec![]),
+        (Some("555"), vec![555], vec![]),
+        (None, vec![], vec![]),
+    ] {
+        let r = start(
+            root.path(),
+            Arc::new(FakeMounter::new()),
+            Duration::from_secs(1),
+        );
+        let mut pod = (*pod_with_volumes("g", vec![])).clone();
+        pod.spec = Some(PodSpec {
+            security_context: Some(PodSecurityContext {
+                supplemental_groups: Some(existing),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let asw = r.manager.actual_state();
+        let vol = asw
+            .mark_volume_as_attached(None, &crate::testing::empty_dir("v"), "")
+            .unwrap();
+        asw.mark_volume_as_mounted(MarkVolumeOpts {
+            pod_name: UniquePodName::new("g"),
+            pod_uid: rustlet_core::PodUid::new("g"),
+            volume_name: vol,
+            spec: crate::testing::empty_dir("v"),
+            outer_volume_spec_name: "v".into(),
+            volume_gid: gid.map(str::to_owned),
+            state: VolumeMountState::Mounted,
+        })
+        .unwrap();
+        assert_eq!(
+            r.manager.get_extra_supplemental_groups_for_pod(&pod),
+            want,
+            "{gid:?}"
+        );
+        r.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_wait_for_all_pods_unmount() {
+    use crate::cache::{MarkVolumeOpts, VolumeMountState};
+    let root = tempfile::tempdir().unwrap();
+    let r = start(
+        root.path(),
+        Arc::new(FakeMounter::new()),
+        Duration::from_secs(1),
+    );
+    // Pods whose volume never unmounts (the populator never sees them, so it keeps nothing
+    // desired, but nothing tears the fake entries down either: sources are not ready).
+    r.pods.set_ready(false);
+    let pods: Vec<_> = (0..10)
+        .map(|i| pod_with_volumes(&format!("w{i}"), vec![]))
+        .collect();
+    let asw = r.manager.actual_state();
+    for i in 0..10 {
+        let vol = asw
+            .mark_volume_as_attached(
+                Some(rustlet_core::UniqueVolumeName::new(format!(
+                    "fake/fake-device-{i}"
+                ))),
+                &crate::testing::empty_dir("v"),
+                "",
+            )
+            .unwrap();
+        asw.mark_volume_as_mounted(MarkVolumeOpts {
+            pod_name: UniquePodName::new(format!("w{i}")),
+            pod_uid: rustlet_core::PodUid::new(format!("w{i}")),
+            volume_name: vol,
+            spec: crate::testing::empty_dir("v"),
+            outer_volume_spec_name: "v".into(),
+            volume_gid: None,
+            state: VolumeMountState::Mounted,
+        })
+        .unwrap();
+    }
+    let errors = r
+        .manager
+        .wait_for_all_pods_unmount(&pods)
+        .await
+        .unwrap_err();
+    assert_eq!(errors.len(), 10, "one entry per pod");
+    assert!(
+        errors.iter().any(|(_, e)| e.to_string()
+            == "mounted volumes=[fake/fake-device-3]: context deadline exceeded")
+    );
+    // Pods without volumes succeed at once.
+    r.manager
+        .wait_for_all_pods_unmount(&[pod_with_volumes("none", vec![])])
+        .await
+        .unwrap();
+    r.stop().await;
+}

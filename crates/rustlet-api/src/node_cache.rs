@@ -1,0 +1,115 @@
+//! This node's status from a watch of the Node object: the volume manager's `NodeStatus` seam
+//! (`status.volumesAttached`), with a change signal (wire it to
+//! `VolumeManager::node_status_updated`).
+
+use std::sync::RwLock;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::runtime::watcher;
+use rustlet_core::UniqueVolumeName;
+use rustlet_volume::node::{AttachedToNode, NodeStatus};
+use tokio::sync::watch;
+use tracing::warn;
+
+/// The last seen copy of this node.
+#[derive(Debug)]
+pub struct NodeCache {
+    node: RwLock<Option<Node>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Default for NodeCache {
+    fn default() -> Self {
+        Self {
+            node: RwLock::new(None),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+impl NodeCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A receiver that sees a new value after every change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Applies one watcher event.
+    pub fn apply(&self, event: watcher::Event<Node>) {
+        let mut node = self.node.write().unwrap_or_else(|e| e.into_inner());
+        match event {
+            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => *node = Some(n),
+            watcher::Event::Delete(_) => *node = None,
+            watcher::Event::Init | watcher::Event::InitDone => return,
+        }
+        drop(node);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Watches the Node named `node_name` until the stream ends.
+    pub async fn run(&self, nodes: Api<Node>, node_name: &str) {
+        let config = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
+        let stream = watcher(nodes, config);
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => self.apply(event),
+                Err(err) => warn!("node watch: {err}"),
+            }
+        }
+    }
+}
+
+impl NodeStatus for NodeCache {
+    fn volumes_attached(&self) -> Vec<AttachedToNode> {
+        let node = self.node.read().unwrap_or_else(|e| e.into_inner());
+        node.iter()
+            .filter_map(|n| n.status.as_ref()?.volumes_attached.as_ref())
+            .flatten()
+            .map(|v| AttachedToNode {
+                name: UniqueVolumeName::new(v.name.clone()),
+                device_path: v.device_path.clone(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{AttachedVolume, NodeStatus as K8sNodeStatus};
+
+    #[test]
+    fn volumes_attached_come_from_the_node_status() {
+        let cache = NodeCache::new();
+        assert!(cache.volumes_attached().is_empty());
+        let node = Node {
+            status: Some(K8sNodeStatus {
+                volumes_attached: Some(vec![AttachedVolume {
+                    name: "kubernetes.io/csi/d^v1".into(),
+                    device_path: "/dev/xvdb".into(),
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let changes = cache.subscribe();
+        cache.apply(watcher::Event::Apply(node.clone()));
+        assert!(changes.has_changed().unwrap());
+        assert_eq!(
+            cache.volumes_attached(),
+            [AttachedToNode {
+                name: UniqueVolumeName::new("kubernetes.io/csi/d^v1"),
+                device_path: "/dev/xvdb".into()
+            }]
+        );
+        cache.apply(watcher::Event::Delete(node));
+        assert!(cache.volumes_attached().is_empty());
+    }
+}

@@ -1,0 +1,157 @@
+//! The pod cache: events, static/mirror translation, and the watch's HTTP shape.
+
+use futures::pin_mut;
+use http::{Request, Response};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::client::Body;
+use kube::runtime::watcher::Event;
+use rustlet_core::PodUid;
+use rustlet_core::pod::{CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+use rustlet_status::PodManager;
+use rustlet_volume::populator::PodSource;
+use serde_json::json;
+
+use super::PodCache;
+
+fn pod(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(uid.into()),
+            annotations: (!annotations.is_empty()).then(|| {
+                annotations
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn events_build_the_view_and_a_relist_replaces_it() {
+    let cache = PodCache::new();
+    let changes = cache.subscribe();
+    assert!(!cache.all_sources_ready());
+    cache.apply(Event::Init);
+    cache.apply(Event::InitApply(pod("a", "uid-a", &[])));
+    cache.apply(Event::InitApply(pod("b", "uid-b", &[])));
+    cache.apply(Event::InitDone);
+    assert!(cache.all_sources_ready());
+    assert!(changes.has_changed().unwrap());
+    assert!(cache.pod_by_uid(&PodUid::new("uid-a")).is_some());
+    cache.apply(Event::Delete(pod("a", "uid-a", &[])));
+    assert!(cache.pod_by_uid(&PodUid::new("uid-a")).is_none());
+    cache.apply(Event::Apply(pod("c", "uid-c", &[])));
+    // A relist without b: b is gone, c stays only if listed.
+    cache.apply(Event::Init);
+    cache.apply(Event::InitApply(pod("c", "uid-c", &[])));
+    cache.apply(Event::InitDone);
+    let mut uids: Vec<_> = cache
+        .pods()
+        .iter()
+        .map(|p| p.metadata.uid.clone().unwrap())
+        .collect();
+    uids.sort();
+    assert_eq!(uids, ["uid-c"]);
+}
+
+#[test]
+fn static_pods_translate_to_and_from_their_mirror() {
+    let cache = PodCache::new();
+    let static_pod = pod(
+        "kube-proxy",
+        "static-uid",
+        &[(CONFIG_SOURCE_ANNOTATION, "file")],
+    );
+    cache.upsert_static(static_pod.clone());
+    let t = cache.uid_translations();
+    assert_eq!(
+        t.pod_to_mirror.get(&PodUid::new("static-uid")),
+        Some(&PodUid::default()),
+        "no mirror yet"
+    );
+    cache.apply(Event::Apply(pod(
+        "kube-proxy",
+        "mirror-uid",
+        &[
+            (CONFIG_SOURCE_ANNOTATION, "api"),
+            (CONFIG_MIRROR_ANNOTATION, "x"),
+        ],
+    )));
+    assert_eq!(
+        cache.translate_pod_uid(&PodUid::new("mirror-uid")),
+        PodUid::new("static-uid")
+    );
+    assert_eq!(
+        cache.translate_pod_uid(&PodUid::new("other")),
+        PodUid::new("other")
+    );
+    assert_eq!(
+        cache
+            .mirror_pod_of(&static_pod)
+            .unwrap()
+            .metadata
+            .uid
+            .as_deref(),
+        Some("mirror-uid")
+    );
+    let t = cache.uid_translations();
+    assert_eq!(
+        t.pod_to_mirror.get(&PodUid::new("static-uid")),
+        Some(&PodUid::new("mirror-uid"))
+    );
+    assert_eq!(
+        t.mirror_to_pod.get(&PodUid::new("mirror-uid")),
+        Some(&PodUid::new("static-uid"))
+    );
+    assert!(
+        cache.pod_by_uid(&PodUid::new("mirror-uid")).is_none(),
+        "mirror pods are not in pod_by_uid"
+    );
+    // A relist keeps the static pod (it does not come from the API).
+    cache.apply(Event::Init);
+    cache.apply(Event::InitDone);
+    assert!(cache.pod_by_uid(&PodUid::new("static-uid")).is_some());
+}
+
+#[tokio::test]
+async fn the_watch_lists_only_this_nodes_pods() {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let cache = std::sync::Arc::new(PodCache::new());
+    let runner = {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.run(kube::Api::all(client), "node-a").await })
+    };
+    pin_mut!(handle);
+    let (req, send) = handle.next_request().await.unwrap();
+    let uri = req.uri().to_string();
+    assert!(uri.starts_with("/api/v1/pods?"), "{uri}");
+    assert!(
+        uri.contains("fieldSelector=spec.nodeName%3Dnode-a"),
+        "{uri}"
+    );
+    let list = json!({"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"10"},"items":[
+        {"metadata":{"name":"a","namespace":"ns","uid":"uid-a","resourceVersion":"9"},"spec":{"nodeName":"node-a","containers":[]}}
+    ]});
+    send.send_response(Response::new(Body::from(
+        serde_json::to_vec(&list).unwrap(),
+    )));
+    // The watch that follows: its URI carries the selector and the list's resourceVersion.
+    let (req, _send) = handle.next_request().await.unwrap();
+    let uri = req.uri().to_string();
+    assert!(
+        uri.contains("watch=true")
+            && uri.contains("fieldSelector=spec.nodeName%3Dnode-a")
+            && uri.contains("resourceVersion=10"),
+        "{uri}"
+    );
+    assert!(cache.all_sources_ready());
+    assert!(cache.pod_by_uid(&PodUid::new("uid-a")).is_some());
+    runner.abort();
+}

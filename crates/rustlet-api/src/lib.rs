@@ -11,9 +11,10 @@
 //!   status manager's `PodManager` and the volume manager's `PodSource`.
 //! * [`node_cache::NodeCache`]: this node from a watch: the volume manager's `NodeStatus`.
 //!
+//! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`.
+//!
 //! Still to come (issue 6): ConfigMap/Secret sources, PV/PVC getters, Node registration and
-//! `volumesInUse`, the Lease, events, TokenRequest, client-side rate limiting shared by all
-//! callers, the local store and the test API server.
+//! `volumesInUse`, the Lease, events, TokenRequest, the local store and the test API server.
 //!
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.
@@ -21,7 +22,9 @@
 pub mod kube_status;
 pub mod node_cache;
 pub mod pod_cache;
+pub mod rate_limit;
 
 pub use kube_status::KubePodStatusClient;
 pub use node_cache::NodeCache;
 pub use pod_cache::PodCache;
+pub use rate_limit::RateLimitLayer;

@@ -12,18 +12,21 @@
 //! * [`node_cache::NodeCache`]: this node from a watch: the volume manager's `NodeStatus`.
 //!
 //! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`.
+//! * [`events::KubeEventRecorder`]: the volume manager's `EventRecorder` (events.k8s.io/v1).
 //!
 //! Still to come (issue 6): ConfigMap/Secret sources, PV/PVC getters, Node registration and
-//! `volumesInUse`, the Lease, events, TokenRequest, the local store and the test API server.
+//! `volumesInUse`, the Lease, TokenRequest, the local store and the test API server.
 //!
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.
 
+pub mod events;
 pub mod kube_status;
 pub mod node_cache;
 pub mod pod_cache;
 pub mod rate_limit;
 
+pub use events::KubeEventRecorder;
 pub use kube_status::KubePodStatusClient;
 pub use node_cache::NodeCache;
 pub use pod_cache::PodCache;

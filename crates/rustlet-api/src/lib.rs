@@ -13,15 +13,18 @@
 //!
 //! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`.
 //! * [`events::KubeEventRecorder`]: the volume manager's `EventRecorder` (events.k8s.io/v1).
+//! * [`node::NodeRegistrar`]: registers the Node when absent, writes `status.volumesInUse`, and
+//!   renews the `kube-node-lease` Lease every 10 s.
 //!
-//! Still to come (issue 6): ConfigMap/Secret sources, PV/PVC getters, Node registration and
-//! `volumesInUse`, the Lease, TokenRequest, the local store and the test API server.
+//! Still to come (issue 6): ConfigMap/Secret sources, PV/PVC getters, TokenRequest, the local
+//! store and the test API server.
 //!
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.
 
 pub mod events;
 pub mod kube_status;
+pub mod node;
 pub mod node_cache;
 pub mod pod_cache;
 pub mod rate_limit;

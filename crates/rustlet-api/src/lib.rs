@@ -15,9 +15,11 @@
 //! * [`events::KubeEventRecorder`]: the volume manager's `EventRecorder` (events.k8s.io/v1).
 //! * [`node::NodeRegistrar`]: registers the Node when absent, writes `status.volumesInUse`, and
 //!   renews the `kube-node-lease` Lease every 10 s.
+//! * [`objects::KubeObjects`]: PersistentVolumeClaim and PersistentVolume getters, and
+//!   TokenRequest for projected service account tokens (bound to the pod, cached, renewed at 80%
+//!   of their lifetime or after 24 h).
 //!
-//! Still to come (issue 6): ConfigMap/Secret sources, PV/PVC getters, TokenRequest, the local
-//! store and the test API server.
+//! Still to come (issue 6): ConfigMap/Secret sources, the local store and the test API server.
 //!
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.
@@ -26,11 +28,13 @@ pub mod events;
 pub mod kube_status;
 pub mod node;
 pub mod node_cache;
+pub mod objects;
 pub mod pod_cache;
 pub mod rate_limit;
 
 pub use events::KubeEventRecorder;
 pub use kube_status::KubePodStatusClient;
 pub use node_cache::NodeCache;
+pub use objects::KubeObjects;
 pub use pod_cache::PodCache;
 pub use rate_limit::RateLimitLayer;

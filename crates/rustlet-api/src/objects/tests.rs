@@ -1,0 +1,212 @@
+//! HTTP shapes of the PV/PVC getters and the TokenRequest, and the token refresh rule.
+
+use std::sync::{Arc, Mutex};
+
+use futures::pin_mut;
+use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::client::Body;
+use rustlet_status::Clock;
+use serde_json::{Value, json};
+use tower_test::mock::{Handle, pair};
+
+use super::{KubeObjects, ServiceAccountToken, TokenRequestKey};
+
+struct ManualClock(Mutex<Timestamp>);
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        *self.0.lock().unwrap()
+    }
+}
+
+fn start() -> Timestamp {
+    "2026-12-02T10:00:00Z".parse().unwrap()
+}
+
+fn objects() -> (
+    KubeObjects,
+    Arc<ManualClock>,
+    Handle<Request<Body>, Response<Body>>,
+) {
+    let (service, handle) = pair::<Request<Body>, Response<Body>>();
+    let clock = Arc::new(ManualClock(Mutex::new(start())));
+    let objects = KubeObjects::with_clock(kube::Client::new(service, "default"), clock.clone());
+    (objects, clock, handle)
+}
+
+fn reply(code: StatusCode, v: &Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .body(Body::from(serde_json::to_vec(v).unwrap()))
+        .unwrap()
+}
+
+fn not_found() -> Response<Body> {
+    reply(
+        StatusCode::NOT_FOUND,
+        &json!({"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"message":"gone"}),
+    )
+}
+
+async fn body(req: Request<Body>) -> Value {
+    serde_json::from_slice(&req.into_body().collect_bytes().await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn claim_and_volume_are_plain_gets() {
+    let (objects, _, handle) = objects();
+    let server = tokio::spawn(async move {
+        pin_mut!(handle);
+        let (req, send) = handle.next_request().await.unwrap();
+        assert_eq!(req.method(), Method::GET);
+        assert_eq!(
+            req.uri().path(),
+            "/api/v1/namespaces/ns1/persistentvolumeclaims/data"
+        );
+        send.send_response(reply(
+            StatusCode::OK,
+            &json!({"apiVersion":"v1","kind":"PersistentVolumeClaim",
+                "metadata":{"name":"data","namespace":"ns1","uid":"claim-uid"},
+                "spec":{"volumeName":"pv-1"}}),
+        ));
+        let (req, send) = handle.next_request().await.unwrap();
+        assert_eq!(req.method(), Method::GET);
+        assert_eq!(req.uri().path(), "/api/v1/persistentvolumes/pv-1");
+        send.send_response(reply(
+            StatusCode::OK,
+            &json!({"apiVersion":"v1","kind":"PersistentVolume",
+                "metadata":{"name":"pv-1"},
+                "spec":{"local":{"path":"/mnt/disks/a"},"claimRef":{"uid":"claim-uid"}}}),
+        ));
+        let (req, send) = handle.next_request().await.unwrap();
+        assert_eq!(req.uri().path(), "/api/v1/persistentvolumes/missing");
+        send.send_response(not_found());
+    });
+    let claim = objects
+        .persistent_volume_claim("ns1", "data")
+        .await
+        .unwrap();
+    let volume_name = claim.spec.unwrap().volume_name.unwrap();
+    let pv = objects.persistent_volume(&volume_name).await.unwrap();
+    assert_eq!(pv.spec.unwrap().local.unwrap().path, "/mnt/disks/a");
+    let err = objects.persistent_volume("missing").await.unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "get persistentvolume missing: not found: gone"
+    );
+    server.await.unwrap();
+}
+
+fn key() -> TokenRequestKey {
+    TokenRequestKey {
+        namespace: "ns1".into(),
+        service_account: "builder".into(),
+        audiences: vec!["vault".into()],
+        expiration_seconds: 3607,
+        pod_name: "web".into(),
+        pod_uid: "pod-uid".into(),
+    }
+}
+
+fn token_reply(token: &str, expires: Timestamp) -> Response<Body> {
+    reply(
+        StatusCode::CREATED,
+        &json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest",
+            "metadata":{"name":"builder","namespace":"ns1"},
+            "spec":{"audiences":["vault"],"expirationSeconds":3607},
+            "status":{"token":token,"expirationTimestamp":expires.to_string()}}),
+    )
+}
+
+#[tokio::test]
+async fn token_request_is_bound_to_the_pod_cached_and_renewed_at_80_percent() {
+    let (objects, clock, handle) = objects();
+    let expires = start() + SignedDuration::from_secs(3607);
+    let server = tokio::spawn(async move {
+        pin_mut!(handle);
+        for (token, expires) in [
+            ("t1", expires),
+            ("t2", expires + SignedDuration::from_secs(3000)),
+        ] {
+            let (req, send) = handle.next_request().await.unwrap();
+            assert_eq!(req.method(), Method::POST);
+            assert_eq!(
+                req.uri().path(),
+                "/api/v1/namespaces/ns1/serviceaccounts/builder/token"
+            );
+            assert_eq!(
+                req.headers()["content-type"].to_str().unwrap(),
+                "application/json"
+            );
+            let sent = body(req).await;
+            assert_eq!(sent["apiVersion"], "authentication.k8s.io/v1");
+            assert_eq!(sent["kind"], "TokenRequest");
+            assert_eq!(
+                sent["spec"],
+                json!({"audiences":["vault"],"expirationSeconds":3607,
+                    "boundObjectRef":{"apiVersion":"v1","kind":"Pod","name":"web","uid":"pod-uid"}})
+            );
+            send.send_response(token_reply(token, expires));
+        }
+    });
+    let first = objects.service_account_token(&key()).await.unwrap();
+    assert_eq!(first.token, "t1");
+    assert_eq!(first.expires_at, expires);
+    // At 79% of the lifetime the cached token is served without a request.
+    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(3607 * 79 / 100);
+    assert_eq!(
+        objects.service_account_token(&key()).await.unwrap().token,
+        "t1"
+    );
+    // At 80% a new one is requested.
+    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(3607 * 81 / 100);
+    assert_eq!(
+        objects.service_account_token(&key()).await.unwrap().token,
+        "t2"
+    );
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn forgotten_pod_tokens_are_requested_again() {
+    let (objects, _, handle) = objects();
+    let expires = start() + SignedDuration::from_secs(3607);
+    let server = tokio::spawn(async move {
+        pin_mut!(handle);
+        for token in ["t1", "t2"] {
+            let (_, send) = handle.next_request().await.unwrap();
+            send.send_response(token_reply(token, expires));
+        }
+        let (_, send) = handle.next_request().await.unwrap();
+        send.send_response(reply(StatusCode::CREATED, &json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","metadata":{},"status":{"expirationTimestamp":expires.to_string()}})));
+    });
+    assert_eq!(
+        objects.service_account_token(&key()).await.unwrap().token,
+        "t1"
+    );
+    objects.forget_tokens_of("pod-uid");
+    assert_eq!(
+        objects.service_account_token(&key()).await.unwrap().token,
+        "t2"
+    );
+    let mut other = key();
+    other.audiences = vec!["other".into()];
+    let err = objects.service_account_token(&other).await.unwrap_err();
+    assert!(!err.is_not_found());
+    assert!(err.to_string().contains("status.token"), "{err}");
+    server.await.unwrap();
+}
+
+#[test]
+fn tokens_older_than_a_day_are_refreshed_even_if_long_lived() {
+    let issued = start();
+    let token = ServiceAccountToken {
+        token: "t".into(),
+        issued_at: issued,
+        expires_at: issued + SignedDuration::from_hours(24 * 365),
+    };
+    assert!(!token.requires_refresh(issued + SignedDuration::from_hours(23)));
+    assert!(token.requires_refresh(issued + SignedDuration::from_hours(24)));
+}

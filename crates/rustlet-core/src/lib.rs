@@ -25,6 +25,8 @@
 //! * [`deletion::deletion_decision`] and the [`deletion::PodDeletionSafety`] seam (R40).
 //! * [`terminate::terminate_status`]: the final status of a pod (R19-R23).
 //! * [`generate`]: the condition generators (G1-G7); [`probe`]: readiness and startup (R15-R18).
+//! * [`refs::referenced_names`]: the ConfigMaps and Secrets a pod references (what the content
+//!   sources watch).
 //!
 //! Left to `rustlet-status` because they are about the cache or the API, not pure rules:
 //! the version map and kick channel (R12 signal, R27-R33), GET/PATCH/DELETE (R34-R39), cache
@@ -42,6 +44,7 @@ pub mod patch;
 pub mod pod;
 pub mod probe;
 pub mod quantity;
+pub mod refs;
 pub mod terminate;
 pub mod transition;
 pub mod update;

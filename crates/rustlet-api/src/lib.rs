@@ -19,11 +19,16 @@
 //!   TokenRequest for projected service account tokens (bound to the pod, cached, renewed at 80%
 //!   of their lifetime or after 24 h).
 //!
-//! Still to come (issue 6): ConfigMap/Secret sources, the local store and the test API server.
+//! * [`content::ObjectSource`] ([`ConfigMapSource`], [`SecretSource`]): the ConfigMaps and
+//!   Secrets that registered pods reference, one watch per object, reference counted by pod, with
+//!   change announcements (upstream's watch-based manager), for the content plugins to come.
+//!
+//! Still to come (issue 6): the local store and the test API server.
 //!
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.
 
+pub mod content;
 pub mod events;
 pub mod kube_status;
 pub mod node;
@@ -32,6 +37,7 @@ pub mod objects;
 pub mod pod_cache;
 pub mod rate_limit;
 
+pub use content::{ConfigMapSource, ObjectSource, SecretSource};
 pub use events::KubeEventRecorder;
 pub use kube_status::KubePodStatusClient;
 pub use node_cache::NodeCache;

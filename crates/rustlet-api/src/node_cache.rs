@@ -7,7 +7,7 @@ use std::sync::RwLock;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use rustlet_core::UniqueVolumeName;
 use rustlet_volume::node::{AttachedToNode, NodeStatus};
 use tokio::sync::watch;
@@ -55,7 +55,7 @@ impl NodeCache {
     /// Watches the Node named `node_name` until the stream ends.
     pub async fn run(&self, nodes: Api<Node>, node_name: &str) {
         let config = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
-        let stream = watcher(nodes, config);
+        let stream = watcher(nodes, config).default_backoff();
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {

@@ -12,7 +12,7 @@ use std::sync::{Arc, RwLock};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use rustlet_core::PodUid;
 use rustlet_core::pod::{is_mirror_pod, is_static_pod};
 use rustlet_status::UidTranslations;
@@ -148,7 +148,7 @@ impl PodCache {
     /// cache. Watch errors are logged; the watcher retries on its own.
     pub async fn run(&self, pods: Api<Pod>, node_name: &str) {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-        let stream = watcher(pods, config);
+        let stream = watcher(pods, config).default_backoff();
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {

@@ -23,7 +23,13 @@
 //!   Secrets that registered pods reference, one watch per object, reference counted by pod, with
 //!   change announcements (upstream's watch-based manager), for the content plugins to come.
 //!
-//! Still to come (issue 6): the local store and the test API server.
+//! * [`local`]: local mode. [`local::store::Store`] keeps objects with the API server's
+//!   semantics (UIDs, resourceVersions, the status subresource, preconditions, graceful pod
+//!   deletion, resumable watches); [`local::manifests::DirectorySync`] keeps a directory of
+//!   manifests in it; [`local::LocalPodStatusClient`] is the status manager's client over it.
+//!
+//! Still to come (issue 6): the pod/ConfigMap/Secret/node seams over the local store, the test
+//! API server over the same store, and the conformance suite shared by both.
 //!
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.
@@ -31,6 +37,7 @@
 pub mod content;
 pub mod events;
 pub mod kube_status;
+pub mod local;
 pub mod node;
 pub mod node_cache;
 pub mod objects;

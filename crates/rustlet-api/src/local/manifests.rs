@@ -1,0 +1,358 @@
+//! A directory of manifests kept in the store: every `*.yaml`, `*.yml` and `*.json` file holds
+//! one or more documents (YAML `---` separated, or concatenated JSON values) of the kinds the
+//! store knows. [`DirectorySync::sync`] applies what changed since the last call:
+//!
+//! * a new or changed document is created or updated; pods get `spec.nodeName` of this node and,
+//!   without `metadata.uid`, a UID that is a function of the file, namespace, name and spec
+//!   (stable across restarts, new when the spec changes, like a kubelet static pod; a pod whose
+//!   UID changes is replaced);
+//! * a pod whose document disappeared gets a `deletionTimestamp` (it is not dropped: the status
+//!   manager deletes it once its volumes are gone); other objects are removed;
+//! * a file that fails to parse is reported with its name and position and skipped: what it
+//!   applied before stays as it was, and no other file is disturbed.
+//!
+//! [`DirectorySync::run`] calls it every 500 ms, so a change is applied within a second.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ring::digest::{SHA256, digest};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::store::{DeleteOptions, Deleted, Kind, ObjectRef, Store, StoreError, uid_from};
+
+/// How often [`DirectorySync::run`] looks at the directory.
+pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A document that could not be applied.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// The directory or a file could not be read.
+    #[error("read {}: {message}", path.display())]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        message: String,
+    },
+    /// A file is not valid YAML/JSON.
+    #[error("parse {}{}: {message}", path.display(), position(*line, *column))]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line, when known.
+        line: Option<u64>,
+        /// 1-based column, when known.
+        column: Option<u64>,
+        /// The parser's message.
+        message: String,
+    },
+    /// A document is not an object the store accepts.
+    #[error("{} document {document}: {source}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based index of the document in the file.
+        document: usize,
+        /// Why.
+        source: Box<StoreError>,
+    },
+    /// The store refused a write.
+    #[error("apply {reference} from {}: {source}", path.display())]
+    Apply {
+        /// The file.
+        path: PathBuf,
+        /// The object.
+        reference: ObjectRef,
+        /// Why.
+        source: Box<StoreError>,
+    },
+}
+
+fn position(line: Option<u64>, column: Option<u64>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(":{l}:{c}"),
+        (Some(l), None) => format!(":{l}"),
+        _ => String::new(),
+    }
+}
+
+/// Parse a manifest file's text into its documents (empty documents are skipped).
+pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError> {
+    let is_json = path.extension().is_some_and(|e| e == "json");
+    let documents: Vec<Value> = if is_json {
+        serde_json::Deserializer::from_str(text)
+            .into_iter::<Value>()
+            .collect::<Result<_, _>>()
+            .map_err(|e| ManifestError::Parse {
+                path: path.to_owned(),
+                line: Some(e.line() as u64),
+                column: Some(e.column() as u64),
+                message: e.to_string(),
+            })?
+    } else {
+        serde_saphyr::from_multiple::<Value>(text).map_err(|e| {
+            let location = e.location();
+            ManifestError::Parse {
+                path: path.to_owned(),
+                line: location.map(|l| l.line()),
+                column: location.map(|l| l.column()),
+                message: e.to_string(),
+            }
+        })?
+    };
+    let documents: Vec<Value> = documents.into_iter().filter(|d| !d.is_null()).collect();
+    for (i, document) in documents.iter().enumerate() {
+        Store::reference_of(document).map_err(|source| ManifestError::Invalid {
+            path: path.to_owned(),
+            document: i + 1,
+            source: Box::new(source),
+        })?;
+    }
+    Ok(documents)
+}
+
+struct Applied {
+    hash: Vec<u8>,
+    objects: BTreeSet<ObjectRef>,
+}
+
+/// What one [`DirectorySync::sync`] did.
+#[derive(Debug, Default, PartialEq)]
+pub struct SyncReport {
+    /// Objects created or changed.
+    pub applied: Vec<ObjectRef>,
+    /// Pods whose document disappeared, now terminating.
+    pub terminating: Vec<ObjectRef>,
+    /// Other objects whose document disappeared, removed.
+    pub removed: Vec<ObjectRef>,
+    /// Files (or documents) skipped, with why.
+    pub errors: Vec<ManifestError>,
+}
+
+/// Keeps a directory's manifests in a store.
+pub struct DirectorySync {
+    dir: PathBuf,
+    node_name: String,
+    store: Arc<Store>,
+    files: BTreeMap<PathBuf, Applied>,
+}
+
+impl std::fmt::Debug for DirectorySync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectorySync")
+            .field("dir", &self.dir)
+            .field("files", &self.files.len())
+            .finish()
+    }
+}
+
+fn is_manifest(path: &Path) -> bool {
+    let hidden = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_none_or(|n| n.starts_with('.'));
+    let ext = path.extension().and_then(|e| e.to_str());
+    !hidden && matches!(ext, Some("yaml" | "yml" | "json"))
+}
+
+impl DirectorySync {
+    /// Sync `dir` into `store` for the node `node_name`.
+    pub fn new(dir: impl Into<PathBuf>, node_name: impl Into<String>, store: Arc<Store>) -> Self {
+        Self {
+            dir: dir.into(),
+            node_name: node_name.into(),
+            store,
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// The deterministic UID of a pod document from `file` (relative to the directory).
+    pub fn pod_uid(file: &Path, namespace: &str, name: &str, spec: &Value) -> String {
+        let seed = format!("{}\0{namespace}\0{name}\0{spec}", file.display());
+        uid_from(seed.as_bytes())
+    }
+
+    fn prepare(&self, file: &Path, mut object: Value, reference: &ObjectRef) -> Value {
+        if reference.kind == Kind::Pod {
+            if !object["spec"].is_object() {
+                object["spec"] = serde_json::json!({});
+            }
+            object["spec"]["nodeName"] = Value::String(self.node_name.clone());
+            let uid_missing = object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty);
+            if uid_missing {
+                let relative = file.strip_prefix(&self.dir).unwrap_or(file);
+                let uid = Self::pod_uid(
+                    relative,
+                    &reference.namespace,
+                    &reference.name,
+                    &object["spec"],
+                );
+                object["metadata"]["uid"] = Value::String(uid);
+            }
+            // The status belongs to the node agent, not to the manifest.
+            if let Some(o) = object.as_object_mut() {
+                o.remove("status");
+            }
+        }
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+        object
+    }
+
+    /// Create or update one object; a pod whose UID changed is replaced.
+    fn apply(&self, object: Value, reference: &ObjectRef) -> Result<bool, StoreError> {
+        let Ok(stored) = self.store.get(reference) else {
+            self.store.create(object)?;
+            return Ok(true);
+        };
+        let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
+        let stored_uid = stored.pointer("/metadata/uid").and_then(Value::as_str);
+        if uid.is_some() && uid != stored_uid {
+            let replace = DeleteOptions {
+                grace_period_seconds: Some(0),
+                ..DeleteOptions::default()
+            };
+            self.store.delete(reference, &replace)?;
+            self.store.create(object)?;
+            return Ok(true);
+        }
+        let before = stored["metadata"]["resourceVersion"].clone();
+        let updated = self.store.update(object)?;
+        Ok(updated["metadata"]["resourceVersion"] != before)
+    }
+
+    fn withdraw(&self, reference: &ObjectRef, report: &mut SyncReport) {
+        match self.store.delete(reference, &DeleteOptions::default()) {
+            Ok(Deleted::Terminating(_)) => report.terminating.push(reference.clone()),
+            Ok(Deleted::Removed(_)) => report.removed.push(reference.clone()),
+            Err(StoreError::NotFound(_)) => {}
+            Err(source) => report.errors.push(ManifestError::Apply {
+                path: self.dir.clone(),
+                reference: reference.clone(),
+                source: Box::new(source),
+            }),
+        }
+    }
+
+    /// Apply what changed in the directory since the last call.
+    pub fn sync(&mut self) -> SyncReport {
+        let mut report = SyncReport::default();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                report.errors.push(ManifestError::Read {
+                    path: self.dir.clone(),
+                    message: e.to_string(),
+                });
+                return report;
+            }
+        };
+        let mut present: BTreeSet<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| is_manifest(p) && p.is_file())
+            .collect();
+        for path in &present.clone() {
+            let text = match std::fs::read_to_string(path) {
+                Ok(text) => text,
+                Err(e) => {
+                    // Unreadable: keep what it applied before.
+                    present.remove(path);
+                    report.errors.push(ManifestError::Read {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            let hash = digest(&SHA256, text.as_bytes()).as_ref().to_vec();
+            if self.files.get(path).is_some_and(|a| a.hash == hash) {
+                continue;
+            }
+            let documents = match parse_documents(path, &text) {
+                Ok(documents) => documents,
+                Err(err) => {
+                    report.errors.push(err);
+                    continue;
+                }
+            };
+            let mut objects = BTreeSet::new();
+            for document in documents {
+                let reference = Store::reference_of(&document).expect("validated by parse");
+                let object = self.prepare(path, document, &reference);
+                match self.apply(object, &reference) {
+                    Ok(changed) => {
+                        if changed {
+                            report.applied.push(reference.clone());
+                        }
+                    }
+                    Err(source) => report.errors.push(ManifestError::Apply {
+                        path: path.clone(),
+                        reference: reference.clone(),
+                        source: Box::new(source),
+                    }),
+                }
+                objects.insert(reference);
+            }
+            let old = self.files.insert(path.clone(), Applied { hash, objects });
+            let still: BTreeSet<ObjectRef> = self
+                .files
+                .values()
+                .flat_map(|a| a.objects.clone())
+                .collect();
+            for reference in old.into_iter().flat_map(|a| a.objects) {
+                if !still.contains(&reference) {
+                    self.withdraw(&reference, &mut report);
+                }
+            }
+        }
+        let gone: Vec<PathBuf> = self
+            .files
+            .keys()
+            .filter(|p| !present.contains(*p) && !p.exists())
+            .cloned()
+            .collect();
+        for path in gone {
+            let applied = self.files.remove(&path).expect("listed above");
+            let still: BTreeSet<ObjectRef> = self
+                .files
+                .values()
+                .flat_map(|a| a.objects.clone())
+                .collect();
+            for reference in applied.objects {
+                if !still.contains(&reference) {
+                    self.withdraw(&reference, &mut report);
+                }
+            }
+        }
+        report
+    }
+
+    /// Sync every [`SCAN_INTERVAL`] until cancelled.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(SCAN_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tick.tick() => {
+                    for err in self.sync().errors {
+                        warn!("{err}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

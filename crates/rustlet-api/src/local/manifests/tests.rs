@@ -1,0 +1,194 @@
+//! The manifest directory: parsing, deterministic pod UIDs, changes, withdrawals and bad files.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::super::store::{Kind, ObjectRef, Store};
+use super::{DirectorySync, ManifestError, parse_documents};
+
+fn setup() -> (tempfile::TempDir, Arc<Store>, DirectorySync) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::default());
+    let sync = DirectorySync::new(dir.path(), "node-a", store.clone());
+    (dir, store, sync)
+}
+
+const WEB: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: ns
+spec:
+  containers:
+  - name: c
+    image: nginx
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-config
+  namespace: ns
+data:
+  k: v
+";
+
+fn web() -> ObjectRef {
+    ObjectRef::new(Kind::Pod, "ns", "web")
+}
+
+#[test]
+fn documents_are_applied_with_node_name_and_a_deterministic_uid() {
+    let (dir, store, mut sync) = setup();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    let report = sync.sync();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.applied.len(), 2);
+    let pod = store.get(&web()).unwrap();
+    assert_eq!(pod["spec"]["nodeName"], "node-a");
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    assert_eq!(
+        store
+            .get(&ObjectRef::new(Kind::ConfigMap, "ns", "web-config"))
+            .unwrap()["data"]["k"],
+        "v"
+    );
+    // The same file in a fresh store (a restart) gives the same UID.
+    let store2 = Arc::new(Store::default());
+    DirectorySync::new(dir.path(), "node-a", store2.clone()).sync();
+    assert_eq!(store2.get(&web()).unwrap()["metadata"]["uid"], uid.as_str());
+    // Nothing changed: nothing applied.
+    assert_eq!(sync.sync().applied, vec![]);
+}
+
+#[test]
+fn a_changed_spec_replaces_the_pod_with_a_new_uid_and_keeps_status_otherwise() {
+    let (dir, store, mut sync) = setup();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    sync.sync();
+    let old_uid = store.get(&web()).unwrap()["metadata"]["uid"].clone();
+    store
+        .patch_status(&web(), &json!({"status":{"phase":"Running"}}))
+        .unwrap();
+    // A label change keeps the UID and the status.
+    std::fs::write(
+        dir.path().join("web.yaml"),
+        WEB.replace(
+            "  namespace: ns\nspec:",
+            "  namespace: ns\n  labels: {app: web}\nspec:",
+        ),
+    )
+    .unwrap();
+    assert_eq!(sync.sync().applied, vec![web()]);
+    let pod = store.get(&web()).unwrap();
+    assert_eq!(
+        (
+            pod["metadata"]["uid"].clone(),
+            pod["status"]["phase"].clone()
+        ),
+        (old_uid.clone(), json!("Running"))
+    );
+    // An image change is a new pod.
+    std::fs::write(dir.path().join("web.yaml"), WEB.replace("nginx", "nginx:2")).unwrap();
+    sync.sync();
+    let pod = store.get(&web()).unwrap();
+    assert_ne!(pod["metadata"]["uid"], old_uid);
+    assert!(pod.get("status").is_none());
+}
+
+#[test]
+fn a_pod_whose_document_disappears_is_terminating_not_dropped() {
+    let (dir, store, mut sync) = setup();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    sync.sync();
+    std::fs::remove_file(dir.path().join("web.yaml")).unwrap();
+    let report = sync.sync();
+    assert_eq!(report.terminating, vec![web()]);
+    assert_eq!(
+        report.removed,
+        vec![ObjectRef::new(Kind::ConfigMap, "ns", "web-config")]
+    );
+    let pod = store.get(&web()).unwrap();
+    assert!(pod["metadata"]["deletionTimestamp"].is_string());
+}
+
+#[test]
+fn a_bad_file_is_reported_with_its_position_and_disturbs_nothing() {
+    let (dir, store, mut sync) = setup();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    sync.sync();
+    let before = store.get(&web()).unwrap();
+    // The file breaks; another file is fine.
+    std::fs::write(
+        dir.path().join("web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: [unclosed\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("other.json"),
+        r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"ns"}}"#,
+    )
+    .unwrap();
+    let report = sync.sync();
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    let message = report.errors[0].to_string();
+    assert!(
+        message.starts_with(&format!("parse {}:", dir.path().join("web.yaml").display())),
+        "{message}"
+    );
+    assert!(
+        matches!(report.errors[0], ManifestError::Parse { line: Some(_), .. }),
+        "{message}"
+    );
+    assert_eq!(
+        report.applied,
+        vec![ObjectRef::new(Kind::Secret, "ns", "s")]
+    );
+    assert_eq!(store.get(&web()).unwrap(), before);
+    assert!(report.terminating.is_empty());
+}
+
+#[test]
+fn unsupported_documents_name_the_file_and_document() {
+    let path = std::path::Path::new("/m/x.yaml");
+    let err = parse_documents(path, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n").unwrap_err();
+    assert!(
+        matches!(err, ManifestError::Invalid { document: 2, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("/m/x.yaml document 2: invalid object"),
+        "{err}"
+    );
+    let err = parse_documents(std::path::Path::new("/m/x.json"), "{\"a\": ").unwrap_err();
+    assert!(
+        matches!(err, ManifestError::Parse { line: Some(1), .. }),
+        "{err}"
+    );
+    // Empty documents are skipped; JSON may hold several values.
+    assert_eq!(
+        parse_documents(path, "---\n---\n").unwrap(),
+        Vec::<serde_json::Value>::new()
+    );
+    let two = "{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"a\"}}\n{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"b\"}}";
+    assert_eq!(
+        parse_documents(std::path::Path::new("/m/two.json"), two)
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_applies_a_new_file_within_a_second() {
+    let (dir, store, sync) = setup();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(sync.run(cancel.clone()));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(store.get(&web()).is_ok());
+    cancel.cancel();
+    task.await.unwrap();
+}

@@ -1,0 +1,800 @@
+//! The in-process object store behind local mode (and, later, the test API server), with the
+//! API server's semantics for what Rustlet uses: UIDs, one `resourceVersion` counter that
+//! increases on every write, the status subresource (a write to it changes only `status`; a
+//! write to the object never changes `status`), graceful pod deletion through
+//! `deletionTimestamp`, UID and resourceVersion preconditions (a conflict on mismatch), and
+//! watches that resume from a resourceVersion (or answer "gone" when it is too old).
+//!
+//! Objects are kept as JSON, the shape they have on the wire.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use ring::digest::{SHA256, digest};
+use rustlet_core::patch::apply_status_patch;
+use rustlet_status::{Clock, SystemClock};
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+/// How many past events a watch can resume from.
+const HISTORY: usize = 1024;
+
+/// The kinds the store keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `v1` Pod.
+    Pod,
+    /// `v1` ConfigMap.
+    ConfigMap,
+    /// `v1` Secret.
+    Secret,
+    /// `v1` PersistentVolume (cluster scoped).
+    PersistentVolume,
+    /// `v1` PersistentVolumeClaim.
+    PersistentVolumeClaim,
+    /// `v1` Node (cluster scoped).
+    Node,
+    /// `coordination.k8s.io/v1` Lease.
+    Lease,
+    /// `events.k8s.io/v1` Event.
+    Event,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 8] = [
+        Kind::Pod,
+        Kind::ConfigMap,
+        Kind::Secret,
+        Kind::PersistentVolume,
+        Kind::PersistentVolumeClaim,
+        Kind::Node,
+        Kind::Lease,
+        Kind::Event,
+    ];
+
+    /// `apiVersion`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::Lease => "coordination.k8s.io/v1",
+            Kind::Event => "events.k8s.io/v1",
+            _ => "v1",
+        }
+    }
+
+    /// `kind`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Pod => "Pod",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Secret => "Secret",
+            Kind::PersistentVolume => "PersistentVolume",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::Node => "Node",
+            Kind::Lease => "Lease",
+            Kind::Event => "Event",
+        }
+    }
+
+    /// The kind of a document with this `apiVersion` and `kind`.
+    pub fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.api_version() == api_version && k.name() == kind)
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn is_namespaced(self) -> bool {
+        !matches!(self, Kind::PersistentVolume | Kind::Node)
+    }
+
+    /// Whether it has a `status` subresource.
+    pub fn has_status(self) -> bool {
+        matches!(
+            self,
+            Kind::Pod | Kind::PersistentVolume | Kind::PersistentVolumeClaim | Kind::Node
+        )
+    }
+}
+
+/// Where an object is: kind, namespace (empty when cluster scoped) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectRef {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its namespace; empty for cluster-scoped kinds.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// A reference; `namespace` is ignored for cluster-scoped kinds.
+    pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
+        Self {
+            kind,
+            namespace: if kind.is_namespaced() {
+                namespace.to_owned()
+            } else {
+                String::new()
+            },
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind.name(), self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind.name(), self.namespace, self.name)
+        }
+    }
+}
+
+/// Conditions a write requires of the stored object (`DeleteOptions.preconditions`, or
+/// `metadata.uid`/`metadata.resourceVersion` in an update or patch body).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// The stored object's UID must be this.
+    pub uid: Option<String>,
+    /// The stored object's resourceVersion must be this.
+    pub resource_version: Option<String>,
+}
+
+impl Preconditions {
+    /// The preconditions a body carries in its `metadata`.
+    pub fn from_body(body: &Value) -> Self {
+        let field = |f: &str| {
+            body.pointer(&format!("/metadata/{f}"))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        Self {
+            uid: field("uid"),
+            resource_version: field("resourceVersion"),
+        }
+    }
+}
+
+/// What a store operation refuses; each maps to the API server's status code.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// 404.
+    #[error("{0} not found")]
+    NotFound(ObjectRef),
+    /// 409 on create.
+    #[error("{0} already exists")]
+    AlreadyExists(ObjectRef),
+    /// 409: a precondition did not hold.
+    #[error("{reference}: precondition failed: {message}")]
+    Conflict {
+        /// The object.
+        reference: ObjectRef,
+        /// Which precondition, expected and found.
+        message: String,
+    },
+    /// 422: the body is not a valid object of its kind.
+    #[error("invalid object: {0}")]
+    Invalid(String),
+    /// 410: a watch asked for a resourceVersion older than the history kept.
+    #[error("too old resource version: {requested} (oldest kept {oldest})")]
+    Gone {
+        /// The resourceVersion asked for.
+        requested: u64,
+        /// The oldest resumable one.
+        oldest: u64,
+    },
+}
+
+impl StoreError {
+    /// The HTTP status code the API server would answer.
+    pub fn code(&self) -> u16 {
+        match self {
+            Self::NotFound(_) => 404,
+            Self::AlreadyExists(_) | Self::Conflict { .. } => 409,
+            Self::Invalid(_) => 422,
+            Self::Gone { .. } => 410,
+        }
+    }
+
+    /// The API's `reason`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "NotFound",
+            Self::AlreadyExists(_) => "AlreadyExists",
+            Self::Conflict { .. } => "Conflict",
+            Self::Invalid(_) => "Invalid",
+            Self::Gone { .. } => "Expired",
+        }
+    }
+}
+
+/// A watch event's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// `ADDED`.
+    Added,
+    /// `MODIFIED`.
+    Modified,
+    /// `DELETED`.
+    Deleted,
+}
+
+impl EventType {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as a watch delivers it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchEvent {
+    /// What happened.
+    pub type_: EventType,
+    /// Which object.
+    pub reference: ObjectRef,
+    /// The object after the change (before it, for a deletion).
+    pub object: Value,
+    /// The store's resourceVersion of this change.
+    pub resource_version: u64,
+}
+
+/// Equality field selectors, as the API accepts them: `a.b=x,c.d==y,e!=z`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSelector(Vec<(String, bool, String)>);
+
+impl FieldSelector {
+    /// Parse `field=value` terms (also `==` and `!=`), comma separated.
+    pub fn parse(selector: &str) -> Result<Self, StoreError> {
+        let mut terms = Vec::new();
+        for term in selector.split(',').filter(|t| !t.is_empty()) {
+            let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = term.split_once("==") {
+                (f, true, v)
+            } else if let Some((f, v)) = term.split_once('=') {
+                (f, true, v)
+            } else {
+                return Err(StoreError::Invalid(format!(
+                    "field selector term {term:?} is not field=value"
+                )));
+            };
+            terms.push((field.trim().to_owned(), equal, value.trim().to_owned()));
+        }
+        Ok(Self(terms))
+    }
+
+    /// Whether `object` matches every term (a missing field is the empty string).
+    pub fn matches(&self, object: &Value) -> bool {
+        self.0.iter().all(|(field, equal, value)| {
+            let pointer = format!("/{}", field.replace('.', "/"));
+            let found = object
+                .pointer(&pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            (found == value) == *equal
+        })
+    }
+}
+
+/// What a list or watch selects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    /// The kind.
+    pub kind: Kind,
+    /// Only this namespace (`None`: all).
+    pub namespace: Option<String>,
+    /// Only objects matching this.
+    pub fields: FieldSelector,
+}
+
+impl Selection {
+    /// Everything of `kind`.
+    pub fn all(kind: Kind) -> Self {
+        Self {
+            kind,
+            namespace: None,
+            fields: FieldSelector::default(),
+        }
+    }
+
+    fn matches(&self, reference: &ObjectRef, object: &Value) -> bool {
+        reference.kind == self.kind
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| !self.kind.is_namespaced() || *ns == reference.namespace)
+            && self.fields.matches(object)
+    }
+}
+
+/// How to delete.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeleteOptions {
+    /// `gracePeriodSeconds`; for pods `None` means `spec.terminationGracePeriodSeconds` (30).
+    pub grace_period_seconds: Option<i64>,
+    /// `preconditions`.
+    pub preconditions: Preconditions,
+}
+
+/// What a delete did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Deleted {
+    /// The object is gone; this is its last state.
+    Removed(Value),
+    /// A pod got (or already had) a `deletionTimestamp`; this is its new state.
+    Terminating(Value),
+}
+
+struct Inner {
+    resource_version: u64,
+    objects: BTreeMap<ObjectRef, Value>,
+    history: VecDeque<Arc<WatchEvent>>,
+}
+
+/// The store.
+pub struct Store {
+    inner: Mutex<Inner>,
+    events: broadcast::Sender<Arc<WatchEvent>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("Store")
+            .field("resource_version", &inner.resource_version)
+            .field("objects", &inner.objects.len())
+            .finish()
+    }
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new(Arc::new(SystemClock))
+    }
+}
+
+fn now_string(clock: &dyn Clock) -> String {
+    // The API's second precision.
+    let now = clock.now();
+    Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .to_string()
+}
+
+fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object["metadata"].is_object() {
+        object["metadata"] = json!({});
+    }
+    object["metadata"]
+        .as_object_mut()
+        .expect("metadata was just made an object")
+}
+
+fn field<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    object.pointer(pointer).and_then(Value::as_str)
+}
+
+/// A UID made from `seed` in the API's textual form (8-4-4-4-12 hex digits).
+pub fn uid_from(seed: &[u8]) -> String {
+    let hash = digest(&SHA256, seed);
+    let hex: String = hash.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+impl Store {
+    /// An empty store using `clock` for timestamps.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                resource_version: 0,
+                objects: BTreeMap::new(),
+                history: VecDeque::with_capacity(HISTORY),
+            }),
+            events: broadcast::channel(HISTORY).0,
+            clock,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The latest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().resource_version
+    }
+
+    /// The reference of a document, checking `apiVersion`, `kind` and `metadata.name`;
+    /// a namespaced object without a namespace goes to `default`.
+    pub fn reference_of(object: &Value) -> Result<ObjectRef, StoreError> {
+        let api_version = field(object, "/apiVersion").unwrap_or("");
+        let kind_name = field(object, "/kind").unwrap_or("");
+        let kind = Kind::from_type(api_version, kind_name).ok_or_else(|| {
+            StoreError::Invalid(format!(
+                "unsupported apiVersion/kind {api_version:?}/{kind_name:?}"
+            ))
+        })?;
+        let name = field(object, "/metadata/name")
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| StoreError::Invalid(format!("{kind_name} without metadata.name")))?;
+        let namespace = field(object, "/metadata/namespace")
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default");
+        Ok(ObjectRef::new(kind, namespace, name))
+    }
+
+    fn commit(&self, inner: &mut Inner, type_: EventType, reference: ObjectRef, object: Value) {
+        let event = Arc::new(WatchEvent {
+            type_,
+            reference,
+            object,
+            resource_version: inner.resource_version,
+        });
+        if inner.history.len() == HISTORY {
+            inner.history.pop_front();
+        }
+        inner.history.push_back(event.clone());
+        // No watcher is fine.
+        let _ = self.events.send(event);
+    }
+
+    fn bump(inner: &mut Inner, object: &mut Value) {
+        inner.resource_version += 1;
+        metadata_mut(object).insert(
+            "resourceVersion".into(),
+            Value::String(inner.resource_version.to_string()),
+        );
+    }
+
+    /// Create `object`. A missing `metadata.uid` is generated; `creationTimestamp` is set.
+    pub fn create(&self, mut object: Value) -> Result<Value, StoreError> {
+        let reference = Self::reference_of(&object)?;
+        let mut inner = self.lock();
+        if inner.objects.contains_key(&reference) {
+            return Err(StoreError::AlreadyExists(reference));
+        }
+        let seed = format!(
+            "{reference}/{}/{}",
+            inner.resource_version,
+            self.clock.now()
+        );
+        let created = now_string(&*self.clock);
+        let meta = metadata_mut(&mut object);
+        if reference.kind.is_namespaced() {
+            meta.insert(
+                "namespace".into(),
+                Value::String(reference.namespace.clone()),
+            );
+        }
+        let uid_missing = meta
+            .get("uid")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty);
+        if uid_missing {
+            meta.insert("uid".into(), Value::String(uid_from(seed.as_bytes())));
+        }
+        meta.insert("creationTimestamp".into(), Value::String(created));
+        meta.remove("deletionTimestamp");
+        Self::bump(&mut inner, &mut object);
+        inner.objects.insert(reference.clone(), object.clone());
+        self.commit(&mut inner, EventType::Added, reference, object.clone());
+        Ok(object)
+    }
+
+    /// The stored object.
+    pub fn get(&self, reference: &ObjectRef) -> Result<Value, StoreError> {
+        self.lock()
+            .objects
+            .get(reference)
+            .cloned()
+            .ok_or_else(|| StoreError::NotFound(reference.clone()))
+    }
+
+    /// The objects `selection` selects, and the resourceVersion to watch from.
+    pub fn list(&self, selection: &Selection) -> (Vec<Value>, u64) {
+        let inner = self.lock();
+        let items = inner
+            .objects
+            .iter()
+            .filter(|(r, o)| selection.matches(r, o))
+            .map(|(_, o)| o.clone())
+            .collect();
+        (items, inner.resource_version)
+    }
+
+    fn check(
+        reference: &ObjectRef,
+        stored: &Value,
+        preconditions: &Preconditions,
+    ) -> Result<(), StoreError> {
+        let checks = [
+            ("UID", "/metadata/uid", &preconditions.uid),
+            (
+                "ResourceVersion",
+                "/metadata/resourceVersion",
+                &preconditions.resource_version,
+            ),
+        ];
+        for (what, pointer, expected) in checks {
+            let Some(expected) = expected else { continue };
+            let found = field(stored, pointer).unwrap_or("");
+            if found != expected {
+                return Err(StoreError::Conflict {
+                    reference: reference.clone(),
+                    message: format!(
+                        "the {what} in the precondition ({expected}) does not match the {what} in record ({found}); the object might have been deleted and then recreated"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Replace an object (PUT). Its `status` is kept when the kind has a status subresource;
+    /// `uid`, `creationTimestamp` and `deletionTimestamp` are kept; `metadata.uid` and
+    /// `metadata.resourceVersion` in the body are preconditions.
+    pub fn update(&self, mut object: Value) -> Result<Value, StoreError> {
+        let reference = Self::reference_of(&object)?;
+        let preconditions = Preconditions::from_body(&object);
+        let mut inner = self.lock();
+        let stored = inner
+            .objects
+            .get(&reference)
+            .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
+        Self::check(&reference, stored, &preconditions)?;
+        if reference.kind.has_status() {
+            match stored.get("status") {
+                Some(status) => object["status"] = status.clone(),
+                None => {
+                    if let Some(o) = object.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+        }
+        let kept: Vec<(String, Value)> = [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "resourceVersion",
+        ]
+        .into_iter()
+        .filter_map(|k| Some((k.to_owned(), stored["metadata"].get(k)?.clone())))
+        .collect();
+        let meta = metadata_mut(&mut object);
+        meta.remove("deletionTimestamp");
+        meta.remove("deletionGracePeriodSeconds");
+        meta.extend(kept);
+        if reference.kind.is_namespaced() {
+            meta.insert(
+                "namespace".into(),
+                Value::String(reference.namespace.clone()),
+            );
+        }
+        if *stored == object {
+            return Ok(object);
+        }
+        Self::bump(&mut inner, &mut object);
+        inner.objects.insert(reference.clone(), object.clone());
+        self.commit(&mut inner, EventType::Modified, reference, object.clone());
+        Ok(object)
+    }
+
+    /// Patch the `status` subresource. Pods take a strategic merge patch of their status
+    /// (merge keys: conditions by `type`, container statuses by `name`, ...); other kinds a
+    /// JSON merge patch. `metadata.uid` and `metadata.resourceVersion` in the patch are
+    /// preconditions; nothing outside `status` changes.
+    pub fn patch_status(&self, reference: &ObjectRef, patch: &Value) -> Result<Value, StoreError> {
+        if !reference.kind.has_status() {
+            return Err(StoreError::Invalid(format!(
+                "{} has no status subresource",
+                reference.kind.name()
+            )));
+        }
+        let preconditions = Preconditions::from_body(patch);
+        let mut inner = self.lock();
+        let stored = inner
+            .objects
+            .get(reference)
+            .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
+        Self::check(reference, stored, &preconditions)?;
+        let mut object = stored.clone();
+        if let Some(status_patch) = patch.get("status") {
+            let status = object
+                .as_object_mut()
+                .ok_or_else(|| StoreError::Invalid(format!("{reference} is not an object")))?
+                .entry("status")
+                .or_insert_with(|| json!({}));
+            if reference.kind == Kind::Pod {
+                apply_status_patch(status, status_patch);
+            } else {
+                json_merge(status, status_patch);
+            }
+        }
+        if object == *stored {
+            return Ok(object);
+        }
+        Self::bump(&mut inner, &mut object);
+        inner.objects.insert(reference.clone(), object.clone());
+        self.commit(
+            &mut inner,
+            EventType::Modified,
+            reference.clone(),
+            object.clone(),
+        );
+        Ok(object)
+    }
+
+    /// Delete. A pod with a grace period (given, else its
+    /// `spec.terminationGracePeriodSeconds`, else 30) that is not yet terminating gets
+    /// `deletionTimestamp` and `deletionGracePeriodSeconds` and stays; a grace period of 0, a
+    /// terminating pod deleted with a grace period of 0, or any other kind is removed.
+    pub fn delete(
+        &self,
+        reference: &ObjectRef,
+        options: &DeleteOptions,
+    ) -> Result<Deleted, StoreError> {
+        let mut inner = self.lock();
+        let stored = inner
+            .objects
+            .get(reference)
+            .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
+        Self::check(reference, stored, &options.preconditions)?;
+        let grace = options.grace_period_seconds.unwrap_or_else(|| {
+            stored
+                .pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(30)
+        });
+        if reference.kind == Kind::Pod && grace > 0 {
+            let mut object = stored.clone();
+            if object.pointer("/metadata/deletionTimestamp").is_some() {
+                return Ok(Deleted::Terminating(object));
+            }
+            let at = self.clock.now() + SignedDuration::from_secs(grace);
+            let meta = metadata_mut(&mut object);
+            meta.insert(
+                "deletionTimestamp".into(),
+                Value::String(
+                    Timestamp::from_second(at.as_second())
+                        .unwrap_or(at)
+                        .to_string(),
+                ),
+            );
+            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            Self::bump(&mut inner, &mut object);
+            inner.objects.insert(reference.clone(), object.clone());
+            self.commit(
+                &mut inner,
+                EventType::Modified,
+                reference.clone(),
+                object.clone(),
+            );
+            return Ok(Deleted::Terminating(object));
+        }
+        let mut object = inner
+            .objects
+            .remove(reference)
+            .expect("checked present under the same lock");
+        Self::bump(&mut inner, &mut object);
+        self.commit(
+            &mut inner,
+            EventType::Deleted,
+            reference.clone(),
+            object.clone(),
+        );
+        Ok(Deleted::Removed(object))
+    }
+
+    /// Watch `selection` from `resource_version` (exclusive): past events still in the history
+    /// come first, then live ones. `0` means "from now".
+    pub fn watch(&self, selection: Selection, resource_version: u64) -> Result<Watch, StoreError> {
+        let inner = self.lock();
+        let live = self.events.subscribe();
+        let oldest = inner.history.front().map_or(inner.resource_version, |e| {
+            e.resource_version.saturating_sub(1)
+        });
+        if resource_version != 0 && resource_version < oldest {
+            return Err(StoreError::Gone {
+                requested: resource_version,
+                oldest,
+            });
+        }
+        let from = if resource_version == 0 {
+            inner.resource_version
+        } else {
+            resource_version
+        };
+        let replay = inner
+            .history
+            .iter()
+            .filter(|e| e.resource_version > from)
+            .cloned()
+            .collect();
+        Ok(Watch {
+            selection,
+            replay,
+            live,
+            last: inner.resource_version.max(from),
+        })
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn json_merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let object = target.as_object_mut().expect("made an object above");
+    for (key, value) in patch {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            json_merge(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// A stream of the changes a selection sees.
+#[derive(Debug)]
+pub struct Watch {
+    selection: Selection,
+    replay: VecDeque<Arc<WatchEvent>>,
+    live: broadcast::Receiver<Arc<WatchEvent>>,
+    last: u64,
+}
+
+impl Watch {
+    /// The next matching event; `Err(Gone)` when this watcher fell too far behind (relist).
+    pub async fn next(&mut self) -> Result<Arc<WatchEvent>, StoreError> {
+        loop {
+            let event = match self.replay.pop_front() {
+                Some(event) => event,
+                None => match self.live.recv().await {
+                    Ok(event) if event.resource_version <= self.last => continue,
+                    Ok(event) => event,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        return Err(StoreError::Gone {
+                            requested: self.last,
+                            oldest: self.last + 1,
+                        });
+                    }
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                },
+            };
+            self.last = self.last.max(event.resource_version);
+            if self.selection.matches(&event.reference, &event.object) {
+                return Ok(event);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

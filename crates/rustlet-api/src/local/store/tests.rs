@@ -1,0 +1,323 @@
+//! The store's API semantics: UIDs, resourceVersions, the status subresource, preconditions,
+//! graceful pod deletion, and watches.
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::jiff::Timestamp;
+use rustlet_status::Clock;
+use serde_json::{Value, json};
+
+use super::*;
+
+struct FixedClock(Mutex<Timestamp>);
+
+impl Clock for FixedClock {
+    fn now(&self) -> Timestamp {
+        *self.0.lock().unwrap()
+    }
+}
+
+fn store() -> Store {
+    Store::new(Arc::new(FixedClock(Mutex::new(
+        "2026-12-02T10:00:00Z".parse().unwrap(),
+    ))))
+}
+
+fn pod(name: &str) -> Value {
+    json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name,"namespace":"ns"},
+        "spec":{"nodeName":"node-a","containers":[{"name":"c","image":"busybox"}]}})
+}
+
+fn rv(object: &Value) -> u64 {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn pod_ref(name: &str) -> ObjectRef {
+    ObjectRef::new(Kind::Pod, "ns", name)
+}
+
+#[test]
+fn create_assigns_uid_timestamp_and_increasing_resource_versions() {
+    let store = store();
+    let a = store.create(pod("a")).unwrap();
+    let b = store.create(pod("b")).unwrap();
+    assert_eq!(a["metadata"]["creationTimestamp"], "2026-12-02T10:00:00Z");
+    let uid = a["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(uid.len(), 36, "{uid}");
+    assert_ne!(a["metadata"]["uid"], b["metadata"]["uid"]);
+    assert!(rv(&b) > rv(&a));
+    assert_eq!(store.resource_version(), rv(&b));
+    assert_eq!(
+        store.create(pod("a")).unwrap_err(),
+        StoreError::AlreadyExists(pod_ref("a"))
+    );
+    // A given UID is kept; a missing namespace is `default`.
+    let mut c = pod("c");
+    c["metadata"] = json!({"name":"c","uid":"given"});
+    let c = store.create(c).unwrap();
+    assert_eq!(c["metadata"]["uid"], "given");
+    assert_eq!(c["metadata"]["namespace"], "default");
+}
+
+#[test]
+fn documents_that_are_not_supported_objects_are_invalid() {
+    let store = store();
+    for (doc, why) in [
+        (
+            json!({"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"}}),
+            "unsupported",
+        ),
+        (
+            json!({"apiVersion":"v1","kind":"Pod","metadata":{}}),
+            "without metadata.name",
+        ),
+        (json!("just a string"), "unsupported"),
+    ] {
+        let err = store.create(doc).unwrap_err();
+        assert_eq!(err.code(), 422);
+        assert!(err.to_string().contains(why), "{err}");
+    }
+}
+
+#[test]
+fn status_subresource_changes_only_status_and_update_never_changes_status() {
+    let store = store();
+    let created = store.create(pod("a")).unwrap();
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+    let patched = store
+        .patch_status(
+            &pod_ref("a"),
+            &json!({"metadata":{"uid":uid},"spec":{"nodeName":"elsewhere"},
+                "status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}),
+        )
+        .unwrap();
+    assert_eq!(patched["status"]["phase"], "Running");
+    assert_eq!(patched["spec"]["nodeName"], "node-a");
+    assert!(rv(&patched) > rv(&created));
+    // A strategic merge: conditions merge by type.
+    let patched = store
+        .patch_status(
+            &pod_ref("a"),
+            &json!({"status":{"conditions":[{"type":"Initialized","status":"True"}]}}),
+        )
+        .unwrap();
+    let types: Vec<&str> = patched["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["Ready", "Initialized"]);
+    // An update with another status keeps the stored one.
+    let mut replacement = patched.clone();
+    replacement["status"] = json!({"phase":"Failed"});
+    replacement["metadata"]["labels"] = json!({"app":"x"});
+    let updated = store.update(replacement).unwrap();
+    assert_eq!(updated["status"]["phase"], "Running");
+    assert_eq!(updated["metadata"]["labels"]["app"], "x");
+    // A patch that changes nothing does not bump the resourceVersion.
+    let same = store
+        .patch_status(&pod_ref("a"), &json!({"status":{"phase":"Running"}}))
+        .unwrap();
+    assert_eq!(rv(&same), rv(&updated));
+}
+
+#[test]
+fn uid_and_resource_version_preconditions_conflict_on_mismatch() {
+    let store = store();
+    let created = store.create(pod("a")).unwrap();
+    let err = store
+        .patch_status(
+            &pod_ref("a"),
+            &json!({"metadata":{"uid":"other"},"status":{"phase":"Running"}}),
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), 409);
+    assert!(
+        err.to_string().contains("UID in the precondition (other)"),
+        "{err}"
+    );
+    let stale = json!({"metadata":{"resourceVersion":"0"},"status":{"phase":"Running"}});
+    assert_eq!(
+        store
+            .patch_status(&pod_ref("a"), &stale)
+            .unwrap_err()
+            .code(),
+        409
+    );
+    let fresh = json!({"metadata":{"resourceVersion":created["metadata"]["resourceVersion"]},
+        "status":{"phase":"Running"}});
+    store.patch_status(&pod_ref("a"), &fresh).unwrap();
+    // Nothing was written by the refused patches.
+    assert_eq!(
+        store.get(&pod_ref("a")).unwrap()["status"],
+        json!({"phase":"Running"})
+    );
+    let wrong_uid = DeleteOptions {
+        grace_period_seconds: Some(0),
+        preconditions: Preconditions {
+            uid: Some("other".into()),
+            resource_version: None,
+        },
+    };
+    assert_eq!(
+        store.delete(&pod_ref("a"), &wrong_uid).unwrap_err().code(),
+        409
+    );
+    assert!(store.get(&pod_ref("a")).is_ok());
+    assert_eq!(
+        store
+            .patch_status(&pod_ref("missing"), &json!({"status":{}}))
+            .unwrap_err()
+            .code(),
+        404
+    );
+}
+
+#[test]
+fn pods_are_deleted_gracefully_then_removed_with_grace_zero() {
+    let store = store();
+    let mut p = pod("a");
+    p["spec"]["terminationGracePeriodSeconds"] = json!(45);
+    let created = store.create(p).unwrap();
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+    let Deleted::Terminating(terminating) = store
+        .delete(&pod_ref("a"), &DeleteOptions::default())
+        .unwrap()
+    else {
+        panic!("a pod with a grace period is not removed at once");
+    };
+    assert_eq!(
+        terminating["metadata"]["deletionTimestamp"],
+        "2026-12-02T10:00:45Z"
+    );
+    assert_eq!(terminating["metadata"]["deletionGracePeriodSeconds"], 45);
+    // Deleting again changes nothing.
+    let again = store
+        .delete(&pod_ref("a"), &DeleteOptions::default())
+        .unwrap();
+    assert_eq!(again, Deleted::Terminating(terminating.clone()));
+    // The kubelet's final delete: grace 0 with the UID.
+    let last = DeleteOptions {
+        grace_period_seconds: Some(0),
+        preconditions: Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        },
+    };
+    assert!(matches!(
+        store.delete(&pod_ref("a"), &last).unwrap(),
+        Deleted::Removed(_)
+    ));
+    assert_eq!(store.get(&pod_ref("a")).unwrap_err().code(), 404);
+    // Other kinds go at once.
+    store
+        .create(
+            json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"ns"}}),
+        )
+        .unwrap();
+    let cm = ObjectRef::new(Kind::ConfigMap, "ns", "cm");
+    assert!(matches!(
+        store.delete(&cm, &DeleteOptions::default()).unwrap(),
+        Deleted::Removed(_)
+    ));
+}
+
+#[test]
+fn list_filters_by_kind_namespace_and_field_selector() {
+    let store = store();
+    store.create(pod("a")).unwrap();
+    let mut other = pod("b");
+    other["spec"]["nodeName"] = json!("node-b");
+    store.create(other).unwrap();
+    store
+        .create(json!({"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pv"}}))
+        .unwrap();
+    let selection = Selection {
+        kind: Kind::Pod,
+        namespace: Some("ns".into()),
+        fields: FieldSelector::parse("spec.nodeName=node-a").unwrap(),
+    };
+    let (items, rv) = store.list(&selection);
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["metadata"]["name"], "a");
+    assert_eq!(rv, store.resource_version());
+    let not_a = FieldSelector::parse("metadata.name!=a").unwrap();
+    let (items, _) = store.list(&Selection {
+        fields: not_a,
+        ..Selection::all(Kind::Pod)
+    });
+    assert_eq!(items.len(), 1);
+    // A cluster-scoped kind ignores the namespace.
+    let (pvs, _) = store.list(&Selection {
+        namespace: Some("ns".into()),
+        ..Selection::all(Kind::PersistentVolume)
+    });
+    assert_eq!(pvs.len(), 1);
+    assert!(FieldSelector::parse("nonsense").is_err());
+}
+
+#[tokio::test]
+async fn a_watch_resumes_from_a_resource_version_and_sees_live_changes() {
+    let store = store();
+    store.create(pod("first")).unwrap();
+    let a = store.create(pod("a")).unwrap();
+    store.create(pod("b")).unwrap();
+    let selection = Selection {
+        kind: Kind::Pod,
+        namespace: Some("ns".into()),
+        fields: FieldSelector::parse("metadata.name=a").unwrap(),
+    };
+    let mut watch = store.watch(selection.clone(), rv(&a) - 1).unwrap();
+    let event = watch.next().await.unwrap();
+    assert_eq!(
+        (event.type_, event.resource_version),
+        (EventType::Added, rv(&a))
+    );
+    store
+        .patch_status(&pod_ref("a"), &json!({"status":{"phase":"Running"}}))
+        .unwrap();
+    let event = watch.next().await.unwrap();
+    assert_eq!(event.type_, EventType::Modified);
+    assert_eq!(event.object["status"]["phase"], "Running");
+    store
+        .delete(
+            &pod_ref("a"),
+            &DeleteOptions {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(watch.next().await.unwrap().type_, EventType::Deleted);
+    // From "now": only later events.
+    let mut later = store.watch(Selection::all(Kind::Pod), 0).unwrap();
+    store.create(pod("c")).unwrap();
+    assert_eq!(later.next().await.unwrap().reference, pod_ref("c"));
+}
+
+#[test]
+fn a_watch_from_before_the_history_is_gone() {
+    let store = store();
+    for i in 0..(HISTORY + 5) {
+        store.create(pod(&format!("p{i}"))).unwrap();
+    }
+    let err = store.watch(Selection::all(Kind::Pod), 1).unwrap_err();
+    assert_eq!(err.code(), 410);
+    assert!(
+        store
+            .watch(Selection::all(Kind::Pod), store.resource_version() - 10)
+            .is_ok()
+    );
+}
+
+#[test]
+fn json_merge_patch_replaces_removes_and_recurses() {
+    let mut target = json!({"a":1,"b":{"c":2,"d":3},"e":[1,2]});
+    json_merge(&mut target, &json!({"a":null,"b":{"c":5},"e":[3]}));
+    assert_eq!(target, json!({"b":{"c":5,"d":3},"e":[3]}));
+}

@@ -250,7 +250,7 @@ pub struct WatchEvent {
 
 /// Equality field selectors, as the API accepts them: `a.b=x,c.d==y,e!=z`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FieldSelector(Vec<(String, bool, String)>);
+pub struct FieldSelector(pub(crate) Vec<(String, bool, String)>);
 
 impl FieldSelector {
     /// Parse `field=value` terms (also `==` and `!=`), comma separated.

@@ -49,3 +49,48 @@ async fn get_patch_and_delete_keep_api_semantics() {
     client.delete_pod("ns", "p", &uid).await.unwrap();
     assert!(client.get_pod("ns", "p").await.unwrap_err().is_not_found());
 }
+
+#[tokio::test]
+async fn the_pod_cache_follows_the_local_store() {
+    use rustlet_core::PodUid;
+    use rustlet_status::PodManager;
+    use rustlet_volume::populator::PodSource;
+
+    use super::feed_pod_cache;
+    use super::store::{DeleteOptions, Kind, ObjectRef};
+    use crate::pod_cache::PodCache;
+
+    let store = Arc::new(Store::default());
+    let pod = |name: &str, node: &str| {
+        json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name,"namespace":"ns","uid":name},
+            "spec":{"nodeName":node,"containers":[]}})
+    };
+    store.create(pod("before", "node-a")).unwrap();
+    store.create(pod("elsewhere", "node-b")).unwrap();
+    let cache = Arc::new(PodCache::new());
+    let mut changes = cache.subscribe();
+    let feeder = tokio::spawn(feed_pod_cache(store.clone(), cache.clone(), "node-a"));
+    changes
+        .wait_for(|_| cache.all_sources_ready())
+        .await
+        .unwrap();
+    assert!(cache.pod_by_uid(&PodUid::new("before")).is_some());
+    assert!(cache.pod_by_uid(&PodUid::new("elsewhere")).is_none());
+    store.create(pod("after", "node-a")).unwrap();
+    changes
+        .wait_for(|_| cache.pod_by_uid(&PodUid::new("after")).is_some())
+        .await
+        .unwrap();
+    let zero = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    store
+        .delete(&ObjectRef::new(Kind::Pod, "ns", "before"), &zero)
+        .unwrap();
+    changes
+        .wait_for(|_| cache.pod_by_uid(&PodUid::new("before")).is_none())
+        .await
+        .unwrap();
+    feeder.abort();
+}

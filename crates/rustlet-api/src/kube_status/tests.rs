@@ -252,3 +252,44 @@ async fn status_manager_over_kube_sends_get_then_patch() {
     assert_eq!(sync.kick_batches().await, 1);
     server.await.unwrap();
 }
+
+/// Upstream `TestPatchPodStatus` "pod condition change", over HTTP: the exact strategic merge
+/// body (with `$setElementOrder`) reaches the status subresource unchanged.
+#[tokio::test]
+async fn test_patch_pod_status_pod_condition_change_over_http() {
+    use k8s_openapi::api::core::v1::PodCondition;
+
+    let condition = |type_: &str, status: &str| PodCondition {
+        type_: type_.into(),
+        status: status.into(),
+        ..Default::default()
+    };
+    let old = PodStatus {
+        conditions: Some(vec![
+            condition("Ready", "True"),
+            condition("PodScheduled", "True"),
+        ]),
+        message: Some("Message".into()),
+        ..Default::default()
+    };
+    let mut new = old.clone();
+    new.conditions.as_mut().unwrap()[0].status = "False".into();
+    let patch = status_patch("myuid", None, &old, &new).unwrap();
+    let (client, handle) = client();
+    let server = tokio::spawn(serve(
+        handle,
+        vec![Expect {
+            method: Method::PATCH,
+            uri: "/api/v1/namespaces/new/pods/foo/status?",
+            content_type: Some("application/strategic-merge-patch+json"),
+            body: Some(json!({"metadata":{"uid":"myuid"},"status":{
+                "$setElementOrder/conditions":[{"type":"Ready"},{"type":"PodScheduled"}],
+                "conditions":[{"status":"False","type":"Ready"}]}})),
+            reply: ok(&pod()),
+        }],
+    ));
+    client.patch_pod_status("new", "foo", &patch).await.unwrap();
+    server.await.unwrap();
+    // No change, no patch: nothing is sent (upstream's "unchanged").
+    assert_eq!(status_patch("myuid", None, &old, &old), None);
+}

@@ -43,6 +43,8 @@ pub mod node_cache;
 pub mod objects;
 pub mod pod_cache;
 pub mod rate_limit;
+#[cfg(feature = "test-util")]
+pub mod test_server;
 
 pub use content::{ConfigMapSource, ObjectSource, SecretSource};
 pub use events::KubeEventRecorder;

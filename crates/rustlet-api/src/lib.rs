@@ -28,8 +28,11 @@
 //!   deletion, resumable watches); [`local::manifests::DirectorySync`] keeps a directory of
 //!   manifests in it; [`local::LocalPodStatusClient`] is the status manager's client over it.
 //!
-//! Still to come (issue 6): the pod/ConfigMap/Secret/node seams over the local store, the test
-//! API server over the same store, and the conformance suite shared by both.
+//! * [`test_server`] (feature `test-util`): the test API server, REST over the same store, with
+//!   fault injection and a request log; a conformance table runs against both.
+//!
+//! Still to come (issue 6): the ConfigMap/Secret/node seams over the local store, and watch
+//! fault cases beyond a cut stream.
 //!
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.

@@ -9,6 +9,10 @@
 //! codes. [`Fault`]s inject error codes, latency and cut watches per route; every request is
 //! logged for counting. It is test infrastructure: the product never needs it.
 
+// The error of the handlers is the HTTP response they answer with; large, but this is test
+// infrastructure and not a hot path.
+#![allow(clippy::result_large_err)]
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -225,3 +225,220 @@ async fn token_requests_are_answered() {
         1
     );
 }
+
+/// A step: the operation, the status code it must give, and a field a success must carry.
+type Step = (Op, u16, Option<(&'static str, serde_json::Value)>);
+
+/// One operation of the conformance table.
+enum Op {
+    Create(serde_json::Value),
+    Get(&'static str),
+    PatchStatus(&'static str, serde_json::Value),
+    Delete(&'static str, Option<i64>, Option<&'static str>),
+}
+
+/// Steps shared by both backends; `"$uid"` in a body or precondition is the UID that `create`
+/// returned for the first pod. Expected: the code, and for successes a field that must hold.
+fn conformance_table() -> Vec<Step> {
+    use Op::*;
+    let mut graceful = pod("p", "node-a");
+    graceful["spec"]["terminationGracePeriodSeconds"] = json!(30);
+    vec![
+        (
+            Create(graceful.clone()),
+            201,
+            Some(("/metadata/namespace", json!("ns"))),
+        ),
+        (Create(graceful), 409, None),
+        (Get("p"), 200, Some(("/spec/nodeName", json!("node-a")))),
+        (Get("missing"), 404, None),
+        (
+            PatchStatus(
+                "p",
+                json!({"metadata":{"uid":"$uid"},"status":{"phase":"Running"}}),
+            ),
+            200,
+            Some(("/status/phase", json!("Running"))),
+        ),
+        (
+            PatchStatus(
+                "p",
+                json!({"metadata":{"uid":"wrong"},"status":{"phase":"Failed"}}),
+            ),
+            409,
+            None,
+        ),
+        (
+            PatchStatus(
+                "p",
+                json!({"metadata":{"resourceVersion":"1"},"status":{"phase":"Failed"}}),
+            ),
+            409,
+            None,
+        ),
+        (
+            PatchStatus(
+                "p",
+                json!({"status":{"conditions":[{"type":"Ready","status":"True"}]}}),
+            ),
+            200,
+            Some(("/status/phase", json!("Running"))),
+        ),
+        (PatchStatus("missing", json!({"status":{}})), 404, None),
+        (Delete("p", None, Some("wrong")), 409, None),
+        (
+            Delete("p", None, None),
+            200,
+            Some(("/metadata/deletionGracePeriodSeconds", json!(30))),
+        ),
+        (Get("p"), 200, Some(("/status/phase", json!("Running")))),
+        (Delete("p", Some(0), Some("$uid")), 200, None),
+        (Get("p"), 404, None),
+        (Delete("p", Some(0), None), 404, None),
+        (
+            Create(json!({"apiVersion":"v1","kind":"Pod","metadata":{}})),
+            422,
+            None,
+        ),
+    ]
+}
+
+fn substitute(value: &serde_json::Value, uid: &str) -> serde_json::Value {
+    let text = serde_json::to_string(value).unwrap().replace("$uid", uid);
+    serde_json::from_str(&text).unwrap()
+}
+
+fn run_on_store(store: &Store, op: &Op, uid: &str) -> Result<serde_json::Value, u16> {
+    use crate::local::store::{DeleteOptions, Deleted, Preconditions};
+    let r = |name: &str| ObjectRef::new(Kind::Pod, "ns", name);
+    let result = match op {
+        Op::Create(body) => store.create(body.clone()),
+        Op::Get(name) => store.get(&r(name)),
+        Op::PatchStatus(name, patch) => store.patch_status(&r(name), &substitute(patch, uid)),
+        Op::Delete(name, grace, precondition) => store
+            .delete(
+                &r(name),
+                &DeleteOptions {
+                    grace_period_seconds: *grace,
+                    preconditions: Preconditions {
+                        uid: precondition.map(|p| p.replace("$uid", uid)),
+                        resource_version: None,
+                    },
+                },
+            )
+            .map(|d| match d {
+                Deleted::Removed(o) | Deleted::Terminating(o) => o,
+            }),
+    };
+    result.map_err(|e| e.code())
+}
+
+async fn run_over_http(
+    client: &kube::Client,
+    op: &Op,
+    uid: &str,
+) -> Result<serde_json::Value, u16> {
+    let base = "/api/v1/namespaces/ns/pods";
+    let (method, uri, content_type, body) = match op {
+        Op::Create(body) => (
+            Method::POST,
+            base.to_owned(),
+            "application/json",
+            body.clone(),
+        ),
+        Op::Get(name) => (Method::GET, format!("{base}/{name}"), "", json!(null)),
+        Op::PatchStatus(name, patch) => (
+            Method::PATCH,
+            format!("{base}/{name}/status"),
+            "application/strategic-merge-patch+json",
+            substitute(patch, uid),
+        ),
+        Op::Delete(name, grace, precondition) => {
+            let mut body = json!({});
+            if let Some(grace) = grace {
+                body["gracePeriodSeconds"] = json!(grace);
+            }
+            if let Some(p) = precondition {
+                body["preconditions"] = json!({"uid": p.replace("$uid", uid)});
+            }
+            (
+                Method::DELETE,
+                format!("{base}/{name}"),
+                "application/json",
+                body,
+            )
+        }
+    };
+    let mut request = http::Request::builder().method(method).uri(uri);
+    if !content_type.is_empty() {
+        request = request.header("content-type", content_type);
+    }
+    let bytes = if body.is_null() {
+        Vec::new()
+    } else {
+        serde_json::to_vec(&body).unwrap()
+    };
+    match client
+        .request::<serde_json::Value>(request.body(bytes).unwrap())
+        .await
+    {
+        Ok(value) => Ok(value),
+        Err(kube::Error::Api(status)) => Err(status.code),
+        Err(other) => panic!("transport: {other}"),
+    }
+}
+
+fn check_step(
+    step: usize,
+    got: &Result<serde_json::Value, u16>,
+    code: u16,
+    field: &Option<(&str, serde_json::Value)>,
+) {
+    match got {
+        Ok(object) => {
+            assert!(
+                (200..300).contains(&code),
+                "step {step}: expected {code}, got success {object}"
+            );
+            if let Some((pointer, value)) = field {
+                assert_eq!(
+                    object.pointer(pointer),
+                    Some(value),
+                    "step {step}: {object}"
+                );
+            }
+        }
+        Err(got) => assert_eq!(*got, code, "step {step}"),
+    }
+}
+
+#[tokio::test]
+async fn conformance_store_and_server_agree() {
+    // The store, directly.
+    let store = Store::default();
+    let mut uid = String::new();
+    for (step, (op, code, field)) in conformance_table().iter().enumerate() {
+        let got = run_on_store(&store, op, &uid);
+        if step == 0 {
+            uid = got.as_ref().unwrap()["metadata"]["uid"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        }
+        check_step(step, &got, *code, field);
+    }
+    // The same table over HTTP.
+    let server = server().await;
+    let client = server.client().await.unwrap();
+    let mut uid = String::new();
+    for (step, (op, code, field)) in conformance_table().iter().enumerate() {
+        let got = run_over_http(&client, op, &uid).await;
+        if step == 0 {
+            uid = got.as_ref().unwrap()["metadata"]["uid"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        }
+        check_step(step, &got, *code, field);
+    }
+}

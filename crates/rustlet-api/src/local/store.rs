@@ -467,6 +467,18 @@ impl Store {
         );
     }
 
+    /// Store a changed object under a new resourceVersion and announce it as MODIFIED.
+    fn write_modified(&self, inner: &mut Inner, reference: &ObjectRef, object: &mut Value) {
+        Self::bump(inner, object);
+        inner.objects.insert(reference.clone(), object.clone());
+        self.commit(
+            inner,
+            EventType::Modified,
+            reference.clone(),
+            object.clone(),
+        );
+    }
+
     /// Create `object`. A missing `metadata.uid` is generated; `creationTimestamp` is set.
     pub fn create(&self, mut object: Value) -> Result<Value, StoreError> {
         let reference = Self::reference_of(&object)?;
@@ -596,9 +608,7 @@ impl Store {
         if *stored == object {
             return Ok(object);
         }
-        Self::bump(&mut inner, &mut object);
-        inner.objects.insert(reference.clone(), object.clone());
-        self.commit(&mut inner, EventType::Modified, reference, object.clone());
+        self.write_modified(&mut inner, &reference, &mut object);
         Ok(object)
     }
 
@@ -636,14 +646,7 @@ impl Store {
         if object == *stored {
             return Ok(object);
         }
-        Self::bump(&mut inner, &mut object);
-        inner.objects.insert(reference.clone(), object.clone());
-        self.commit(
-            &mut inner,
-            EventType::Modified,
-            reference.clone(),
-            object.clone(),
-        );
+        self.write_modified(&mut inner, reference, &mut object);
         Ok(object)
     }
 
@@ -684,14 +687,7 @@ impl Store {
                 ),
             );
             meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
-            Self::bump(&mut inner, &mut object);
-            inner.objects.insert(reference.clone(), object.clone());
-            self.commit(
-                &mut inner,
-                EventType::Modified,
-                reference.clone(),
-                object.clone(),
-            );
+            self.write_modified(&mut inner, reference, &mut object);
             return Ok(Deleted::Terminating(object));
         }
         let mut object = inner

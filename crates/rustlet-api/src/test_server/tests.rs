@@ -442,3 +442,20 @@ async fn conformance_store_and_server_agree() {
         check_step(step, &got, *code, field);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn injected_latency_holds_the_answer() {
+    let server = server().await;
+    server.store().create(pod("web", "node-a")).unwrap();
+    let client = KubePodStatusClient::new(server.client().await.unwrap());
+    server.inject(Fault {
+        method: None,
+        path_contains: "/pods/web".into(),
+        action: FaultAction::Delay(Duration::from_secs(10)),
+        times: Some(1),
+    });
+    // Virtual time: the 1 s deadline comes before the 10 s the server holds the answer.
+    let held = tokio::time::timeout(Duration::from_secs(1), client.get_pod("ns", "web")).await;
+    assert!(held.is_err(), "answered before the injected latency");
+    assert!(client.get_pod("ns", "web").await.is_ok());
+}

@@ -244,6 +244,9 @@ pub struct WatchEvent {
     pub reference: ObjectRef,
     /// The object after the change (before it, for a deletion).
     pub object: Value,
+    /// For a modification, the object before it (a watch with a field selector turns an object
+    /// that starts or stops matching into ADDED or DELETED, as the API server does).
+    pub previous: Option<Value>,
     /// The store's resourceVersion of this change.
     pub resource_version: u64,
 }
@@ -445,10 +448,22 @@ impl Store {
     }
 
     fn commit(&self, inner: &mut Inner, type_: EventType, reference: ObjectRef, object: Value) {
+        self.commit_change(inner, type_, reference, object, None);
+    }
+
+    fn commit_change(
+        &self,
+        inner: &mut Inner,
+        type_: EventType,
+        reference: ObjectRef,
+        object: Value,
+        previous: Option<Value>,
+    ) {
         let event = Arc::new(WatchEvent {
             type_,
             reference,
             object,
+            previous,
             resource_version: inner.resource_version,
         });
         if inner.history.len() == HISTORY {
@@ -470,12 +485,13 @@ impl Store {
     /// Store a changed object under a new resourceVersion and announce it as MODIFIED.
     fn write_modified(&self, inner: &mut Inner, reference: &ObjectRef, object: &mut Value) {
         Self::bump(inner, object);
-        inner.objects.insert(reference.clone(), object.clone());
-        self.commit(
+        let previous = inner.objects.insert(reference.clone(), object.clone());
+        self.commit_change(
             inner,
             EventType::Modified,
             reference.clone(),
             object.clone(),
+            previous,
         );
     }
 
@@ -785,8 +801,19 @@ impl Watch {
                 },
             };
             self.last = self.last.max(event.resource_version);
-            if self.selection.matches(&event.reference, &event.object) {
-                return Ok(event);
+            let matches = |object: &Value| self.selection.matches(&event.reference, object);
+            let matched_before = event.previous.as_ref().map(matches);
+            let as_type = |type_| {
+                Arc::new(WatchEvent {
+                    type_,
+                    ..(*event).clone()
+                })
+            };
+            match (matches(&event.object), matched_before) {
+                (true, Some(false)) => return Ok(as_type(EventType::Added)),
+                (true, _) => return Ok(event),
+                (false, Some(true)) => return Ok(as_type(EventType::Deleted)),
+                (false, _) => {}
             }
         }
     }

@@ -321,3 +321,31 @@ fn json_merge_patch_replaces_removes_and_recurses() {
     json_merge(&mut target, &json!({"a":null,"b":{"c":5},"e":[3]}));
     assert_eq!(target, json!({"b":{"c":5,"d":3},"e":[3]}));
 }
+
+#[tokio::test]
+async fn an_object_that_stops_or_starts_matching_a_field_selector_is_deleted_or_added() {
+    let store = store();
+    store
+        .create(json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"ns"},"data":{"owner":"a"}}))
+        .unwrap();
+    let selection = Selection {
+        kind: Kind::ConfigMap,
+        namespace: None,
+        fields: FieldSelector::parse("data.owner=a").unwrap(),
+    };
+    let mut watch = store.watch(selection, 0).unwrap();
+    let mut cm = store
+        .get(&ObjectRef::new(Kind::ConfigMap, "ns", "cm"))
+        .unwrap();
+    cm["data"]["owner"] = json!("b");
+    store.update(cm.clone()).unwrap();
+    let event = watch.next().await.unwrap();
+    assert_eq!(event.type_, EventType::Deleted);
+    cm["data"]["owner"] = json!("a");
+    cm["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    store.update(cm).unwrap();
+    assert_eq!(watch.next().await.unwrap().type_, EventType::Added);
+}

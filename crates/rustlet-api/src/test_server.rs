@@ -71,7 +71,7 @@ pub struct LoggedRequest {
 struct Shared {
     faults: Vec<Fault>,
     log: Vec<LoggedRequest>,
-    tokens: u64,
+    served: u64,
 }
 
 #[derive(Clone)]
@@ -305,7 +305,7 @@ async fn serve(State(state): State<AppState>, request: Request) -> Response {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let (actions, token_number) = {
+    let (actions, request_number) = {
         let mut shared = state.shared.lock().unwrap_or_else(|e| e.into_inner());
         shared.log.push(LoggedRequest {
             method: method.clone(),
@@ -324,8 +324,8 @@ async fn serve(State(state): State<AppState>, request: Request) -> Response {
                 actions.push(fault.action.clone());
             }
         }
-        shared.tokens += 1;
-        (actions, shared.tokens)
+        shared.served += 1;
+        (actions, shared.served)
     };
     let mut cut_after = None;
     for action in actions {
@@ -351,7 +351,7 @@ async fn serve(State(state): State<AppState>, request: Request) -> Response {
         content_type,
         body,
         cut_after,
-        token_number,
+        request_number,
     };
     context.handle(route)
 }
@@ -363,7 +363,7 @@ struct Context<'a> {
     content_type: String,
     body: Bytes,
     cut_after: Option<usize>,
-    token_number: u64,
+    request_number: u64,
 }
 
 type Answer = Result<(StatusCode, Value), Response>;
@@ -590,7 +590,7 @@ impl Context<'_> {
             k8s_openapi::jiff::Timestamp::from_second(expires.as_second()).unwrap_or(expires);
         let mut answer = request;
         answer["status"] = json!({
-            "token": format!("test-token-{}-{}", route.name.as_deref().unwrap_or(""), self.token_number),
+            "token": format!("test-token-{}-{}", route.name.as_deref().unwrap_or(""), self.request_number),
             "expirationTimestamp": expires.to_string(),
         });
         Ok((StatusCode::CREATED, answer))

@@ -11,7 +11,8 @@
 //!   status manager's `PodManager` and the volume manager's `PodSource`.
 //! * [`node_cache::NodeCache`]: this node from a watch: the volume manager's `NodeStatus`.
 //!
-//! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`.
+//! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`;
+//!   [`client::build_client`] builds that client (rate limit, and kube's own retries on or off).
 //! * [`events::KubeEventRecorder`]: the volume manager's `EventRecorder` (events.k8s.io/v1).
 //! * [`node::NodeRegistrar`]: registers the Node when absent, writes `status.volumesInUse`, and
 //!   renews the `kube-node-lease` Lease every 10 s.
@@ -37,6 +38,7 @@
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.
 
+pub mod client;
 pub mod content;
 pub mod events;
 pub mod kube_status;
@@ -49,6 +51,7 @@ pub mod rate_limit;
 #[cfg(feature = "test-util")]
 pub mod test_server;
 
+pub use client::{ClientConfig, KubeRetries, build_client};
 pub use content::{ConfigMapSource, ObjectSource, SecretSource};
 pub use events::KubeEventRecorder;
 pub use kube_status::KubePodStatusClient;

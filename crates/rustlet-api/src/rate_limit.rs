@@ -2,11 +2,7 @@
 //! 50 and `kubeAPIBurst` 100): a tower layer that takes a token from
 //! `rustlet_status::RateLimiter` before each request.
 //!
-//! ```text
-//! let client = kube::client::ClientBuilder::try_from(config)?
-//!     .with_layer(&RateLimitLayer::new(50.0, 100))
-//!     .build();
-//! ```
+//! [`crate::client::build_client`] puts it around kube's stack.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,41 +34,67 @@ impl<S> Layer<S> for RateLimitLayer {
         RateLimited {
             inner,
             limiter: self.limiter.clone(),
+            waiting: None,
+            has_token: false,
         }
     }
 }
 
-/// A service that waits for a token before calling the inner one.
-#[derive(Clone, Debug)]
+/// A service that is not ready until it holds a token (tower's readiness is the reservation,
+/// so the inner service is called directly and need not be `Clone`).
 pub struct RateLimited<S> {
     inner: S,
     limiter: Arc<RateLimiter>,
+    waiting: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    has_token: bool,
+}
+
+impl<S: Clone> Clone for RateLimited<S> {
+    fn clone(&self) -> Self {
+        // A clone shares the bucket but not this one's reserved token.
+        Self {
+            inner: self.inner.clone(),
+            limiter: self.limiter.clone(),
+            waiting: None,
+            has_token: false,
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for RateLimited<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimited")
+            .field("has_token", &self.has_token)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S, R> Service<R> for RateLimited<S>
 where
-    S: Service<R> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    R: Send + 'static,
+    S: Service<R>,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.has_token {
+            let limiter = self.limiter.clone();
+            let waiting = self
+                .waiting
+                .get_or_insert_with(|| Box::pin(async move { limiter.acquire().await }));
+            if waiting.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.waiting = None;
+            self.has_token = true;
+        }
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        // The ready inner service is taken for this call; a fresh clone stays for the next
-        // (tower's clone-and-swap idiom).
-        let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
-        let limiter = self.limiter.clone();
-        Box::pin(async move {
-            limiter.acquire().await;
-            ready.call(request).await
-        })
+        self.has_token = false;
+        self.inner.call(request)
     }
 }
 

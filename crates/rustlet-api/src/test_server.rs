@@ -148,14 +148,18 @@ impl TestApiServer {
         )
     }
 
-    /// A `kube::Client` built from [`TestApiServer::kubeconfig`].
-    pub async fn client(&self) -> Result<kube::Client, kube::Error> {
+    /// The kube `Config` of [`TestApiServer::kubeconfig`].
+    pub async fn config(&self) -> Result<kube::Config, kube::Error> {
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.kubeconfig())
             .map_err(|e| kube::Error::Service(e.into()))?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
-            .map_err(|e| kube::Error::Service(e.into()))?;
-        kube::Client::try_from(config)
+            .map_err(|e| kube::Error::Service(e.into()))
+    }
+
+    /// A plain `kube::Client` built from [`TestApiServer::kubeconfig`].
+    pub async fn client(&self) -> Result<kube::Client, kube::Error> {
+        kube::Client::try_from(self.config().await?)
     }
 
     /// Add a fault.

@@ -459,3 +459,40 @@ async fn injected_latency_holds_the_answer() {
     assert!(held.is_err(), "answered before the injected latency");
     assert!(client.get_pod("ns", "web").await.is_ok());
 }
+
+#[tokio::test]
+async fn the_shared_client_can_leave_retries_to_the_caller() {
+    use crate::client::{ClientConfig, KubeRetries, build_client};
+
+    let server = server().await;
+    server.store().create(pod("web", "node-a")).unwrap();
+    let once_429 = || Fault {
+        method: Some(Method::GET),
+        path_contains: "/pods/web".into(),
+        action: FaultAction::Status(429),
+        times: Some(1),
+    };
+    let options = |retries| ClientConfig {
+        retries,
+        ..ClientConfig::default()
+    };
+    // kube's retries on: the 429 is absorbed (two requests, no error).
+    let kube = build_client(server.config().await.unwrap(), &options(KubeRetries::Kube)).unwrap();
+    server.inject(once_429());
+    assert!(
+        KubePodStatusClient::new(kube)
+            .get_pod("ns", "web")
+            .await
+            .is_ok()
+    );
+    assert_eq!(server.count(&Method::GET, "/pods/web"), 2);
+    // Off: the caller sees the 429 as a retryable error, after exactly one request.
+    let off = build_client(server.config().await.unwrap(), &options(KubeRetries::Off)).unwrap();
+    server.inject(once_429());
+    let err = KubePodStatusClient::new(off)
+        .get_pod("ns", "web")
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert_eq!(server.count(&Method::GET, "/pods/web"), 3);
+}

@@ -4,10 +4,10 @@
 //! possibly mounted, never as absent.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::RwLock;
 
 use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
 
+use super::Generational;
 use crate::plugin::{PluginError, PluginManager, unique_volume_name};
 use crate::spec::VolumeSpec;
 
@@ -199,34 +199,30 @@ struct Inner {
 /// The actual state of world. One lock over everything, as upstream.
 #[derive(Debug)]
 pub struct ActualStateOfWorld {
-    inner: RwLock<Inner>,
+    state: Generational<Inner>,
     plugins: PluginManager,
-    generation: std::sync::atomic::AtomicU64,
 }
 
 impl ActualStateOfWorld {
     /// An empty actual state.
     pub fn new(plugins: PluginManager) -> Self {
         Self {
-            inner: RwLock::new(Inner::default()),
+            state: Generational::default(),
             plugins,
-            generation: Default::default(),
         }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner())
+        self.state.read()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.generation
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+        self.state.write()
     }
 
     /// A counter that changes whenever the state may have changed (every write).
     pub fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::Acquire)
+        self.state.generation()
     }
 
     fn add_volume(

@@ -2,12 +2,13 @@
 //! should be mounted for which pods. Filled by the populator, read by the reconciler.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use rustlet_core::quantity::quantity_ceil;
 use rustlet_core::{UniquePodName, UniqueVolumeName};
 
+use super::Generational;
 use crate::plugin::{PluginError, PluginManager, unique_volume_name};
 use crate::spec::VolumeSpec;
 
@@ -68,9 +69,8 @@ struct Inner {
 /// The desired state of world. One lock over everything, as upstream.
 #[derive(Debug)]
 pub struct DesiredStateOfWorld {
-    inner: RwLock<Inner>,
+    state: Generational<Inner>,
     plugins: PluginManager,
-    generation: std::sync::atomic::AtomicU64,
 }
 
 const PV_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
@@ -135,25 +135,22 @@ impl DesiredStateOfWorld {
     /// An empty desired state over these plugins.
     pub fn new(plugins: PluginManager) -> Self {
         Self {
-            inner: RwLock::new(Inner::default()),
+            state: Generational::default(),
             plugins,
-            generation: Default::default(),
         }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner())
+        self.state.read()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.generation
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+        self.state.write()
     }
 
     /// A counter that changes whenever the state may have changed (every write).
     pub fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::Acquire)
+        self.state.generation()
     }
 
     /// V25: adds (or refreshes) the pod's use of a volume; returns the unique volume name.

@@ -166,6 +166,27 @@ pub struct MarkVolumeOpts {
     pub state: VolumeMountState,
 }
 
+impl MountedVolume {
+    fn of(
+        volume_name: &UniqueVolumeName,
+        volume: &VolumeEntry,
+        pod_name: &UniquePodName,
+        pod: &PodMount,
+    ) -> Self {
+        Self {
+            pod_name: pod_name.clone(),
+            pod_uid: pod.pod_uid.clone(),
+            volume_name: volume_name.clone(),
+            outer_volume_spec_names: pod.outer_names.clone(),
+            plugin_name: volume.plugin_name.clone(),
+            spec: pod.spec.clone(),
+            state: pod.state,
+            device_mount_path: volume.device_mount_path.clone(),
+            volume_gid: pod.gid.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct PodMount {
     pod_uid: PodUid,
@@ -571,17 +592,7 @@ impl ActualStateOfWorld {
         for (volume_name, volume) in &inner.volumes {
             for (pod_name, pod) in &volume.pods {
                 if filter(volume_name, pod_name, pod.state) {
-                    out.push(MountedVolume {
-                        pod_name: pod_name.clone(),
-                        pod_uid: pod.pod_uid.clone(),
-                        volume_name: volume_name.clone(),
-                        outer_volume_spec_names: pod.outer_names.clone(),
-                        plugin_name: volume.plugin_name.clone(),
-                        spec: pod.spec.clone(),
-                        state: pod.state,
-                        device_mount_path: volume.device_mount_path.clone(),
-                        volume_gid: pod.gid.clone(),
-                    });
+                    out.push(MountedVolume::of(volume_name, volume, pod_name, pod));
                 }
             }
         }
@@ -612,17 +623,7 @@ impl ActualStateOfWorld {
             .filter_map(|volume_name| {
                 let volume = inner.volumes.get(volume_name)?;
                 let pod = volume.pods.get(pod_name)?;
-                filter(pod.state).then(|| MountedVolume {
-                    pod_name: pod_name.clone(),
-                    pod_uid: pod.pod_uid.clone(),
-                    volume_name: volume_name.clone(),
-                    outer_volume_spec_names: pod.outer_names.clone(),
-                    plugin_name: volume.plugin_name.clone(),
-                    spec: pod.spec.clone(),
-                    state: pod.state,
-                    device_mount_path: volume.device_mount_path.clone(),
-                    volume_gid: pod.gid.clone(),
-                })
+                filter(pod.state).then(|| MountedVolume::of(volume_name, volume, pod_name, pod))
             })
             .collect()
     }

@@ -202,7 +202,7 @@ impl<K: ContentObject> ObjectSource<K> {
     /// added before old ones are dropped, so an object still referenced keeps its watch.
     /// Must be called inside a tokio runtime.
     pub fn register_pod(&self, pod: &Pod) {
-        let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+        let uid = PodUid::of(pod);
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let keys: BTreeSet<ObjectKey> = referenced_names(pod, K::KIND)
             .into_iter()
@@ -224,7 +224,7 @@ impl<K: ContentObject> ObjectSource<K> {
 
     /// Drop `pod`'s references; watches nobody needs stop.
     pub fn unregister_pod(&self, pod: &Pod) {
-        let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+        let uid = PodUid::of(pod);
         let mut inner = self.lock();
         if let Some(old) = inner.by_pod.remove(&uid) {
             for key in old {

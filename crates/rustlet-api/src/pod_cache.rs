@@ -42,19 +42,15 @@ fn full_name(pod: &Pod) -> FullName {
     )
 }
 
-fn uid_of(pod: &Pod) -> PodUid {
-    PodUid::new(pod.metadata.uid.clone().unwrap_or_default())
-}
-
 impl Pods {
     fn insert(&mut self, pod: Pod) {
         if is_mirror_pod(&pod) {
             self.mirrors.insert(full_name(&pod), Arc::new(pod));
         } else {
             if is_static_pod(&pod) {
-                self.statics.insert(full_name(&pod), uid_of(&pod));
+                self.statics.insert(full_name(&pod), PodUid::of(&pod));
             }
-            self.by_uid.insert(uid_of(&pod), Arc::new(pod));
+            self.by_uid.insert(PodUid::of(&pod), Arc::new(pod));
         }
     }
 
@@ -62,7 +58,7 @@ impl Pods {
         if is_mirror_pod(pod) {
             self.mirrors.remove(&full_name(pod));
         } else {
-            self.by_uid.remove(&uid_of(pod));
+            self.by_uid.remove(&PodUid::of(pod));
         }
     }
 }
@@ -126,7 +122,7 @@ impl PodCache {
                     pods.by_uid.clear();
                     pods.mirrors.clear();
                     for pod in statics {
-                        pods.by_uid.insert(uid_of(&pod), pod);
+                        pods.by_uid.insert(PodUid::of(&pod), pod);
                     }
                     for pod in listed {
                         pods.insert(pod);
@@ -177,7 +173,7 @@ impl rustlet_status::PodManager for PodCache {
         let pods = self.read();
         pods.mirrors
             .iter()
-            .find(|(_, m)| uid_of(m) == *uid)
+            .find(|(_, m)| PodUid::of(m) == *uid)
             .and_then(|(name, _)| pods.statics.get(name).cloned())
             .unwrap_or_else(|| uid.clone())
     }
@@ -192,7 +188,7 @@ impl rustlet_status::PodManager for PodCache {
             let mirror = pods
                 .mirrors
                 .get(name)
-                .map(|m| uid_of(m))
+                .map(|m| PodUid::of(m))
                 .unwrap_or_default();
             if !mirror.is_empty() {
                 out.mirror_to_pod.insert(mirror.clone(), static_uid.clone());

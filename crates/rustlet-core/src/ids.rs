@@ -83,6 +83,13 @@ string_newtype!(
     UniqueVolumeName
 );
 
+impl PodUid {
+    /// A pod's `metadata.uid` (empty when it has none).
+    pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
+        Self::new(pod.metadata.uid.clone().unwrap_or_default())
+    }
+}
+
 impl From<PodUid> for UniquePodName {
     fn from(uid: PodUid) -> Self {
         UniquePodName(uid.0)
@@ -125,5 +132,13 @@ mod tests {
         map.insert(PodUid::new("a"), 1);
         assert_eq!(map.get("a"), Some(&1));
         assert!(PodUid::default().is_empty());
+    }
+
+    #[test]
+    fn pod_uid_of_a_pod_is_its_metadata_uid_or_empty() {
+        let mut pod = k8s_openapi::api::core::v1::Pod::default();
+        assert!(PodUid::of(&pod).is_empty());
+        pod.metadata.uid = Some("u-1".into());
+        assert_eq!(PodUid::of(&pod), PodUid::new("u-1"));
     }
 }

@@ -118,10 +118,6 @@ pub struct StatusManager {
     syncer: Mutex<Option<Syncer>>,
 }
 
-fn pod_uid(pod: &Pod) -> PodUid {
-    PodUid::new(pod.metadata.uid.clone().unwrap_or_default())
-}
-
 impl StatusManager {
     /// A manager with an empty cache; call [`Self::start`] to sync.
     pub fn new(deps: StatusManagerDeps, config: StatusManagerConfig) -> Self {
@@ -201,7 +197,7 @@ impl StatusManager {
         status: PodStatus,
         source: UpdateSource,
     ) -> UpdateResult {
-        let uid = pod_uid(pod);
+        let uid = PodUid::of(pod);
         let cached = map.get(&uid);
         let mirror_status = match cached {
             Some(_) => None,
@@ -318,7 +314,7 @@ impl StatusManager {
     /// The final status of a pod whose containers are gone (R19-R24): forced, finished.
     pub fn terminate_pod(&self, pod: &Pod) -> UpdateResult {
         let mut map = self.shared.write();
-        let status = terminate_status(pod, map.get(&pod_uid(pod)).map(|v| &v.status));
+        let status = terminate_status(pod, map.get(&PodUid::of(pod)).map(|v| &v.status));
         self.store(&mut map, pod, status, UpdateSource::TerminatePod)
     }
 

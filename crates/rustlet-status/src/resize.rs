@@ -220,7 +220,7 @@ impl ResizeState {
     /// R53: rebuilds the cache from the API pods' conditions.
     pub(crate) fn backfill(&mut self, pods: &[Pod], now: Timestamp) {
         for pod in pods {
-            let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+            let uid = PodUid::of(pod);
             for c in pod
                 .status
                 .iter()

@@ -381,10 +381,6 @@ fn full_name(pod: &Pod) -> (String, String) {
     )
 }
 
-fn uid_of(pod: &Pod) -> PodUid {
-    PodUid::new(pod.metadata.uid.clone().unwrap_or_default())
-}
-
 impl FakePodManager {
     /// An empty pod manager.
     pub fn new() -> Self {
@@ -401,7 +397,7 @@ impl FakePodManager {
         if is_mirror_pod(&pod) {
             state.mirrors.insert(full_name(&pod), Arc::new(pod));
         } else {
-            let uid = uid_of(&pod);
+            let uid = PodUid::of(&pod);
             if is_static_pod(&pod) {
                 state.static_uids.insert(uid.clone());
             } else {
@@ -416,7 +412,7 @@ impl FakePodManager {
         let mut state = self.state();
         state.pods.remove(uid);
         state.static_uids.remove(uid);
-        state.mirrors.retain(|_, m| uid_of(m) != *uid);
+        state.mirrors.retain(|_, m| PodUid::of(m) != *uid);
     }
 
     /// Replaces the status of a known pod (what the watch delivers after a write).
@@ -426,7 +422,7 @@ impl FakePodManager {
             Arc::make_mut(pod).status = Some(status.clone());
         }
         for mirror in state.mirrors.values_mut() {
-            if uid_of(mirror) == *uid {
+            if PodUid::of(mirror) == *uid {
                 Arc::make_mut(mirror).status = Some(status.clone());
             }
         }
@@ -450,10 +446,10 @@ impl PodManager for FakePodManager {
     fn translate_pod_uid(&self, uid: &PodUid) -> PodUid {
         let state = self.state();
         for mirror in state.mirrors.values() {
-            if uid_of(mirror) == *uid {
+            if PodUid::of(mirror) == *uid {
                 let name = full_name(mirror);
                 if let Some(static_pod) = state.pods.values().find(|p| full_name(p) == name) {
-                    return uid_of(static_pod);
+                    return PodUid::of(static_pod);
                 }
             }
         }
@@ -471,14 +467,14 @@ impl PodManager for FakePodManager {
             let mirror = state
                 .mirrors
                 .get(&full_name(pod))
-                .map(|m| uid_of(m))
+                .map(|m| PodUid::of(m))
                 .unwrap_or_default();
             if !mirror.is_empty() {
                 translations
                     .mirror_to_pod
-                    .insert(mirror.clone(), uid_of(pod));
+                    .insert(mirror.clone(), PodUid::of(pod));
             }
-            translations.pod_to_mirror.insert(uid_of(pod), mirror);
+            translations.pod_to_mirror.insert(PodUid::of(pod), mirror);
         }
         translations
     }

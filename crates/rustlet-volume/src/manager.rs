@@ -261,7 +261,7 @@ impl VolumeManager {
             .pods
             .pods()
             .iter()
-            .map(|p| PodUid::new(p.metadata.uid.clone().unwrap_or_default()))
+            .map(|p| PodUid::of(p))
             .chain(self.dsw.pods().into_iter().map(|p| PodUid::new(p.as_str())))
             .collect();
         cleanup_orphaned_pod_dirs(&self.host, &self.asw, &known)

@@ -145,7 +145,7 @@ impl Populator {
     fn find_and_add_new_pods(&self) {
         let steady = self.has_added_pods.load(Ordering::Acquire);
         for pod in self.pods.pods() {
-            let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+            let uid = PodUid::of(&pod);
             let skip = if steady {
                 self.states.should_pod_containers_be_terminating(&uid)
             } else {

@@ -175,7 +175,7 @@ impl VolumePlugin for FakePlugin {
         pod: &Pod,
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeMounter>, PluginError> {
-        let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+        let uid = PodUid::of(pod);
         Ok(Box::new(FakeVolume {
             path: host.pod_volume_dir(&uid, self.name, spec.name()),
             name: spec.name().to_owned(),
@@ -286,15 +286,11 @@ impl Default for FakePods {
     }
 }
 
-fn uid_of(pod: &Pod) -> PodUid {
-    PodUid::new(pod.metadata.uid.clone().unwrap_or_default())
-}
-
 impl FakePods {
     /// Adds (or replaces) a pod.
     pub fn add(&self, pod: Arc<Pod>) {
         let mut pods = self.pods.lock().unwrap();
-        pods.retain(|p| uid_of(p) != uid_of(&pod));
+        pods.retain(|p| PodUid::of(p) != PodUid::of(&pod));
         pods.push(pod);
     }
 
@@ -303,7 +299,7 @@ impl FakePods {
         self.pods
             .lock()
             .unwrap()
-            .retain(|p| uid_of(p).as_str() != uid);
+            .retain(|p| PodUid::of(p).as_str() != uid);
     }
 
     /// Whether the sources are ready.
@@ -555,7 +551,7 @@ impl VolumePlugin for FakeAttachablePlugin {
         pod: &Pod,
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeMounter>, PluginError> {
-        let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+        let uid = PodUid::of(pod);
         Ok(Box::new(FakeAttachedVolume {
             pod_dir: host.pod_volume_dir(&uid, FAKE_ATTACHABLE, spec.name()),
             global: host.plugin_global_mount_dir(FAKE_ATTACHABLE, spec.name()),

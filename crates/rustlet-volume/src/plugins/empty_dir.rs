@@ -110,7 +110,7 @@ impl VolumePlugin for EmptyDirPlugin {
             "Memory" => Medium::Memory,
             other => return Err(invalid(&format!("unsupported medium {other:?}"))),
         };
-        let uid = PodUid::new(pod.metadata.uid.clone().unwrap_or_default());
+        let uid = PodUid::of(pod);
         Ok(Box::new(EmptyDir {
             dir: host.pod_volume_dir(&uid, PLUGIN_NAME, &volume.name),
             meta_dir: host.pod_plugin_dir(&uid, PLUGIN_NAME, &volume.name),

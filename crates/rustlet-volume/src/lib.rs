@@ -45,6 +45,7 @@ pub mod manager;
 pub mod metrics;
 pub mod mounter;
 pub mod node;
+pub mod objects;
 pub mod operations;
 pub mod plugin;
 pub mod plugins;

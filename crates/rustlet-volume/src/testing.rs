@@ -4,14 +4,24 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use std::collections::HashMap;
+
+use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, HostPathVolumeSource, PersistentVolume, PersistentVolumeSpec, Pod, Volume,
+    ConfigMap, EmptyDirVolumeSource, HostPathVolumeSource, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeSpec, Pod, Secret, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff;
+use tokio::sync::broadcast;
 
 use rustlet_core::PodUid;
+use rustlet_core::refs::{ObjectKind, referenced_names};
 
 use crate::events::{EventKind, EventRecorder};
+use crate::objects::{
+    FetchFailure, ObjectChange, ObjectError, ServiceAccountToken, TokenRequestKey, VolumeObjects,
+};
 use crate::plugin::{
     PluginError, PluginManager, VolumeError, VolumeHost, VolumeMounter, VolumePlugin,
     VolumeUnmounter,
@@ -591,5 +601,236 @@ impl FakeNodeStatus {
 impl crate::node::NodeStatus for FakeNodeStatus {
     fn volumes_attached(&self) -> Vec<crate::node::AttachedToNode> {
         self.attached.lock().unwrap().clone()
+    }
+}
+
+/// A stateful [`crate::objects::VolumeObjects`]: objects a test puts in, registrations checked
+/// as the real managers check them (a ConfigMap or Secret no registered pod references is
+/// "not registered"), changes announced, tokens issued on a clock the test moves.
+#[derive(Debug)]
+pub struct FakeVolumeObjects {
+    state: Mutex<FakeObjectsState>,
+    changes: broadcast::Sender<ObjectChange>,
+}
+
+#[derive(Debug)]
+struct FakeObjectsState {
+    config_maps: HashMap<(String, String), Arc<ConfigMap>>,
+    secrets: HashMap<(String, String), Arc<Secret>>,
+    claims: HashMap<(String, String), PersistentVolumeClaim>,
+    volumes: HashMap<String, PersistentVolume>,
+    registered: HashMap<PodUid, Vec<(ObjectKind, String, String)>>,
+    tokens: HashMap<TokenRequestKey, ServiceAccountToken>,
+    tokens_issued: usize,
+    now: jiff::Timestamp,
+}
+
+impl Default for FakeVolumeObjects {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(FakeObjectsState {
+                config_maps: Default::default(),
+                secrets: Default::default(),
+                claims: Default::default(),
+                volumes: Default::default(),
+                registered: Default::default(),
+                tokens: Default::default(),
+                tokens_issued: 0,
+                now: jiff::Timestamp::from_second(1_700_000_000).expect("a valid timestamp"),
+            }),
+            changes: broadcast::channel(64).0,
+        }
+    }
+}
+
+fn namespaced_key(meta: &ObjectMeta) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+impl FakeVolumeObjects {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeObjectsState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn announce(&self, kind: ObjectKind, (namespace, name): (String, String)) {
+        let registered = self
+            .lock()
+            .registered
+            .values()
+            .flatten()
+            .any(|(k, ns, n)| *k == kind && *ns == namespace && *n == name);
+        if registered {
+            let _ = self.changes.send(ObjectChange {
+                kind,
+                namespace,
+                name,
+            });
+        }
+    }
+
+    /// Creates or replaces a ConfigMap (announced when registered).
+    pub fn put_config_map(&self, object: ConfigMap) {
+        let key = namespaced_key(&object.metadata);
+        self.lock()
+            .config_maps
+            .insert(key.clone(), Arc::new(object));
+        self.announce(ObjectKind::ConfigMap, key);
+    }
+
+    /// Creates or replaces a Secret (announced when registered).
+    pub fn put_secret(&self, object: Secret) {
+        let key = namespaced_key(&object.metadata);
+        self.lock().secrets.insert(key.clone(), Arc::new(object));
+        self.announce(ObjectKind::Secret, key);
+    }
+
+    /// Deletes a ConfigMap (announced when registered).
+    pub fn delete_config_map(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_owned(), name.to_owned());
+        self.lock().config_maps.remove(&key);
+        self.announce(ObjectKind::ConfigMap, key);
+    }
+
+    /// Creates or replaces a claim.
+    pub fn put_claim(&self, object: PersistentVolumeClaim) {
+        let key = namespaced_key(&object.metadata);
+        self.lock().claims.insert(key, object);
+    }
+
+    /// Creates or replaces a persistent volume.
+    pub fn put_volume(&self, object: PersistentVolume) {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        self.lock().volumes.insert(name, object);
+    }
+
+    /// Moves the token clock.
+    pub fn advance(&self, by: jiff::SignedDuration) {
+        let mut state = self.lock();
+        state.now += by;
+    }
+
+    /// Tokens issued so far (cache misses).
+    pub fn tokens_issued(&self) -> usize {
+        self.lock().tokens_issued
+    }
+
+    /// Whether `pod` is registered.
+    pub fn is_registered(&self, pod: &PodUid) -> bool {
+        self.lock().registered.contains_key(pod)
+    }
+
+    fn content<T>(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+        pick: impl FnOnce(&FakeObjectsState) -> Option<Arc<T>>,
+    ) -> Result<Arc<T>, ObjectError> {
+        let state = self.lock();
+        let registered = state
+            .registered
+            .values()
+            .flatten()
+            .any(|(k, ns, n)| *k == kind && ns == namespace && n == name);
+        if !registered {
+            return Err(ObjectError::content(
+                kind,
+                namespace,
+                name,
+                FetchFailure::NotRegistered,
+            ));
+        }
+        pick(&state)
+            .ok_or_else(|| ObjectError::content(kind, namespace, name, FetchFailure::NotFound))
+    }
+}
+
+#[async_trait]
+impl VolumeObjects for FakeVolumeObjects {
+    fn register_pod(&self, pod: &Pod) {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let refs = [ObjectKind::ConfigMap, ObjectKind::Secret]
+            .into_iter()
+            .flat_map(|kind| {
+                let namespace = namespace.clone();
+                referenced_names(pod, kind)
+                    .into_iter()
+                    .map(move |name| (kind, namespace.clone(), name))
+            })
+            .collect();
+        self.lock().registered.insert(PodUid::of(pod), refs);
+    }
+
+    fn unregister_pod(&self, pod: &Pod) {
+        self.lock().registered.remove(&PodUid::of(pod));
+    }
+
+    async fn config_map(&self, namespace: &str, name: &str) -> Result<Arc<ConfigMap>, ObjectError> {
+        let key = (namespace.to_owned(), name.to_owned());
+        self.content(ObjectKind::ConfigMap, namespace, name, |s| {
+            s.config_maps.get(&key).cloned()
+        })
+    }
+
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Arc<Secret>, ObjectError> {
+        let key = (namespace.to_owned(), name.to_owned());
+        self.content(ObjectKind::Secret, namespace, name, |s| {
+            s.secrets.get(&key).cloned()
+        })
+    }
+
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<PersistentVolumeClaim, ObjectError> {
+        let key = (namespace.to_owned(), name.to_owned());
+        self.lock()
+            .claims
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ObjectError::claim(namespace, name, FetchFailure::NotFound))
+    }
+
+    async fn persistent_volume(&self, name: &str) -> Result<PersistentVolume, ObjectError> {
+        self.lock()
+            .volumes
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ObjectError::volume(name, FetchFailure::NotFound))
+    }
+
+    async fn service_account_token(
+        &self,
+        key: &TokenRequestKey,
+    ) -> Result<ServiceAccountToken, ObjectError> {
+        let mut state = self.lock();
+        let now = state.now;
+        if let Some(token) = state.tokens.get(key)
+            && !token.requires_refresh(now)
+        {
+            return Ok(token.clone());
+        }
+        state.tokens_issued += 1;
+        let token = ServiceAccountToken {
+            token: format!("token-{}-{}", key.service_account, state.tokens_issued),
+            issued_at: now,
+            expires_at: now + jiff::SignedDuration::from_secs(key.expiration_seconds),
+        };
+        state.tokens.insert(key.clone(), token.clone());
+        Ok(token)
+    }
+
+    fn forget_tokens_of(&self, pod: &PodUid) {
+        self.lock()
+            .tokens
+            .retain(|key, _| key.pod_uid != pod.as_str());
+    }
+
+    fn changes(&self) -> broadcast::Receiver<ObjectChange> {
+        self.changes.subscribe()
     }
 }

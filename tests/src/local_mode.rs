@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PodStatus;
-use rustlet_api::PodCache;
+use rustlet_api::local::LocalPodStatusClient;
 use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::{Kind, ObjectRef, Store};
-use rustlet_api::local::{LocalPodStatusClient, feed_pod_cache};
+use rustlet_api::{Backend, PodCache};
 use rustlet_core::PodUid;
 use rustlet_core::deletion::FixedDeletionSafety;
 use rustlet_status::testing::ManualSync;
@@ -42,7 +42,10 @@ async fn a_manifest_pod_gets_its_status_and_is_deleted_with_its_uid_when_withdra
 
     let cache = Arc::new(PodCache::new());
     let mut changes = cache.subscribe();
-    let feeder = tokio::spawn(feed_pod_cache(store.clone(), cache.clone(), "node-a"));
+    let feeder = {
+        let (cache, backend) = (cache.clone(), Backend::Local(store.clone()));
+        tokio::spawn(async move { cache.run(&backend, "node-a").await })
+    };
     changes
         .wait_for(|_| cache.pod_by_uid(&uid).is_some())
         .await

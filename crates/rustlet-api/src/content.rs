@@ -15,42 +15,35 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::NamespaceResourceScope;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use rustlet_core::PodUid;
 use rustlet_core::refs::{ObjectKind, referenced_names};
-use serde::de::DeserializeOwned;
+use rustlet_volume::objects::{FetchFailure, ObjectChange, ObjectError};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::backend::{Backend, Stored, WatchItem};
+
 /// A namespaced object a source can watch.
-pub trait ContentObject:
-    kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-    + Clone
-    + DeserializeOwned
-    + Debug
-    + Send
-    + Sync
-    + 'static
-{
+pub trait ContentObject: Stored {
     /// Which references of a pod name objects of this type.
-    const KIND: ObjectKind;
+    const OBJECT_KIND: ObjectKind;
     /// `immutable: true`: it can never change, so it need not be watched once seen.
     fn is_immutable(&self) -> bool;
 }
 
 impl ContentObject for ConfigMap {
-    const KIND: ObjectKind = ObjectKind::ConfigMap;
+    const OBJECT_KIND: ObjectKind = ObjectKind::ConfigMap;
     fn is_immutable(&self) -> bool {
         self.immutable == Some(true)
     }
 }
 
 impl ContentObject for Secret {
-    const KIND: ObjectKind = ObjectKind::Secret;
+    const OBJECT_KIND: ObjectKind = ObjectKind::Secret;
     fn is_immutable(&self) -> bool {
         self.immutable == Some(true)
     }
@@ -91,44 +84,6 @@ impl Default for ObjectSourceConfig {
     }
 }
 
-/// Why an object could not be returned.
-#[derive(Debug, thiserror::Error)]
-pub enum ObjectSourceError {
-    /// No registered pod references it (upstream: "not registered").
-    #[error("get {kind:?} {}/{}: not registered by any pod", key.namespace, key.name)]
-    NotRegistered {
-        /// Which source.
-        kind: ObjectKind,
-        /// The object.
-        key: ObjectKey,
-    },
-    /// Its watch has not listed it in time.
-    #[error("get {kind:?} {}/{}: watch not synced after {waited:?}", key.namespace, key.name)]
-    NotSynced {
-        /// Which source.
-        kind: ObjectKind,
-        /// The object.
-        key: ObjectKey,
-        /// How long it waited.
-        waited: Duration,
-    },
-    /// It does not exist.
-    #[error("get {kind:?} {}/{}: not found", key.namespace, key.name)]
-    NotFound {
-        /// Which source.
-        kind: ObjectKind,
-        /// The object.
-        key: ObjectKey,
-    },
-}
-
-impl ObjectSourceError {
-    /// The object does not exist.
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, Self::NotFound { .. })
-    }
-}
-
 struct Entry<K> {
     pods: usize,
     state: watch::Sender<ObjectState<K>>,
@@ -142,10 +97,10 @@ struct Inner<K> {
 
 /// The ConfigMaps (or Secrets) that registered pods reference.
 pub struct ObjectSource<K: ContentObject> {
-    client: kube::Client,
+    backend: Backend,
     config: ObjectSourceConfig,
     inner: Arc<Mutex<Inner<K>>>,
-    changes: broadcast::Sender<ObjectKey>,
+    changes: broadcast::Sender<ObjectChange>,
 }
 
 /// The ConfigMap source.
@@ -156,7 +111,7 @@ pub type SecretSource = ObjectSource<Secret>;
 impl<K: ContentObject> Debug for ObjectSource<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObjectSource")
-            .field("kind", &K::KIND)
+            .field("kind", &K::OBJECT_KIND)
             .field("watched", &self.watched())
             .finish()
     }
@@ -171,16 +126,26 @@ impl<K: ContentObject> Drop for ObjectSource<K> {
 }
 
 impl<K: ContentObject> ObjectSource<K> {
-    /// A source over `client`; nothing is watched until a pod registers.
-    pub fn new(client: kube::Client, config: ObjectSourceConfig) -> Self {
+    /// A source over `backend`; nothing is watched until a pod registers.
+    pub fn new(backend: Backend, config: ObjectSourceConfig) -> Self {
+        Self::announcing_on(backend, config, broadcast::channel(256).0)
+    }
+
+    /// A source that announces changes on `changes` (shared by the ConfigMap and Secret
+    /// sources of one [`crate::objects::ApiObjects`]).
+    pub fn announcing_on(
+        backend: Backend,
+        config: ObjectSourceConfig,
+        changes: broadcast::Sender<ObjectChange>,
+    ) -> Self {
         Self {
-            client,
+            backend,
             config,
             inner: Arc::new(Mutex::new(Inner {
                 objects: HashMap::new(),
                 by_pod: HashMap::new(),
             })),
-            changes: broadcast::channel(256).0,
+            changes,
         }
     }
 
@@ -194,7 +159,7 @@ impl<K: ContentObject> ObjectSource<K> {
     }
 
     /// Announcements of changed objects (created, modified, deleted).
-    pub fn subscribe(&self) -> broadcast::Receiver<ObjectKey> {
+    pub fn subscribe(&self) -> broadcast::Receiver<ObjectChange> {
         self.changes.subscribe()
     }
 
@@ -204,7 +169,7 @@ impl<K: ContentObject> ObjectSource<K> {
     pub fn register_pod(&self, pod: &Pod) {
         let uid = PodUid::of(pod);
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let keys: BTreeSet<ObjectKey> = referenced_names(pod, K::KIND)
+        let keys: BTreeSet<ObjectKey> = referenced_names(pod, K::OBJECT_KIND)
             .into_iter()
             .map(|name| ObjectKey {
                 namespace: namespace.clone(),
@@ -240,9 +205,11 @@ impl<K: ContentObject> ObjectSource<K> {
         }
         let state = watch::channel(ObjectState::Syncing).0;
         let stop = CancellationToken::new();
-        let api = Api::<K>::namespaced(self.client.clone(), &key.namespace);
+        let stream = self
+            .backend
+            .watch::<K>(Some(&key.namespace), &format!("metadata.name={}", key.name));
         tokio::spawn(watch_one(
-            api,
+            stream,
             key.clone(),
             state.clone(),
             self.changes.clone(),
@@ -270,13 +237,14 @@ impl<K: ContentObject> ObjectSource<K> {
     }
 
     /// The object, from its watch's cache.
-    pub async fn get(&self, namespace: &str, name: &str) -> Result<Arc<K>, ObjectSourceError> {
+    pub async fn get(&self, namespace: &str, name: &str) -> Result<Arc<K>, ObjectError> {
         let key = ObjectKey {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         };
+        let failed = |reason| ObjectError::content(K::OBJECT_KIND, namespace, name, reason);
         let Some(mut state) = self.lock().objects.get(&key).map(|e| e.state.subscribe()) else {
-            return Err(ObjectSourceError::NotRegistered { kind: K::KIND, key });
+            return Err(failed(FetchFailure::NotRegistered));
         };
         let waited = self.config.sync_timeout;
         let synced = tokio::time::timeout(
@@ -287,20 +255,12 @@ impl<K: ContentObject> ObjectSource<K> {
         let state = match synced {
             Ok(Ok(state)) => state.clone(),
             // The sender lives in the entry; a closed channel means it was unregistered.
-            Ok(Err(_)) => return Err(ObjectSourceError::NotRegistered { kind: K::KIND, key }),
-            Err(_) => {
-                return Err(ObjectSourceError::NotSynced {
-                    kind: K::KIND,
-                    key,
-                    waited,
-                });
-            }
+            Ok(Err(_)) => return Err(failed(FetchFailure::NotRegistered)),
+            Err(_) => return Err(failed(FetchFailure::NotSynced(waited))),
         };
         match state {
             ObjectState::Present(object) => Ok(object),
-            ObjectState::Absent | ObjectState::Syncing => {
-                Err(ObjectSourceError::NotFound { kind: K::KIND, key })
-            }
+            ObjectState::Absent | ObjectState::Syncing => Err(failed(FetchFailure::NotFound)),
         }
     }
 }
@@ -316,15 +276,12 @@ fn same_version<K: ContentObject>(state: &ObjectState<K>, object: &K) -> bool {
 }
 
 async fn watch_one<K: ContentObject>(
-    api: Api<K>,
+    mut stream: BoxStream<'static, WatchItem<K>>,
     key: ObjectKey,
     state: watch::Sender<ObjectState<K>>,
-    changes: broadcast::Sender<ObjectKey>,
+    changes: broadcast::Sender<ObjectChange>,
     stop: CancellationToken,
 ) {
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", key.name));
-    let stream = watcher(api, config).default_backoff();
-    futures::pin_mut!(stream);
     let mut listed: Option<K> = None;
     loop {
         let event = tokio::select! {
@@ -334,7 +291,7 @@ async fn watch_one<K: ContentObject>(
         let next = match event {
             None => return,
             Some(Err(err)) => {
-                warn!(namespace = %key.namespace, name = %key.name, "{:?} watch: {err}", K::KIND);
+                warn!(namespace = %key.namespace, name = %key.name, "{:?} watch: {err}", K::OBJECT_KIND);
                 continue;
             }
             Some(Ok(watcher::Event::Init)) => {
@@ -365,7 +322,11 @@ async fn watch_one<K: ContentObject>(
         });
         if changed {
             // Nobody listening is fine: the change is in the cache either way.
-            let _ = changes.send(key.clone());
+            let _ = changes.send(ObjectChange {
+                kind: K::OBJECT_KIND,
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+            });
         }
         if immutable {
             return;

@@ -38,6 +38,7 @@
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.
 
+pub mod backend;
 pub mod client;
 pub mod content;
 pub mod events;
@@ -51,11 +52,12 @@ pub mod rate_limit;
 #[cfg(feature = "test-util")]
 pub mod test_server;
 
+pub use backend::Backend;
 pub use client::{ClientConfig, KubeRetries, build_client};
 pub use content::{ConfigMapSource, ObjectSource, SecretSource};
 pub use events::KubeEventRecorder;
 pub use kube_status::KubePodStatusClient;
 pub use node_cache::NodeCache;
-pub use objects::KubeObjects;
+pub use objects::ApiObjects;
 pub use pod_cache::PodCache;
 pub use rate_limit::RateLimitLayer;

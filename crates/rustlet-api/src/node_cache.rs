@@ -6,12 +6,13 @@ use std::sync::RwLock;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use rustlet_core::UniqueVolumeName;
 use rustlet_volume::node::{AttachedToNode, NodeStatus};
 use tokio::sync::watch;
 use tracing::warn;
+
+use crate::backend::Backend;
 
 /// The last seen copy of this node.
 #[derive(Debug)]
@@ -53,10 +54,8 @@ impl NodeCache {
     }
 
     /// Watches the Node named `node_name` until the stream ends.
-    pub async fn run(&self, nodes: Api<Node>, node_name: &str) {
-        let config = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
-        let stream = watcher(nodes, config).default_backoff();
-        futures::pin_mut!(stream);
+    pub async fn run(&self, backend: &Backend, node_name: &str) {
+        let mut stream = backend.watch::<Node>(None, &format!("metadata.name={node_name}"));
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => self.apply(event),

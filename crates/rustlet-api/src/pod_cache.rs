@@ -11,13 +11,14 @@ use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use rustlet_core::PodUid;
 use rustlet_core::pod::{is_mirror_pod, is_static_pod};
 use rustlet_status::UidTranslations;
 use tokio::sync::watch;
 use tracing::warn;
+
+use crate::backend::Backend;
 
 type FullName = (String, String);
 
@@ -142,10 +143,8 @@ impl PodCache {
 
     /// Runs the watch of the pods bound to `node_name` until the stream ends, feeding the
     /// cache. Watch errors are logged; the watcher retries on its own.
-    pub async fn run(&self, pods: Api<Pod>, node_name: &str) {
-        let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-        let stream = watcher(pods, config).default_backoff();
-        futures::pin_mut!(stream);
+    pub async fn run(&self, backend: &Backend, node_name: &str) {
+        let mut stream = backend.watch::<Pod>(None, &format!("spec.nodeName={node_name}"));
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => self.apply(event),

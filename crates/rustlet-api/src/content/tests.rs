@@ -10,14 +10,18 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tower_test::mock::{Handle, SendResponse, pair};
 
-use super::{ObjectKey, ObjectSource, ObjectSourceConfig, ObjectSourceError};
+use rustlet_core::refs::ObjectKind;
+use rustlet_volume::objects::{FetchFailure, ObjectChange};
+
+use super::{ObjectKey, ObjectSource, ObjectSourceConfig};
+use crate::backend::Backend;
 
 type Mock = Handle<Request<Body>, Response<Body>>;
 
 fn source<K: super::ContentObject>() -> (ObjectSource<K>, Mock) {
     let (service, handle) = pair::<Request<Body>, Response<Body>>();
     let source = ObjectSource::new(
-        kube::Client::new(service, "default"),
+        Backend::Cluster(kube::Client::new(service, "default")),
         ObjectSourceConfig::default(),
     );
     (source, handle)
@@ -37,6 +41,14 @@ fn pod(uid: &str, config_maps: &[&str]) -> Pod {
 
 fn key(name: &str) -> ObjectKey {
     ObjectKey {
+        namespace: "ns".into(),
+        name: name.into(),
+    }
+}
+
+fn change(name: &str) -> ObjectChange {
+    ObjectChange {
+        kind: ObjectKind::ConfigMap,
         namespace: "ns".into(),
         name: name.into(),
     }
@@ -121,7 +133,7 @@ async fn a_referenced_config_map_is_watched_by_name_and_its_changes_announced() 
         "MODIFIED",
         config_map("cm1", "6", "two", false),
     )]));
-    assert_eq!(changes.recv().await.unwrap(), key("cm1"));
+    assert_eq!(changes.recv().await.unwrap(), change("cm1"));
     let got = source.get("ns", "cm1").await.unwrap();
     assert_eq!(got.data.as_ref().unwrap()["k"], "two");
 
@@ -132,7 +144,7 @@ async fn a_referenced_config_map_is_watched_by_name_and_its_changes_announced() 
         "DELETED",
         config_map("cm1", "7", "two", false),
     )]));
-    assert_eq!(changes.recv().await.unwrap(), key("cm1"));
+    assert_eq!(changes.recv().await.unwrap(), change("cm1"));
     let err = source.get("ns", "cm1").await.unwrap_err();
     assert!(err.is_not_found(), "{err}");
 }
@@ -154,13 +166,10 @@ async fn watches_are_reference_counted_by_pod() {
     source.unregister_pod(&pod("p2", &[]));
     assert!(source.watched().is_empty());
     let err = source.get("ns", "shared").await.unwrap_err();
-    assert!(
-        matches!(err, ObjectSourceError::NotRegistered { .. }),
-        "{err}"
-    );
+    assert!(*err.reason() == FetchFailure::NotRegistered, "{err}");
     assert_eq!(
         err.to_string(),
-        "get ConfigMap ns/shared: not registered by any pod"
+        "get configmap ns/shared: not registered by any pod"
     );
 }
 
@@ -171,7 +180,7 @@ async fn get_before_the_first_list_waits_one_second_then_fails() {
     source.register_pod(&pod("p1", &["slow"]));
     let err = source.get("ns", "slow").await.unwrap_err();
     assert!(
-        matches!(err, ObjectSourceError::NotSynced { waited, .. } if waited == Duration::from_secs(1)),
+        *err.reason() == FetchFailure::NotSynced(Duration::from_secs(1)),
         "{err}"
     );
     // The list that answers late still fills the cache.
@@ -198,7 +207,7 @@ async fn an_absent_object_is_not_found_and_its_creation_is_announced() {
         "ADDED",
         config_map("later", "3", "now", false),
     )]));
-    assert_eq!(changes.recv().await.unwrap(), key("later"));
+    assert_eq!(changes.recv().await.unwrap(), change("later"));
     assert_eq!(
         source
             .get("ns", "later")

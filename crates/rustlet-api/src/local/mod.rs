@@ -3,6 +3,7 @@
 
 pub mod manifests;
 pub mod store;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -11,14 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use rustlet_status::{ClientError, PodStatusClient};
 use serde_json::Value;
 
-use kube::runtime::watcher;
-use store::{
-    DeleteOptions, EventType, FieldSelector, Kind, ObjectRef, Preconditions, Selection, Store,
-    StoreError,
-};
-use tracing::warn;
-
-use crate::pod_cache::PodCache;
+use store::{DeleteOptions, Kind, ObjectRef, Preconditions, Store, StoreError};
 
 /// A store refusal as the API client error the managers handle.
 pub fn client_error(err: StoreError) -> ClientError {
@@ -89,44 +83,6 @@ impl PodStatusClient for LocalPodStatusClient {
             .delete(&ObjectRef::new(Kind::Pod, namespace, name), &options)
             .map(drop)
             .map_err(client_error)
-    }
-}
-
-/// Feed `cache` from the store's pods bound to `node_name`, as the pod watch does against an
-/// API server: a list (replacing the cache's view), then every change; a watch that falls too
-/// far behind lists again. Runs until the store is dropped.
-pub async fn feed_pod_cache(store: Arc<Store>, cache: Arc<PodCache>, node_name: &str) {
-    let selection = Selection {
-        kind: Kind::Pod,
-        namespace: None,
-        fields: FieldSelector(vec![("spec.nodeName".into(), true, node_name.to_owned())]),
-    };
-    loop {
-        let (items, resource_version) = store.list(&selection);
-        let Ok(mut watch) = store.watch(selection.clone(), resource_version) else {
-            continue;
-        };
-        cache.apply(watcher::Event::Init);
-        for item in items {
-            match serde_json::from_value::<Pod>(item) {
-                Ok(pod) => cache.apply(watcher::Event::InitApply(pod)),
-                Err(err) => warn!("local pod does not decode: {err}"),
-            }
-        }
-        cache.apply(watcher::Event::InitDone);
-        while let Ok(event) = watch.next().await {
-            let pod = match serde_json::from_value::<Pod>(event.object.clone()) {
-                Ok(pod) => pod,
-                Err(err) => {
-                    warn!("local pod does not decode: {err}");
-                    continue;
-                }
-            };
-            match event.type_ {
-                EventType::Added | EventType::Modified => cache.apply(watcher::Event::Apply(pod)),
-                EventType::Deleted => cache.apply(watcher::Event::Delete(pod)),
-            }
-        }
     }
 }
 

@@ -56,7 +56,6 @@ async fn the_pod_cache_follows_the_local_store() {
     use rustlet_status::PodManager;
     use rustlet_volume::populator::PodSource;
 
-    use super::feed_pod_cache;
     use super::store::{DeleteOptions, Kind, ObjectRef};
     use crate::pod_cache::PodCache;
 
@@ -69,7 +68,10 @@ async fn the_pod_cache_follows_the_local_store() {
     store.create(pod("elsewhere", "node-b")).unwrap();
     let cache = Arc::new(PodCache::new());
     let mut changes = cache.subscribe();
-    let feeder = tokio::spawn(feed_pod_cache(store.clone(), cache.clone(), "node-a"));
+    let feeder = {
+        let (cache, backend) = (cache.clone(), crate::Backend::Local(store.clone()));
+        tokio::spawn(async move { cache.run(&backend, "node-a").await })
+    };
     changes
         .wait_for(|_| cache.all_sources_ready())
         .await

@@ -126,7 +126,7 @@ async fn the_watch_lists_only_this_nodes_pods() {
     let cache = std::sync::Arc::new(PodCache::new());
     let runner = {
         let cache = cache.clone();
-        tokio::spawn(async move { cache.run(kube::Api::all(client), "node-a").await })
+        tokio::spawn(async move { cache.run(&crate::Backend::Cluster(client), "node-a").await })
     };
     pin_mut!(handle);
     let (req, send) = handle.next_request().await.unwrap();

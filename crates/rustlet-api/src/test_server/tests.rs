@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::Method;
-use k8s_openapi::api::core::v1::Pod;
 use rustlet_core::PodUid;
 use rustlet_status::{PodManager, PodStatusClient};
 use serde_json::json;
@@ -90,7 +89,7 @@ async fn the_pod_watch_follows_the_server_through_a_cut_stream() {
     let mut changes = cache.subscribe();
     let runner = {
         let cache = cache.clone();
-        tokio::spawn(async move { cache.run(kube::Api::<Pod>::all(client), "node-a").await })
+        tokio::spawn(async move { cache.run(&crate::Backend::Cluster(client), "node-a").await })
     };
     let uid_of = |name: &str| {
         PodUid::new(
@@ -202,10 +201,17 @@ async fn node_registration_and_lease_over_the_server() {
 
 #[tokio::test]
 async fn token_requests_are_answered() {
-    use crate::objects::{KubeObjects, TokenRequestKey};
+    use rustlet_volume::objects::{TokenRequestKey, VolumeObjects};
+
+    use crate::backend::Backend;
+    use crate::content::ObjectSourceConfig;
+    use crate::objects::ApiObjects;
 
     let server = server().await;
-    let objects = KubeObjects::new(server.client().await.unwrap());
+    let objects = ApiObjects::new(
+        Backend::Cluster(server.client().await.unwrap()),
+        ObjectSourceConfig::default(),
+    );
     let key = TokenRequestKey {
         namespace: "ns".into(),
         service_account: "default".into(),

@@ -1,6 +1,7 @@
 //! rustlet-e2e: cross-crate end-to-end tests. So far: local mode (a manifest directory, the
-//! local store, the pod cache fed from it, and the status manager writing back to it). The
-//! test API server tests join when it exists (issue 6).
+//! local store, the pod cache fed from it, the status manager writing back to it, and the
+//! volume objects seam following ConfigMap manifests). The adapters' tests against the test
+//! API server live in `rustlet-api` (`test_server`).
 //!
 //! It has no library code; everything here is `#[cfg(test)]`, in one test binary.
 

@@ -94,3 +94,68 @@ async fn a_manifest_pod_gets_its_status_and_is_deleted_with_its_uid_when_withdra
     assert_eq!(err.code(), 404, "{err}");
     feeder.abort();
 }
+
+const SETTINGS: &str = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: ns
+data:
+  level: debug
+";
+
+const READER: &str = r#"{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {"name": "reader", "namespace": "ns"},
+ "spec": {"containers": [{"name": "c", "image": "busybox"}],
+          "volumes": [{"name": "conf", "configMap": {"name": "settings"}}]}}
+"#;
+
+#[tokio::test]
+async fn a_config_map_manifest_reaches_the_volume_objects_and_its_edit_is_announced() {
+    use rustlet_api::ApiObjects;
+    use rustlet_api::content::ObjectSourceConfig;
+    use rustlet_volume::objects::VolumeObjects;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("settings.yaml"), SETTINGS).unwrap();
+    std::fs::write(dir.path().join("reader.json"), READER).unwrap();
+    let store = Arc::new(Store::default());
+    let mut manifests = DirectorySync::new(dir.path(), "node-a", store.clone());
+    assert!(manifests.sync().errors.is_empty());
+
+    let objects = ApiObjects::new(Backend::Local(store.clone()), ObjectSourceConfig::default());
+    let mut changes = objects.changes();
+    let reader: k8s_openapi::api::core::v1::Pod = serde_json::from_value(
+        store
+            .get(&ObjectRef::new(Kind::Pod, "ns", "reader"))
+            .unwrap(),
+    )
+    .unwrap();
+    objects.register_pod(&reader);
+    let level =
+        |cm: &k8s_openapi::api::core::v1::ConfigMap| cm.data.as_ref().unwrap()["level"].clone();
+    assert_eq!(
+        level(&*objects.config_map("ns", "settings").await.unwrap()),
+        "debug"
+    );
+
+    std::fs::write(
+        dir.path().join("settings.yaml"),
+        SETTINGS.replace("debug", "info"),
+    )
+    .unwrap();
+    assert!(manifests.sync().errors.is_empty());
+    assert_eq!(changes.recv().await.unwrap().name, "settings");
+    assert_eq!(
+        level(&*objects.config_map("ns", "settings").await.unwrap()),
+        "info"
+    );
+
+    // A broken edit is reported and the last good content stays.
+    std::fs::write(dir.path().join("settings.yaml"), "data: [unclosed").unwrap();
+    assert_eq!(manifests.sync().errors.len(), 1);
+    assert_eq!(
+        level(&*objects.config_map("ns", "settings").await.unwrap()),
+        "info"
+    );
+}

@@ -1,39 +1,38 @@
-//! rustlet-api: adapters that make the managers' seams real.
+//! rustlet-api: adapters that make the managers' seams real, over a cluster or without one.
 //!
-//! Built so far:
+//! Every reading adapter works over a [`Backend`]: `Backend::Cluster(kube::Client)` or
+//! `Backend::Local(Arc<local::store::Store>)`. Both give the same `watcher::Event` streams and
+//! the same errors, so local mode behaves as a cluster does.
 //!
-//! * [`kube_status::KubePodStatusClient`]: the status manager's `rustlet_status::PodStatusClient`
-//!   over a `kube::Client` (GET; strategic merge PATCH of the status subresource with the UID,
+//! | adapter | seam it fills |
+//! |---|---|
+//! | [`kube_status::KubePodStatusClient`] / [`local::LocalPodStatusClient`] | `rustlet_status::PodStatusClient` |
+//! | [`pod_cache::PodCache`] | `rustlet_status::PodManager`, `rustlet_volume::populator::PodSource` |
+//! | [`node_cache::NodeCache`] | `rustlet_volume::node::NodeStatus` |
+//! | [`objects::ApiObjects`] (with [`content::ObjectSource`]) | `rustlet_volume::objects::VolumeObjects` |
+//! | [`events::KubeEventRecorder`] | `rustlet_volume::events::EventRecorder` |
+//! | [`node::NodeRegistrar`] | the Node object, `status.volumesInUse`, the node Lease |
+//!
+//! * The status client: GET; strategic merge PATCH of the status subresource with the UID,
 //!   and optionally the resourceVersion, as preconditions in the body; DELETE with
-//!   `gracePeriodSeconds: 0` and a UID precondition), API errors mapped to the typed error.
-//! * [`pod_cache::PodCache`]: the pods bound to this node from a watch with
-//!   `fieldSelector=spec.nodeName=<node>`, indexed by UID with static/mirror translation: the
-//!   status manager's `PodManager` and the volume manager's `PodSource`.
-//! * [`node_cache::NodeCache`]: this node from a watch: the volume manager's `NodeStatus`.
-//!
+//!   `gracePeriodSeconds: 0` and a UID precondition; API errors mapped to the typed error.
+//! * [`pod_cache::PodCache`]: the pods bound to this node (`fieldSelector=spec.nodeName=`),
+//!   indexed by UID with static/mirror translation. [`node_cache::NodeCache`]: this node.
+//! * [`objects::ApiObjects`]: ConfigMaps and Secrets that registered pods reference (one watch
+//!   per object, reference counted by pod, immutable ones no longer watched, changes announced:
+//!   upstream's watch-based manager), PVC and PV reads, and TokenRequest for projected service
+//!   account tokens (cached, renewed at 80% of their lifetime or after 24 h; a cluster only).
 //! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`;
 //!   [`client::build_client`] builds that client (rate limit, and kube's own retries on or off).
-//! * [`events::KubeEventRecorder`]: the volume manager's `EventRecorder` (events.k8s.io/v1).
+//! * [`events::KubeEventRecorder`]: events.k8s.io/v1 through kube-runtime's recorder.
 //! * [`node::NodeRegistrar`]: registers the Node when absent, writes `status.volumesInUse`, and
 //!   renews the `kube-node-lease` Lease every 10 s.
-//! * [`objects::KubeObjects`]: PersistentVolumeClaim and PersistentVolume getters, and
-//!   TokenRequest for projected service account tokens (bound to the pod, cached, renewed at 80%
-//!   of their lifetime or after 24 h).
-//!
-//! * [`content::ObjectSource`] ([`ConfigMapSource`], [`SecretSource`]): the ConfigMaps and
-//!   Secrets that registered pods reference, one watch per object, reference counted by pod, with
-//!   change announcements (upstream's watch-based manager), for the content plugins to come.
-//!
 //! * [`local`]: local mode. [`local::store::Store`] keeps objects with the API server's
 //!   semantics (UIDs, resourceVersions, the status subresource, preconditions, graceful pod
 //!   deletion, resumable watches); [`local::manifests::DirectorySync`] keeps a directory of
-//!   manifests in it; [`local::LocalPodStatusClient`] is the status manager's client over it.
-//!
+//!   manifests in it; [`local::watch`] turns its list and watch into `watcher::Event`s.
 //! * [`test_server`] (feature `test-util`): the test API server, REST over the same store, with
 //!   fault injection and a request log; a conformance table runs against both.
-//!
-//! Still to come (issue 6): the ConfigMap/Secret/node seams over the local store, and watch
-//! fault cases beyond a cut stream.
 //!
 //! It depends on `rustlet-core`, `rustlet-status` and `rustlet-volume`, whose traits it
 //! implements, and must never be imported by them.

@@ -502,3 +502,76 @@ async fn the_shared_client_can_leave_retries_to_the_caller() {
     assert!(err.is_retryable(), "{err}");
     assert_eq!(server.count(&Method::GET, "/pods/web"), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_config_map_watch_resumed_too_late_gets_410_and_lists_again() {
+    use rustlet_volume::objects::VolumeObjects;
+
+    use crate::backend::Backend;
+    use crate::content::ObjectSourceConfig;
+    use crate::objects::ApiObjects;
+
+    let server = server().await;
+    let config_map = |value: &str| {
+        json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings","namespace":"ns"},
+            "data":{"k":value}})
+    };
+    server.store().create(config_map("one")).unwrap();
+    // The first watch ends after one event.
+    server.inject(Fault {
+        method: Some(Method::GET),
+        path_contains: "/configmaps".into(),
+        action: FaultAction::CutWatchAfter(1),
+        times: Some(2),
+    });
+    let objects = ApiObjects::new(
+        Backend::Cluster(server.client().await.unwrap()),
+        ObjectSourceConfig::default(),
+    );
+    let mut changes = objects.changes();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "p"},
+        "spec": {"containers": [], "volumes": [{"name": "v", "configMap": {"name": "settings"}}]}
+    }))
+    .unwrap();
+    objects.register_pod(&pod);
+    let value = |cm: &k8s_openapi::api::core::v1::ConfigMap| cm.data.as_ref().unwrap()["k"].clone();
+    assert_eq!(
+        value(&*objects.config_map("ns", "settings").await.unwrap()),
+        "one"
+    );
+    while server.count(&Method::GET, "/configmaps") < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The next watch request waits a second; meanwhile the store's history moves past the
+    // resourceVersion it will resume from.
+    server.clear_faults();
+    server.inject(Fault {
+        method: Some(Method::GET),
+        path_contains: "/configmaps".into(),
+        action: FaultAction::Delay(Duration::from_secs(1)),
+        times: Some(1),
+    });
+    server.store().update(config_map("two")).unwrap();
+    assert_eq!(changes.recv().await.unwrap().name, "settings");
+    for i in 0..1100 {
+        server
+            .store()
+            .create(json!({"apiVersion":"v1","kind":"ConfigMap",
+                "metadata":{"name":format!("noise-{i}"),"namespace":"ns"}}))
+            .unwrap();
+    }
+    server.store().update(config_map("three")).unwrap();
+    // 410 on the resumed watch: kube's watcher lists again and sees the latest object.
+    assert_eq!(changes.recv().await.unwrap().name, "settings");
+    assert_eq!(
+        value(&*objects.config_map("ns", "settings").await.unwrap()),
+        "three"
+    );
+    let lists = server
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/configmaps") && !r.query.contains("watch=true"))
+        .count();
+    assert_eq!(lists, 2, "{:#?}", server.requests());
+}

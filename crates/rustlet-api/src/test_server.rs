@@ -4,7 +4,7 @@
 //!
 //! Routes (core `v1`, `coordination.k8s.io/v1`, `events.k8s.io/v1`), namespaced or cluster
 //! scoped as the kind is: get, list and watch (`fieldSelector`, `resourceVersion`), create,
-//! replace, merge/strategic PATCH of the object and of the `status` subresource, and DELETE
+//! replace, JSON merge PATCH of the object, merge/strategic PATCH of the `status` subresource, and DELETE
 //! with `gracePeriodSeconds` and preconditions. Errors are `Status` objects with the API's
 //! codes. [`Fault`]s inject error codes, latency and cut watches per route; every request is
 //! logged for counting. It is test infrastructure: the product never needs it.
@@ -458,14 +458,24 @@ impl Context<'_> {
         stored(self.store.update(object), StatusCode::OK)
     }
 
-    /// JSON merge and strategic merge patches of the object (lists replaced, as a JSON merge
-    /// patch does; enough for the fields Rustlet patches outside `status`).
+    /// JSON merge patches of the object (what Rustlet sends outside `status`: kube-runtime's
+    /// event series updates). A strategic merge patch of a whole object needs every type's
+    /// merge keys; rather than apply it with the wrong (JSON merge) semantics, the server
+    /// refuses it with 415, as the API server refuses a patch type it cannot apply.
     fn patch(&self, kind: Kind, namespace: &str, name: &str) -> Answer {
-        if !self.content_type.contains("merge-patch+json") {
+        if !self
+            .content_type
+            .starts_with("application/merge-patch+json")
+        {
             return Err(status_body(
                 415,
                 "UnsupportedMediaType",
-                &format!("patch type {:?} is not supported", self.content_type),
+                &format!(
+                    "patch type {:?} is not supported by the test API server for a whole \
+                     object (use application/merge-patch+json; strategic merge is served for \
+                     pods/status)",
+                    self.content_type
+                ),
             ));
         }
         let patch = self.body_json()?;

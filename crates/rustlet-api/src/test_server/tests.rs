@@ -575,3 +575,75 @@ async fn a_config_map_watch_resumed_too_late_gets_410_and_lists_again() {
         .count();
     assert_eq!(lists, 2, "{:#?}", server.requests());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_repeated_event_is_created_once_then_patched_as_a_series() {
+    use rustlet_volume::events::{EventKind, EventRecorder};
+
+    use crate::events::KubeEventRecorder;
+
+    let server = server().await;
+    let created = server.store().create(pod("web", "node-a")).unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(created).unwrap();
+    let recorder = KubeEventRecorder::new(server.client().await.unwrap(), "kubelet", "node-a");
+    let events = || {
+        server
+            .store()
+            .list(&crate::local::store::Selection::all(Kind::Event))
+            .0
+    };
+    recorder.event(&pod, EventKind::Warning, "FailedMount", "boom");
+    while events().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    recorder.event(&pod, EventKind::Warning, "FailedMount", "boom");
+    while events()[0].pointer("/series/count").is_none() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stored = events();
+    assert_eq!(stored.len(), 1, "one event object for the series");
+    assert_eq!(stored[0]["series"]["count"], 2);
+    assert_eq!(stored[0]["regarding"]["uid"], pod.metadata.uid.unwrap());
+    assert_eq!(
+        server.count(&Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events"),
+        1
+    );
+    assert_eq!(
+        server.count(
+            &Method::PATCH,
+            "/apis/events.k8s.io/v1/namespaces/ns/events/"
+        ),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_strategic_patch_of_a_whole_object_is_refused_not_misapplied() {
+    use kube::api::{Api, Patch, PatchParams};
+
+    let server = server().await;
+    server.store().create(pod("web", "node-a")).unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(server.client().await.unwrap(), "ns");
+    let patch = json!({"metadata": {"labels": {"a": "b"}}});
+    let err = pods
+        .patch("web", &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 415);
+            assert!(
+                status.message.contains("merge-patch+json"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected a 415, got {other}"),
+    }
+    let patched = pods
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["a"], "b");
+}

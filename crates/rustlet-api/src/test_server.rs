@@ -223,18 +223,9 @@ struct Route {
 }
 
 fn kind_of(group_version: &str, resource: &str) -> Option<Kind> {
-    let kind = match resource {
-        "pods" => Kind::Pod,
-        "configmaps" => Kind::ConfigMap,
-        "secrets" => Kind::Secret,
-        "persistentvolumes" => Kind::PersistentVolume,
-        "persistentvolumeclaims" => Kind::PersistentVolumeClaim,
-        "nodes" => Kind::Node,
-        "leases" => Kind::Lease,
-        "events" => Kind::Event,
-        _ => return None,
-    };
-    (kind.api_version() == group_version).then_some(kind)
+    Kind::ALL
+        .into_iter()
+        .find(|k| k.plural() == resource && k.api_version() == group_version)
 }
 
 fn parse_route(path: &str) -> Option<Route> {

@@ -77,6 +77,20 @@ impl Kind {
         }
     }
 
+    /// The REST resource name (`pods`, `configmaps`, ...).
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Pod => "pods",
+            Kind::ConfigMap => "configmaps",
+            Kind::Secret => "secrets",
+            Kind::PersistentVolume => "persistentvolumes",
+            Kind::PersistentVolumeClaim => "persistentvolumeclaims",
+            Kind::Node => "nodes",
+            Kind::Lease => "leases",
+            Kind::Event => "events",
+        }
+    }
+
     /// The kind of a document with this `apiVersion` and `kind`.
     pub fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
         Kind::ALL

@@ -235,31 +235,67 @@ async fn token_requests_are_answered() {
 /// A step: the operation, the status code it must give, and a field a success must carry.
 type Step = (Op, u16, Option<(&'static str, serde_json::Value)>);
 
-/// One operation of the conformance table.
+/// One operation of the conformance table. Namespaced objects live in `ns`.
 enum Op {
+    /// POST (the kind and namespace come from the body).
     Create(serde_json::Value),
-    Get(&'static str),
-    PatchStatus(&'static str, serde_json::Value),
+    /// PUT (the kind, namespace and name come from the body).
+    Replace(serde_json::Value),
+    Get(Kind, &'static str),
+    /// PATCH of the status subresource: strategic merge for pods, JSON merge otherwise.
+    PatchStatus(Kind, &'static str, serde_json::Value),
+    /// DELETE of a pod: grace period and UID precondition.
     Delete(&'static str, Option<i64>, Option<&'static str>),
+    /// LIST with a field selector; the result is `{"count": n}`.
+    List(Kind, &'static str),
+}
+
+fn object(kind: &str, name: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut object =
+        json!({"apiVersion":"v1","kind":kind,"metadata":{"name":name,"namespace":"ns"}});
+    crate::local::store::json_merge(&mut object, &extra);
+    object
 }
 
 /// Steps shared by both backends; `"$uid"` in a body or precondition is the UID that `create`
 /// returned for the first pod. Expected: the code, and for successes a field that must hold.
 fn conformance_table() -> Vec<Step> {
+    use Kind::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
     use Op::*;
     let mut graceful = pod("p", "node-a");
     graceful["spec"]["terminationGracePeriodSeconds"] = json!(30);
+    let settings = |value: &str, meta: serde_json::Value| {
+        object(
+            "ConfigMap",
+            "settings",
+            json!({"metadata": meta, "data": {"k": value}}),
+        )
+    };
+    let node = |extra| {
+        let mut node = object("Node", "node-a", extra);
+        node["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("namespace");
+        node
+    };
     vec![
+        // Pods: create, get, the status subresource with its preconditions, graceful deletion.
         (
             Create(graceful.clone()),
             201,
             Some(("/metadata/namespace", json!("ns"))),
         ),
         (Create(graceful), 409, None),
-        (Get("p"), 200, Some(("/spec/nodeName", json!("node-a")))),
-        (Get("missing"), 404, None),
+        (
+            Get(Pod, "p"),
+            200,
+            Some(("/spec/nodeName", json!("node-a"))),
+        ),
+        (Get(Pod, "missing"), 404, None),
         (
             PatchStatus(
+                Pod,
                 "p",
                 json!({"metadata":{"uid":"$uid"},"status":{"phase":"Running"}}),
             ),
@@ -268,6 +304,7 @@ fn conformance_table() -> Vec<Step> {
         ),
         (
             PatchStatus(
+                Pod,
                 "p",
                 json!({"metadata":{"uid":"wrong"},"status":{"phase":"Failed"}}),
             ),
@@ -276,6 +313,7 @@ fn conformance_table() -> Vec<Step> {
         ),
         (
             PatchStatus(
+                Pod,
                 "p",
                 json!({"metadata":{"resourceVersion":"1"},"status":{"phase":"Failed"}}),
             ),
@@ -284,27 +322,134 @@ fn conformance_table() -> Vec<Step> {
         ),
         (
             PatchStatus(
+                Pod,
                 "p",
                 json!({"status":{"conditions":[{"type":"Ready","status":"True"}]}}),
             ),
             200,
             Some(("/status/phase", json!("Running"))),
         ),
-        (PatchStatus("missing", json!({"status":{}})), 404, None),
+        (PatchStatus(Pod, "missing", json!({"status":{}})), 404, None),
         (Delete("p", None, Some("wrong")), 409, None),
         (
             Delete("p", None, None),
             200,
             Some(("/metadata/deletionGracePeriodSeconds", json!(30))),
         ),
-        (Get("p"), 200, Some(("/status/phase", json!("Running")))),
+        (
+            Get(Pod, "p"),
+            200,
+            Some(("/status/phase", json!("Running"))),
+        ),
         (Delete("p", Some(0), Some("$uid")), 200, None),
-        (Get("p"), 404, None),
+        (Get(Pod, "p"), 404, None),
         (Delete("p", Some(0), None), 404, None),
         (
             Create(json!({"apiVersion":"v1","kind":"Pod","metadata":{}})),
             422,
             None,
+        ),
+        // Field selectors on a list.
+        (Create(pod("q", "node-a")), 201, None),
+        (Create(pod("r", "node-b")), 201, None),
+        (
+            List(Pod, "spec.nodeName=node-a"),
+            200,
+            Some(("/count", json!(1))),
+        ),
+        (
+            List(Pod, "spec.nodeName!=node-a"),
+            200,
+            Some(("/count", json!(1))),
+        ),
+        // ConfigMaps: replace with resourceVersion and UID preconditions.
+        (
+            Create(settings("1", json!({}))),
+            201,
+            Some(("/data/k", json!("1"))),
+        ),
+        (
+            Replace(settings("2", json!({"resourceVersion": "1"}))),
+            409,
+            None,
+        ),
+        (Replace(settings("2", json!({"uid": "wrong"}))), 409, None),
+        (
+            Replace(settings("2", json!({}))),
+            200,
+            Some(("/data/k", json!("2"))),
+        ),
+        (
+            Get(ConfigMap, "settings"),
+            200,
+            Some(("/data/k", json!("2"))),
+        ),
+        (Replace(object("ConfigMap", "absent", json!({}))), 404, None),
+        (List(ConfigMap, ""), 200, Some(("/count", json!(1)))),
+        // Secrets, claims and cluster-scoped volumes.
+        (
+            Create(object(
+                "Secret",
+                "token",
+                json!({"data": {"t": "c2VjcmV0"}}),
+            )),
+            201,
+            None,
+        ),
+        (
+            Get(Secret, "token"),
+            200,
+            Some(("/data/t", json!("c2VjcmV0"))),
+        ),
+        (
+            Create(object(
+                "PersistentVolumeClaim",
+                "data",
+                json!({"spec": {"volumeName": "pv-1"}}),
+            )),
+            201,
+            None,
+        ),
+        (
+            Get(PersistentVolumeClaim, "data"),
+            200,
+            Some(("/spec/volumeName", json!("pv-1"))),
+        ),
+        (
+            Create(
+                json!({"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pv-1"},
+                "spec":{"local":{"path":"/mnt/a"}}}),
+            ),
+            201,
+            None,
+        ),
+        (
+            Get(PersistentVolume, "pv-1"),
+            200,
+            Some(("/spec/local/path", json!("/mnt/a"))),
+        ),
+        // Nodes: the status subresource is the only way to change status.
+        (Create(node(json!({}))), 201, None),
+        (
+            PatchStatus(
+                Node,
+                "node-a",
+                json!({"status": {"volumesInUse": ["kubernetes.io/csi/d^v"]}}),
+            ),
+            200,
+            Some(("/status/volumesInUse/0", json!("kubernetes.io/csi/d^v"))),
+        ),
+        (
+            Replace(node(
+                json!({"metadata": {"labels": {"zone": "a"}}, "status": {}}),
+            )),
+            200,
+            Some(("/status/volumesInUse/0", json!("kubernetes.io/csi/d^v"))),
+        ),
+        (
+            Get(Node, "node-a"),
+            200,
+            Some(("/metadata/labels/zone", json!("a"))),
         ),
     ]
 }
@@ -314,16 +459,23 @@ fn substitute(value: &serde_json::Value, uid: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// The namespace and name of a target (cluster-scoped kinds have no namespace).
+fn reference(kind: Kind, name: &str) -> ObjectRef {
+    ObjectRef::new(kind, if kind.is_namespaced() { "ns" } else { "" }, name)
+}
+
 fn run_on_store(store: &Store, op: &Op, uid: &str) -> Result<serde_json::Value, u16> {
-    use crate::local::store::{DeleteOptions, Deleted, Preconditions};
-    let r = |name: &str| ObjectRef::new(Kind::Pod, "ns", name);
+    use crate::local::store::{DeleteOptions, Deleted, FieldSelector, Preconditions, Selection};
     let result = match op {
         Op::Create(body) => store.create(body.clone()),
-        Op::Get(name) => store.get(&r(name)),
-        Op::PatchStatus(name, patch) => store.patch_status(&r(name), &substitute(patch, uid)),
+        Op::Replace(body) => store.update(body.clone()),
+        Op::Get(kind, name) => store.get(&reference(*kind, name)),
+        Op::PatchStatus(kind, name, patch) => {
+            store.patch_status(&reference(*kind, name), &substitute(patch, uid))
+        }
         Op::Delete(name, grace, precondition) => store
             .delete(
-                &r(name),
+                &reference(Kind::Pod, name),
                 &DeleteOptions {
                     grace_period_seconds: *grace,
                     preconditions: Preconditions {
@@ -335,8 +487,39 @@ fn run_on_store(store: &Store, op: &Op, uid: &str) -> Result<serde_json::Value, 
             .map(|d| match d {
                 Deleted::Removed(o) | Deleted::Terminating(o) => o,
             }),
+        Op::List(kind, fields) => {
+            let selection = Selection {
+                kind: *kind,
+                namespace: Some("ns".into()),
+                fields: FieldSelector::parse(fields).unwrap(),
+            };
+            Ok(json!({"count": store.list(&selection).0.len()}))
+        }
     };
     result.map_err(|e| e.code())
+}
+
+/// The REST path of a kind's collection, or of one object.
+fn path(kind: Kind, name: Option<&str>) -> String {
+    let prefix = match kind.api_version() {
+        "v1" => "/api/v1".to_owned(),
+        group_version => format!("/apis/{group_version}"),
+    };
+    let namespace = if kind.is_namespaced() {
+        "/namespaces/ns"
+    } else {
+        ""
+    };
+    let name = name.map(|n| format!("/{n}")).unwrap_or_default();
+    format!("{prefix}{namespace}/{}{name}", kind.plural())
+}
+
+fn kind_of_body(body: &serde_json::Value) -> Kind {
+    Kind::from_type(
+        body["apiVersion"].as_str().unwrap(),
+        body["kind"].as_str().unwrap(),
+    )
+    .unwrap()
 }
 
 async fn run_over_http(
@@ -344,19 +527,28 @@ async fn run_over_http(
     op: &Op,
     uid: &str,
 ) -> Result<serde_json::Value, u16> {
-    let base = "/api/v1/namespaces/ns/pods";
     let (method, uri, content_type, body) = match op {
         Op::Create(body) => (
             Method::POST,
-            base.to_owned(),
+            path(kind_of_body(body), None),
             "application/json",
             body.clone(),
         ),
-        Op::Get(name) => (Method::GET, format!("{base}/{name}"), "", json!(null)),
-        Op::PatchStatus(name, patch) => (
+        Op::Replace(body) => (
+            Method::PUT,
+            path(kind_of_body(body), body["metadata"]["name"].as_str()),
+            "application/json",
+            body.clone(),
+        ),
+        Op::Get(kind, name) => (Method::GET, path(*kind, Some(name)), "", json!(null)),
+        Op::PatchStatus(kind, name, patch) => (
             Method::PATCH,
-            format!("{base}/{name}/status"),
-            "application/strategic-merge-patch+json",
+            format!("{}/status", path(*kind, Some(name))),
+            if *kind == Kind::Pod {
+                "application/strategic-merge-patch+json"
+            } else {
+                "application/merge-patch+json"
+            },
             substitute(patch, uid),
         ),
         Op::Delete(name, grace, precondition) => {
@@ -369,11 +561,17 @@ async fn run_over_http(
             }
             (
                 Method::DELETE,
-                format!("{base}/{name}"),
+                path(Kind::Pod, Some(name)),
                 "application/json",
                 body,
             )
         }
+        Op::List(kind, fields) => (
+            Method::GET,
+            format!("{}?fieldSelector={fields}", path(*kind, None)),
+            "",
+            json!(null),
+        ),
     };
     let mut request = http::Request::builder().method(method).uri(uri);
     if !content_type.is_empty() {
@@ -388,6 +586,9 @@ async fn run_over_http(
         .request::<serde_json::Value>(request.body(bytes).unwrap())
         .await
     {
+        Ok(value) if matches!(op, Op::List(..)) => {
+            Ok(json!({"count": value["items"].as_array().map_or(0, Vec::len)}))
+        }
         Ok(value) => Ok(value),
         Err(kube::Error::Api(status)) => Err(status.code),
         Err(other) => panic!("transport: {other}"),

@@ -10,7 +10,7 @@
 //! | [`pod_cache::PodCache`] | `rustlet_status::PodManager`, `rustlet_volume::populator::PodSource` |
 //! | [`node_cache::NodeCache`] | `rustlet_volume::node::NodeStatus` |
 //! | [`objects::ApiObjects`] (with [`content::ObjectSource`]) | `rustlet_volume::objects::VolumeObjects` |
-//! | [`events::KubeEventRecorder`] | `rustlet_volume::events::EventRecorder` |
+//! | [`events::KubeEventRecorder`] / [`local::events::LocalEventRecorder`] | `rustlet_volume::events::EventRecorder` |
 //! | [`node::NodeRegistrar`] | the Node object, `status.volumesInUse`, the node Lease |
 //!
 //! * The status client: GET; strategic merge PATCH of the status subresource with the UID,
@@ -30,7 +30,8 @@
 //! * [`local`]: local mode. [`local::store::Store`] keeps objects with the API server's
 //!   semantics (UIDs, resourceVersions, the status subresource, preconditions, graceful pod
 //!   deletion, resumable watches); [`local::manifests::DirectorySync`] keeps a directory of
-//!   manifests in it; [`local::watch`] turns its list and watch into `watcher::Event`s.
+//!   manifests in it; [`local::watch`] turns its list and watch into `watcher::Event`s;
+//!   [`local::events::LocalEventRecorder`] stores events as kube-runtime's recorder sends them.
 //! * [`test_server`] (feature `test-util`): the test API server, REST over the same store, with
 //!   fault injection and a request log; a conformance table runs against both.
 //!

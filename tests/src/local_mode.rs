@@ -135,7 +135,7 @@ async fn a_config_map_manifest_reaches_the_volume_objects_and_its_edit_is_announ
     let level =
         |cm: &k8s_openapi::api::core::v1::ConfigMap| cm.data.as_ref().unwrap()["level"].clone();
     assert_eq!(
-        level(&*objects.config_map("ns", "settings").await.unwrap()),
+        level(&objects.config_map("ns", "settings").await.unwrap()),
         "debug"
     );
 
@@ -147,7 +147,7 @@ async fn a_config_map_manifest_reaches_the_volume_objects_and_its_edit_is_announ
     assert!(manifests.sync().errors.is_empty());
     assert_eq!(changes.recv().await.unwrap().name, "settings");
     assert_eq!(
-        level(&*objects.config_map("ns", "settings").await.unwrap()),
+        level(&objects.config_map("ns", "settings").await.unwrap()),
         "info"
     );
 
@@ -155,7 +155,7 @@ async fn a_config_map_manifest_reaches_the_volume_objects_and_its_edit_is_announ
     std::fs::write(dir.path().join("settings.yaml"), "data: [unclosed").unwrap();
     assert_eq!(manifests.sync().errors.len(), 1);
     assert_eq!(
-        level(&*objects.config_map("ns", "settings").await.unwrap()),
+        level(&objects.config_map("ns", "settings").await.unwrap()),
         "info"
     );
 }

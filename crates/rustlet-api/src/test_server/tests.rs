@@ -738,7 +738,7 @@ async fn a_config_map_watch_resumed_too_late_gets_410_and_lists_again() {
     objects.register_pod(&pod);
     let value = |cm: &k8s_openapi::api::core::v1::ConfigMap| cm.data.as_ref().unwrap()["k"].clone();
     assert_eq!(
-        value(&*objects.config_map("ns", "settings").await.unwrap()),
+        value(&objects.config_map("ns", "settings").await.unwrap()),
         "one"
     );
     while server.count(&Method::GET, "/configmaps") < 2 {
@@ -766,7 +766,7 @@ async fn a_config_map_watch_resumed_too_late_gets_410_and_lists_again() {
     // 410 on the resumed watch: kube's watcher lists again and sees the latest object.
     assert_eq!(changes.recv().await.unwrap().name, "settings");
     assert_eq!(
-        value(&*objects.config_map("ns", "settings").await.unwrap()),
+        value(&objects.config_map("ns", "settings").await.unwrap()),
         "three"
     );
     let lists = server

@@ -111,4 +111,45 @@ mod tests {
         cache.apply(watcher::Event::Delete(node));
         assert!(cache.volumes_attached().is_empty());
     }
+
+    #[tokio::test]
+    async fn the_watch_is_of_this_node_by_name_and_resumes_from_the_list() {
+        use futures::pin_mut;
+        use http::{Method, Request, Response};
+        use kube::client::Body;
+
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        let cache = std::sync::Arc::new(NodeCache::new());
+        let runner = {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.run(&Backend::Cluster(client), "node-a").await })
+        };
+        pin_mut!(handle);
+        let (req, send) = handle.next_request().await.unwrap();
+        assert_eq!(req.method(), Method::GET);
+        let uri = req.uri().to_string();
+        assert!(uri.starts_with("/api/v1/nodes?"), "{uri}");
+        assert!(
+            uri.contains("fieldSelector=metadata.name%3Dnode-a"),
+            "{uri}"
+        );
+        let list = serde_json::json!({"apiVersion":"v1","kind":"NodeList",
+            "metadata":{"resourceVersion":"7"},
+            "items":[{"metadata":{"name":"node-a","resourceVersion":"6"},
+                "status":{"volumesAttached":[{"name":"kubernetes.io/csi/d^v","devicePath":""}]}}]});
+        send.send_response(Response::new(Body::from(
+            serde_json::to_vec(&list).unwrap(),
+        )));
+        let (req, _send) = handle.next_request().await.unwrap();
+        let uri = req.uri().to_string();
+        assert!(
+            uri.contains("watch=true")
+                && uri.contains("fieldSelector=metadata.name%3Dnode-a")
+                && uri.contains("resourceVersion=7"),
+            "{uri}"
+        );
+        assert_eq!(cache.volumes_attached().len(), 1);
+        runner.abort();
+    }
 }

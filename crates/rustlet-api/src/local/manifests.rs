@@ -261,6 +261,8 @@ impl DirectorySync {
             .map(|e| e.path())
             .filter(|p| is_manifest(p) && p.is_file())
             .collect();
+        // Objects that a changed or removed file no longer provides.
+        let mut dropped: BTreeSet<ObjectRef> = BTreeSet::new();
         for path in &present.clone() {
             let text = match std::fs::read_to_string(path) {
                 Ok(text) => text,
@@ -304,16 +306,7 @@ impl DirectorySync {
                 objects.insert(reference);
             }
             let old = self.files.insert(path.clone(), Applied { hash, objects });
-            let still: BTreeSet<ObjectRef> = self
-                .files
-                .values()
-                .flat_map(|a| a.objects.clone())
-                .collect();
-            for reference in old.into_iter().flat_map(|a| a.objects) {
-                if !still.contains(&reference) {
-                    self.withdraw(&reference, &mut report);
-                }
-            }
+            dropped.extend(old.into_iter().flat_map(|a| a.objects));
         }
         let gone: Vec<PathBuf> = self
             .files
@@ -323,16 +316,15 @@ impl DirectorySync {
             .collect();
         for path in gone {
             let applied = self.files.remove(&path).expect("listed above");
-            let still: BTreeSet<ObjectRef> = self
-                .files
-                .values()
-                .flat_map(|a| a.objects.clone())
-                .collect();
-            for reference in applied.objects {
-                if !still.contains(&reference) {
-                    self.withdraw(&reference, &mut report);
-                }
-            }
+            dropped.extend(applied.objects);
+        }
+        // Withdraw only after every file is read: an object that moved to another file in
+        // the same scan is still provided and stays (no DELETED/ADDED flicker for watchers).
+        let still: BTreeSet<&ObjectRef> = self.files.values().flat_map(|a| &a.objects).collect();
+        let withdrawn: Vec<ObjectRef> =
+            dropped.into_iter().filter(|r| !still.contains(r)).collect();
+        for reference in &withdrawn {
+            self.withdraw(reference, &mut report);
         }
         report
     }

@@ -192,3 +192,60 @@ async fn run_applies_a_new_file_within_a_second() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test]
+async fn an_object_moved_to_another_file_in_one_scan_is_not_withdrawn() {
+    use super::super::store::{EventType, Selection};
+
+    let (dir, store, mut sync) = setup();
+    let config = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: shared
+  namespace: ns
+data:
+  k: v
+";
+    // `b.yaml` sorts after `a.yaml`, and `z.yaml` after both: the move is seen in both orders.
+    for (from, to) in [
+        ("a.yaml", "b.yaml"),
+        ("b.yaml", "a.yaml"),
+        ("a.yaml", "z.yaml"),
+    ] {
+        std::fs::write(dir.path().join(from), config).unwrap();
+        std::fs::remove_file(dir.path().join(to)).ok();
+        assert!(sync.sync().errors.is_empty());
+        let mut watch = store
+            .watch(Selection::all(Kind::ConfigMap), store.resource_version())
+            .unwrap();
+        // `from` keeps another object; `to` gains this one.
+        std::fs::write(dir.path().join(from), config.replace("shared", "other")).unwrap();
+        std::fs::write(dir.path().join(to), config.replace("k: v", "k: w")).unwrap();
+        let report = sync.sync();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert!(
+            report.removed.is_empty(),
+            "{from} -> {to}: {:?}",
+            report.removed
+        );
+        let mut seen = Vec::new();
+        while let Ok(Ok(event)) =
+            tokio::time::timeout(std::time::Duration::from_millis(1), watch.next()).await
+        {
+            if event.reference.name == "shared" {
+                seen.push((event.type_, event.object["data"]["k"].clone()));
+            }
+        }
+        assert_eq!(seen, [(EventType::Modified, json!("w"))], "{from} -> {to}");
+        for file in [from, to] {
+            std::fs::remove_file(dir.path().join(file)).unwrap();
+        }
+        sync.sync();
+    }
+    // Removed from every file, it is withdrawn.
+    assert!(
+        store
+            .get(&ObjectRef::new(Kind::ConfigMap, "ns", "shared"))
+            .is_err()
+    );
+}

@@ -1,6 +1,7 @@
 //! Local mode: the seams over an in-process [`store::Store`] instead of an API server, loaded
 //! from a directory of manifests ([`manifests`]).
 
+pub mod admission;
 pub mod events;
 pub mod manifests;
 pub mod store;

@@ -17,6 +17,8 @@ use rustlet_status::{Clock, SystemClock};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use super::admission::{Operation, admit, check_decodes};
+
 /// How many past events a watch can resume from.
 const HISTORY: usize = 1024;
 
@@ -510,8 +512,9 @@ impl Store {
     }
 
     /// Create `object`. A missing `metadata.uid` is generated; `creationTimestamp` is set.
-    pub fn create(&self, mut object: Value) -> Result<Value, StoreError> {
+    pub fn create(&self, object: Value) -> Result<Value, StoreError> {
         let reference = Self::reference_of(&object)?;
+        let mut object = admit(&reference, object, Operation::Create)?;
         let mut inner = self.lock();
         if inner.objects.contains_key(&reference) {
             return Err(StoreError::AlreadyExists(reference));
@@ -596,9 +599,10 @@ impl Store {
     /// Replace an object (PUT). Its `status` is kept when the kind has a status subresource;
     /// `uid`, `creationTimestamp` and `deletionTimestamp` are kept; `metadata.uid` and
     /// `metadata.resourceVersion` in the body are preconditions.
-    pub fn update(&self, mut object: Value) -> Result<Value, StoreError> {
+    pub fn update(&self, object: Value) -> Result<Value, StoreError> {
         let reference = Self::reference_of(&object)?;
         let preconditions = Preconditions::from_body(&object);
+        let mut object = admit(&reference, object, Operation::Update)?;
         let mut inner = self.lock();
         let stored = inner
             .objects
@@ -676,6 +680,7 @@ impl Store {
         if object == *stored {
             return Ok(object);
         }
+        check_decodes(reference, &object)?;
         self.write_modified(&mut inner, reference, &mut object);
         Ok(object)
     }

@@ -29,7 +29,8 @@
 //!   renews the `kube-node-lease` Lease every 10 s.
 //! * [`local`]: local mode. [`local::store::Store`] keeps objects with the API server's
 //!   semantics (UIDs, resourceVersions, the status subresource, preconditions, graceful pod
-//!   deletion, resumable watches); [`local::manifests::DirectorySync`] keeps a directory of
+//!   deletion, resumable watches) and admits objects as the API server does
+//!   ([`local::admission`]: typed decoding, defaults, validation of names, keys and paths); [`local::manifests::DirectorySync`] keeps a directory of
 //!   manifests in it; [`local::watch`] turns its list and watch into `watcher::Event`s;
 //!   [`local::events::LocalEventRecorder`] stores events as kube-runtime's recorder sends them.
 //! * [`test_server`] (feature `test-util`): the test API server, REST over the same store, with

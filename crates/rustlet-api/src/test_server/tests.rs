@@ -386,6 +386,30 @@ fn conformance_table() -> Vec<Step> {
         ),
         (Replace(object("ConfigMap", "absent", json!({}))), 404, None),
         (List(ConfigMap, ""), 200, Some(("/count", json!(1)))),
+        // Admission: a hostile key is refused, stringData becomes data, defaults are applied.
+        (
+            Create(object(
+                "ConfigMap",
+                "hostile",
+                json!({"data": {"../x": "v"}}),
+            )),
+            422,
+            None,
+        ),
+        (
+            Create(object("Secret", "plain", json!({"stringData": {"k": "v"}}))),
+            201,
+            Some(("/data/k", json!("dg=="))),
+        ),
+        (
+            Create(
+                json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"d","namespace":"ns"},
+                "spec":{"containers":[{"name":"c","image":"busybox"}],
+                    "volumes":[{"name":"v","configMap":{"name":"settings"}}]}}),
+            ),
+            201,
+            Some(("/spec/volumes/0/configMap/defaultMode", json!(420))),
+        ),
         // Secrets, claims and cluster-scoped volumes.
         (
             Create(object(

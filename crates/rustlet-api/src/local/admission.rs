@@ -407,24 +407,35 @@ fn default_pod_spec(spec: &mut PodSpec) {
     }
 }
 
+/// A name that must be an RFC 1123 label, unique among `seen`.
+fn validate_unique_label<'a>(
+    field: &str,
+    name: &'a str,
+    seen: &mut BTreeSet<&'a str>,
+    errors: &mut FieldErrors,
+) {
+    if !is_dns_label(name) {
+        errors.push(
+            field,
+            "Invalid value",
+            &format!("{name:?}: must be a lowercase RFC 1123 label"),
+        );
+    }
+    if !seen.insert(name) {
+        errors.push(field, "Duplicate value", &format!("{name:?}"));
+    }
+}
+
 fn validate_pod_spec(spec: &PodSpec, errors: &mut FieldErrors) {
     let mut volume_names = BTreeSet::new();
     for (i, volume) in spec.volumes.iter().flatten().enumerate() {
         let field = format!("spec.volumes[{i}]");
-        if !is_dns_label(&volume.name) {
-            errors.push(
-                &format!("{field}.name"),
-                "Invalid value",
-                &format!("{:?}: must be a lowercase RFC 1123 label", volume.name),
-            );
-        }
-        if !volume_names.insert(volume.name.as_str()) {
-            errors.push(
-                &format!("{field}.name"),
-                "Duplicate value",
-                &format!("{:?}", volume.name),
-            );
-        }
+        validate_unique_label(
+            &format!("{field}.name"),
+            &volume.name,
+            &mut volume_names,
+            errors,
+        );
         if let Some(source) = &volume.config_map {
             validate_mode(
                 &format!("{field}.configMap.defaultMode"),
@@ -512,20 +523,12 @@ fn validate_pod_spec(spec: &PodSpec, errors: &mut FieldErrors) {
         let i = index.entry(list).or_default();
         let field = format!("spec.{list}[{i}]");
         *i += 1;
-        if !is_dns_label(&container.name) {
-            errors.push(
-                &format!("{field}.name"),
-                "Invalid value",
-                &format!("{:?}: must be a lowercase RFC 1123 label", container.name),
-            );
-        }
-        if !container_names.insert(container.name.as_str()) {
-            errors.push(
-                &format!("{field}.name"),
-                "Duplicate value",
-                &format!("{:?}", container.name),
-            );
-        }
+        validate_unique_label(
+            &format!("{field}.name"),
+            &container.name,
+            &mut container_names,
+            errors,
+        );
         for (j, mount) in container.volume_mounts.iter().flatten().enumerate() {
             let mount_field = format!("{field}.volumeMounts[{j}]");
             if !volume_names.contains(mount.name.as_str()) {

@@ -79,3 +79,6 @@ pub fn events<K: DeserializeOwned + Send + 'static>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -28,6 +28,10 @@ use super::store::{DeleteOptions, Deleted, Kind, ObjectRef, Store, StoreError, u
 /// How often [`DirectorySync::run`] looks at the directory.
 pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
 
+/// The largest manifest file read (upstream's limit on a static pod manifest fetched by URL:
+/// 10 MiB); a larger file is reported and skipped, and what it applied before stays.
+pub const MAX_MANIFEST_BYTES: u64 = 10 << 20;
+
 /// A document that could not be applied.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestError {
@@ -38,6 +42,14 @@ pub enum ManifestError {
         path: PathBuf,
         /// The I/O error.
         message: String,
+    },
+    /// A file is larger than [`MAX_MANIFEST_BYTES`]; it is not read.
+    #[error("read {}: {size} bytes is more than the {MAX_MANIFEST_BYTES} a manifest may have", path.display())]
+    TooLarge {
+        /// The path.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
     },
     /// A file is not valid YAML/JSON.
     #[error("parse {}{}: {message}", path.display(), position(*line, *column))]
@@ -264,6 +276,16 @@ impl DirectorySync {
         // Objects that a changed or removed file no longer provides.
         let mut dropped: BTreeSet<ObjectRef> = BTreeSet::new();
         for path in &present.clone() {
+            let size = std::fs::metadata(path).map_or(0, |m| m.len());
+            if size > MAX_MANIFEST_BYTES {
+                // Too large to read: keep what it applied before.
+                present.remove(path);
+                report.errors.push(ManifestError::TooLarge {
+                    path: path.clone(),
+                    size,
+                });
+                continue;
+            }
             let text = match std::fs::read_to_string(path) {
                 Ok(text) => text,
                 Err(e) => {

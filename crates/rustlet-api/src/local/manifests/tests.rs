@@ -250,3 +250,24 @@ data:
             .is_err()
     );
 }
+
+#[test]
+fn an_oversized_file_is_reported_unread_and_its_objects_stay() {
+    let (dir, store, mut sync) = setup();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    assert!(sync.sync().errors.is_empty());
+    let file = std::fs::File::options()
+        .append(true)
+        .open(dir.path().join("web.yaml"))
+        .unwrap();
+    file.set_len(super::MAX_MANIFEST_BYTES + 1).unwrap();
+    let report = sync.sync();
+    assert!(
+        matches!(&report.errors[..], [ManifestError::TooLarge { size, .. }] if *size == super::MAX_MANIFEST_BYTES + 1),
+        "{:?}",
+        report.errors
+    );
+    assert!(report.errors[0].to_string().contains("web.yaml"));
+    assert!(report.terminating.is_empty() && report.removed.is_empty());
+    assert!(store.get(&web()).unwrap()["metadata"]["deletionTimestamp"].is_null());
+}

@@ -437,20 +437,14 @@ fn validate_pod_spec(spec: &PodSpec, errors: &mut FieldErrors) {
             errors,
         );
         if let Some(source) = &volume.config_map {
-            validate_mode(
-                &format!("{field}.configMap.defaultMode"),
-                source.default_mode,
-                errors,
-            );
-            validate_items(&format!("{field}.configMap"), source.items.as_ref(), errors);
+            let field = format!("{field}.configMap");
+            validate_mode(&format!("{field}.defaultMode"), source.default_mode, errors);
+            validate_items(&field, source.items.as_ref(), errors);
         }
         if let Some(source) = &volume.secret {
-            validate_mode(
-                &format!("{field}.secret.defaultMode"),
-                source.default_mode,
-                errors,
-            );
-            validate_items(&format!("{field}.secret"), source.items.as_ref(), errors);
+            let field = format!("{field}.secret");
+            validate_mode(&format!("{field}.defaultMode"), source.default_mode, errors);
+            validate_items(&field, source.items.as_ref(), errors);
         }
         if let Some(source) = &volume.downward_api {
             validate_mode(

@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's dev tasks, in Rust so they run wherever cargo does.
 //!
-//! * `cargo xtask ci`: rustfmt check, clippy with `-D warnings`, tidy, then `test`. This is the
-//!   README's test command and what `.ci/run` calls.
+//! * `cargo xtask ci`: rustfmt check, clippy with `-D warnings`, tidy, rustdoc with `-D warnings`,
+//!   then `test`. This is the README's test command and what `.ci/run` calls.
 //! * `cargo xtask test`: every test of the workspace. As root it runs the whole `cargo test`
 //!   inside `unshare -m --propagation private`, a private mount namespace whose mounts never
 //!   reach the host, and tells the privileged tests so through `RUSTLET_PRIVATE_MOUNT_NS=1`.
@@ -70,7 +70,33 @@ fn ci(root: &Path) -> Result<()> {
         ],
     )?;
     tidy_report(root)?;
+    doc(root)?;
     test(root)
+}
+
+/// The API docs of the workspace, with rustdoc warnings (a broken intra-doc link) as errors.
+fn doc(root: &Path) -> Result<()> {
+    let args = [
+        "doc",
+        "--workspace",
+        "--all-features",
+        "--no-deps",
+        "--quiet",
+    ];
+    eprintln!(
+        "xtask: RUSTDOCFLAGS=\"-D warnings\" cargo {}",
+        args.join(" ")
+    );
+    let status = Command::new("cargo")
+        .args(args)
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .current_dir(root)
+        .status()
+        .context("starting cargo doc")?;
+    if !status.success() {
+        bail!("cargo doc failed: {status}");
+    }
+    Ok(())
 }
 
 fn tidy_report(root: &Path) -> Result<()> {

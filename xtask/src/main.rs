@@ -42,9 +42,15 @@ pub fn workspace_root() -> PathBuf {
 }
 
 fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
-    eprintln!("xtask: {program} {}", args.join(" "));
+    run_with_env(root, &[], program, args)
+}
+
+fn run_with_env(root: &Path, env: &[(&str, &str)], program: &str, args: &[&str]) -> Result<()> {
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v:?} ")).collect();
+    eprintln!("xtask: {}{program} {}", shown.concat(), args.join(" "));
     let status = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(root)
         .status()
         .with_context(|| format!("starting {program}"))?;
@@ -76,27 +82,18 @@ fn ci(root: &Path) -> Result<()> {
 
 /// The API docs of the workspace, with rustdoc warnings (a broken intra-doc link) as errors.
 fn doc(root: &Path) -> Result<()> {
-    let args = [
-        "doc",
-        "--workspace",
-        "--all-features",
-        "--no-deps",
-        "--quiet",
-    ];
-    eprintln!(
-        "xtask: RUSTDOCFLAGS=\"-D warnings\" cargo {}",
-        args.join(" ")
-    );
-    let status = Command::new("cargo")
-        .args(args)
-        .env("RUSTDOCFLAGS", "-D warnings")
-        .current_dir(root)
-        .status()
-        .context("starting cargo doc")?;
-    if !status.success() {
-        bail!("cargo doc failed: {status}");
-    }
-    Ok(())
+    run_with_env(
+        root,
+        &[("RUSTDOCFLAGS", "-D warnings")],
+        "cargo",
+        &[
+            "doc",
+            "--workspace",
+            "--all-features",
+            "--no-deps",
+            "--quiet",
+        ],
+    )
 }
 
 fn tidy_report(root: &Path) -> Result<()> {

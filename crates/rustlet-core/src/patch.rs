@@ -33,10 +33,32 @@ fn merge_key(field: &str) -> Option<&'static str> {
         .map(|(_, k)| *k)
 }
 
+/// A status as Go's `json.Marshal` writes it: a list field tagged `omitempty` (every list of a
+/// pod status) is left out when empty, so `conditions: []` and no conditions are the same.
 fn to_object(status: &PodStatus) -> Map<String, Value> {
     match serde_json::to_value(status) {
-        Ok(Value::Object(map)) => map,
+        Ok(Value::Object(mut map)) => {
+            drop_empty_lists(&mut map);
+            map
+        }
         _ => Map::new(),
+    }
+}
+
+fn drop_empty_lists(map: &mut Map<String, Value>) {
+    map.retain(|_, value| !matches!(value, Value::Array(items) if items.is_empty()));
+    for value in map.values_mut() {
+        match value {
+            Value::Object(inner) => drop_empty_lists(inner),
+            Value::Array(items) => {
+                for item in items {
+                    if let Value::Object(inner) = item {
+                        drop_empty_lists(inner);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -295,6 +317,47 @@ mod tests {
     #[test]
     fn test_patch_pod_status_no_change() {
         check(base(), None);
+    }
+
+    /// Issue 10 item 8: an empty list is absent, as Go's `omitempty` writes it.
+    #[test]
+    fn an_emptied_list_is_sent_as_null_not_as_deletions() {
+        let new = PodStatus {
+            conditions: Some(vec![]),
+            ..base()
+        };
+        let patch = status_patch("myuid", None, &base(), &new);
+        assert_eq!(
+            patch,
+            Some(json!({"metadata":{"uid":"myuid"},"status":{"conditions":null}}))
+        );
+    }
+
+    #[test]
+    fn a_list_absent_in_the_api_and_empty_locally_is_no_change() {
+        let old = PodStatus {
+            conditions: None,
+            container_statuses: None,
+            ..base()
+        };
+        let new = PodStatus {
+            conditions: Some(vec![]),
+            container_statuses: Some(vec![]),
+            ..old.clone()
+        };
+        assert_eq!(status_patch("myuid", None, &old, &new), None);
+        let nested = PodStatus {
+            container_statuses: Some(vec![ContainerStatus {
+                volume_mounts: Some(vec![]),
+                ..status_named("c")
+            }]),
+            ..old.clone()
+        };
+        let plain = PodStatus {
+            container_statuses: Some(vec![status_named("c")]),
+            ..old
+        };
+        assert_eq!(status_patch("myuid", None, &plain, &nested), None);
     }
 
     #[test]

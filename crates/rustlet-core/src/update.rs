@@ -27,8 +27,10 @@ pub struct VersionedPodStatus {
     pub pod_namespace: String,
     /// Set by `TerminatePod`; sticky for non-static pods (R5).
     pub pod_is_finished: bool,
-    /// When the first not-yet-synced update of this entry was accepted.
-    pub at: Timestamp,
+    /// When the first update not yet synced was accepted; `None` once the sync task has
+    /// recorded this version as written, so the next update starts the clock again (R61:
+    /// a deliberate deviation, upstream never resets it).
+    pub at: Option<Timestamp>,
     /// The normalised status (R10).
     pub status: PodStatus,
 }
@@ -233,7 +235,7 @@ pub fn prepare_update(
         pod_name: pod.metadata.name.clone().unwrap_or_default(),
         pod_namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         pod_is_finished: finished,
-        at: ctx.cached.map_or(ctx.now, |c| c.at),
+        at: Some(ctx.cached.and_then(|c| c.at).unwrap_or(ctx.now)),
         status,
     };
     UpdateOutcome::Accepted(Box::new(Accepted {

@@ -34,6 +34,22 @@ impl Default for BackoffConfig {
     }
 }
 
+/// What happens to a pod whose sync failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryPolicy {
+    /// Upstream's: nothing of its own; the next batch of either kind (a kick, or the full batch
+    /// every sync period) syncs the pod again.
+    NextBatch,
+    /// A retry batch for the pod after a jittered exponential back-off.
+    Backoff(BackoffConfig),
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self::Backoff(BackoffConfig::default())
+    }
+}
+
 /// Configuration of a [`crate::StatusManager`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatusManagerConfig {
@@ -47,8 +63,10 @@ pub struct StatusManagerConfig {
     pub max_concurrent_syncs: usize,
     /// How the API pod is read before a patch.
     pub read_strategy: ReadStrategy,
-    /// Retry spacing after a failed sync.
-    pub backoff: BackoffConfig,
+    /// What follows a failed sync.
+    pub retry: RetryPolicy,
+    /// Deadline of every API call; a call past it fails as a retryable transport error.
+    pub request_timeout: Duration,
     /// On shutdown, how long to keep flushing statuses not yet synced.
     pub shutdown_flush_deadline: Duration,
     /// Feature gates in force.
@@ -63,7 +81,8 @@ impl Default for StatusManagerConfig {
             api_burst: 100,
             max_concurrent_syncs: 16,
             read_strategy: ReadStrategy::default(),
-            backoff: BackoffConfig::default(),
+            retry: RetryPolicy::default(),
+            request_timeout: Duration::from_secs(10),
             shutdown_flush_deadline: Duration::from_secs(5),
             gates: FeatureGates::default(),
         }
@@ -71,18 +90,15 @@ impl Default for StatusManagerConfig {
 }
 
 impl StatusManagerConfig {
-    /// Upstream's behaviour: GET before every PATCH, one pod at a time, no backoff (a failed
-    /// pod is retried by the next batch of either kind), and no rate limit of the manager's own
-    /// (for parity tests and as the benchmark baseline).
+    /// Upstream's behaviour: GET before every PATCH, one pod at a time, no back-off of its own
+    /// (a failed pod is retried by the next batch of either kind), and no rate limit of the
+    /// manager's own (for parity tests and as the benchmark baseline).
     pub fn upstream() -> Self {
         Self {
             max_concurrent_syncs: 1,
             read_strategy: ReadStrategy::AlwaysGet,
             api_qps: f64::INFINITY,
-            backoff: BackoffConfig {
-                initial: Duration::ZERO,
-                max: Duration::ZERO,
-            },
+            retry: RetryPolicy::NextBatch,
             ..Self::default()
         }
     }

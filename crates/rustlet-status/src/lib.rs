@@ -15,7 +15,11 @@
 //! pod (from the pod manager's watch copy, patching with its `resourceVersion` as precondition,
 //! and falling back to GET on 409; or always by GET, upstream's shape), merges, and sends one
 //! strategic merge patch of the status subresource carrying the pod UID as precondition. Up to
-//! `max_concurrent_syncs` pods sync at once, behind a token-bucket rate limit.
+//! `max_concurrent_syncs` pods sync at once, each as its own task, behind a token-bucket rate
+//! limit; every API call has a deadline (`request_timeout`), and a batch skips pods still in
+//! flight, so a slow pod holds back only itself. Retry times that pass without their pod
+//! being synced are dropped (the task never wakes for nothing), and a DELETE answered 404 is
+//! done.
 //!
 //! # Invariants
 //!
@@ -53,7 +57,7 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 
-pub use config::{BackoffConfig, ReadStrategy, StatusManagerConfig};
+pub use config::{BackoffConfig, ReadStrategy, RetryPolicy, StatusManagerConfig};
 pub use limiter::RateLimiter;
 pub use manager::{StatusManager, StatusManagerDeps, UpdateResult};
 pub use metrics::StatusMetrics;

@@ -102,6 +102,16 @@ impl Shared {
         self.statuses.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The sync task has written `version` of this pod: the next update starts the sync
+    /// duration clock again (R61).
+    pub(crate) fn mark_synced(&self, uid: &PodUid, version: u64) {
+        if let Some(entry) = self.write().get_mut(uid)
+            && entry.version == version
+        {
+            entry.at = None;
+        }
+    }
+
     /// Upstream `deletePodStatus` (R26).
     pub(crate) fn delete_pod_status(&self, uid: &PodUid) {
         self.write().remove(uid);

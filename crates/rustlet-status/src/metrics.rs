@@ -19,6 +19,9 @@ pub struct StatusMetrics {
     /// `status_api_requests_total{verb, code}`: API calls made, by verb and HTTP code (0: no
     /// answer).
     pub api_requests: Family<Labels, Counter>,
+    /// `status_sync_batches_total{kind}`: batches the sync task ran, by kind (`kick`, `full`,
+    /// `retry`). Bounded work is visible here: an idle manager runs one full batch a period.
+    pub sync_batches: Family<Labels, Counter>,
     /// `status_pods_pending_sync`: cached pods whose latest version is not yet synced, as of the
     /// last batch.
     pub pods_pending_sync: Gauge,
@@ -35,6 +38,7 @@ impl Default for StatusMetrics {
         Self {
             sync_duration: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
             api_requests: Family::default(),
+            sync_batches: Family::default(),
             pods_pending_sync: Gauge::default(),
             terminated_containers: Family::default(),
             pending_resizes: Family::default(),
@@ -55,6 +59,11 @@ impl StatusMetrics {
             "status_api_requests",
             "API requests of the status manager by verb and HTTP code",
             self.api_requests.clone(),
+        );
+        registry.register(
+            "status_sync_batches",
+            "Batches run by the status sync task, by kind",
+            self.sync_batches.clone(),
         );
         registry.register(
             "status_pods_pending_sync",
@@ -95,6 +104,20 @@ impl StatusMetrics {
                 ("verb".into(), verb.into()),
                 ("code".into(), code.to_string()),
             ])
+            .get()
+    }
+
+    /// Counts one batch of this kind.
+    pub fn batch(&self, kind: &str) {
+        self.sync_batches
+            .get_or_create(&vec![("kind".into(), kind.into())])
+            .inc();
+    }
+
+    /// The count of batches of this kind so far.
+    pub fn batches(&self, kind: &str) -> u64 {
+        self.sync_batches
+            .get_or_create(&vec![("kind".into(), kind.into())])
             .get()
     }
 }

@@ -44,6 +44,14 @@ impl ClientError {
         matches!(self, Self::Conflict(_))
     }
 
+    /// A 422 naming `metadata.uid`: the API server's answer to a status patch whose UID
+    /// differs from the stored pod's. A patch has no storage preconditions, so the server
+    /// compares the resourceVersion first (409) and then finds the immutable UID changed (422):
+    /// the pod was deleted and re-created under the same name.
+    pub fn is_uid_mismatch(&self) -> bool {
+        matches!(self, Self::Api { code: 422, message } if message.contains("metadata.uid"))
+    }
+
     /// Worth retrying unchanged later.
     pub fn is_retryable(&self) -> bool {
         match self {

@@ -10,7 +10,8 @@
 //!   time, when a retry batch syncs it (full-batch rules). Success leaves the state.
 //! * **Gone**: deleted from the API (or recreated under another UID): the cache entry is dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,12 +24,13 @@ use rustlet_core::normalize::normalize_status;
 use rustlet_core::patch::status_patch;
 use rustlet_core::pod::is_static_pod;
 use rustlet_core::{PodUid, VersionedPodStatus};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::config::{ReadStrategy, StatusManagerConfig};
+use crate::config::{ReadStrategy, RetryPolicy, StatusManagerConfig};
 use crate::limiter::RateLimiter;
 use crate::manager::Shared;
 use crate::seams::{ClientError, PodStatusClient};
@@ -44,6 +46,16 @@ pub(crate) enum BatchKind {
     Retry,
 }
 
+impl BatchKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Kick => "kick",
+            Self::Full => "full",
+            Self::Retry => "retry",
+        }
+    }
+}
+
 /// What one pod's sync came to.
 #[derive(Debug)]
 pub(crate) enum SyncOutcome {
@@ -51,6 +63,8 @@ pub(crate) enum SyncOutcome {
     Synced {
         api_uid: PodUid,
         version: u64,
+        /// The resourceVersion our write returned (none when nothing was written).
+        written_rv: Option<String>,
         deletion: Deletion,
     },
     /// The pod is not in the API (R34): nothing recorded.
@@ -75,6 +89,17 @@ pub(crate) struct Backoff {
     pub(crate) not_before: Instant,
 }
 
+/// One pod a batch decided to sync.
+#[derive(Clone, Debug)]
+pub(crate) struct Work {
+    cache_uid: PodUid,
+    status_uid: PodUid,
+    status: VersionedPodStatus,
+    /// The resourceVersion our last write to this API object returned: a watch copy older than
+    /// it is stale.
+    written_rv: Option<String>,
+}
+
 /// What every concurrent `sync_pod` shares.
 pub(crate) struct SyncContext {
     pub(crate) shared: Arc<Shared>,
@@ -94,7 +119,33 @@ pub(crate) struct Syncer {
     /// Per cache UID: the pod manager copy's resourceVersion and our version the last time
     /// they were found equal, so an unchanged pair is not compared again (R33 at O(1)).
     reconciled: HashMap<PodUid, (String, u64)>,
-    rng: u64,
+    /// Per API object UID: the resourceVersion our last write returned.
+    written_rv: HashMap<PodUid, String>,
+    /// Pods whose sync runs as a task of `run()` (cache UIDs); a batch skips them.
+    in_flight: HashSet<PodUid>,
+    /// In-flight pods that a batch wanted to sync again: synced once more when they complete.
+    recheck: HashSet<PodUid>,
+    /// Pods whose cached version was not synced, as the last whole-map plan counted them.
+    pending: usize,
+    pub(crate) rng: u64,
+}
+
+/// A per-process seed, so the jitter of different agents differs (no retries in lockstep
+/// after an API outage).
+fn jitter_seed() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish() | 1
+}
+
+/// A watch copy whose resourceVersion is older than the one our last write returned.
+/// ResourceVersions are opaque; the API server's are integers, and anything else that differs
+/// from our write is not trusted.
+fn is_older(copy: &str, written: &str) -> bool {
+    match (copy.parse::<u64>(), written.parse::<u64>()) {
+        (Ok(copy), Ok(written)) => copy < written,
+        _ => copy != written,
+    }
 }
 
 impl Syncer {
@@ -118,27 +169,57 @@ impl Syncer {
             api_status_versions: HashMap::new(),
             backoff: HashMap::new(),
             reconciled: HashMap::new(),
-            rng: 0x2545_F491_4F6C_DD1D,
+            written_rv: HashMap::new(),
+            in_flight: HashSet::new(),
+            recheck: HashSet::new(),
+            pending: 0,
+            rng: jitter_seed(),
         }
     }
 
     /// The task: kicks, the periodic full batch, backoff retries; on cancellation a last flush.
+    ///
+    /// Each pod's sync runs as its own task (at most `max_concurrent_syncs` at once), so a slow
+    /// pod holds back only itself: the next batch skips pods still in flight and syncs the
+    /// others. The select is biased towards the rare branches (completions, the full batch,
+    /// due retries) and takes kicks last: a timer branch is ready only when due, so kicks
+    /// never starve it, and it never starves kicks.
     pub(crate) async fn run(mut self, cancel: CancellationToken) {
         let period = self.ctx.config.sync_period;
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let permits = Arc::new(Semaphore::new(self.ctx.config.max_concurrent_syncs.max(1)));
+        let mut tasks = Tasks::default();
         loop {
-            let next_retry = self.backoff.values().map(|b| b.not_before).min();
+            let next_retry = self.next_retry();
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => break,
-                Some(()) = self.kick_rx.recv() => { self.sync_batch(BatchKind::Kick).await; }
-                _ = ticker.tick() => { self.sync_batch(BatchKind::Full).await; }
-                () = sleep_until_opt(next_retry) => { self.sync_batch(BatchKind::Retry).await; }
+                Some(done) = tasks.set.join_next_with_id() => {
+                    let done = tasks.finished(done);
+                    self.complete(done, &mut tasks, &permits);
+                }
+                _ = ticker.tick() => self.dispatch(BatchKind::Full, None, &mut tasks, &permits),
+                () = sleep_until_opt(next_retry) => {
+                    self.dispatch(BatchKind::Retry, None, &mut tasks, &permits);
+                }
+                Some(()) = self.kick_rx.recv() => {
+                    self.dispatch(BatchKind::Kick, None, &mut tasks, &permits);
+                }
             }
         }
         let deadline = self.ctx.config.shutdown_flush_deadline;
-        match tokio::time::timeout(deadline, self.flush()).await {
+        let flushed = tokio::time::timeout(deadline, async {
+            while let Some(done) = tasks.set.join_next_with_id().await {
+                if let Some((uid, outcome)) = tasks.finished(done) {
+                    self.in_flight.remove(&uid);
+                    self.record(uid, outcome);
+                }
+            }
+            self.flush().await;
+        })
+        .await;
+        match flushed {
             Ok(()) => info!("status manager stopped; unsynced statuses flushed"),
             Err(_) => warn!(
                 ?deadline,
@@ -147,15 +228,64 @@ impl Syncer {
         }
     }
 
+    /// The earliest retry time of a pod not in flight.
+    fn next_retry(&self) -> Option<Instant> {
+        self.backoff
+            .iter()
+            .filter(|(uid, _)| !self.in_flight.contains(*uid))
+            .map(|(_, b)| b.not_before)
+            .min()
+    }
+
+    /// Plans a batch (or one pod, `only`) and spawns a sync task per pod.
+    fn dispatch(
+        &mut self,
+        kind: BatchKind,
+        only: Option<&PodUid>,
+        tasks: &mut Tasks,
+        permits: &Arc<Semaphore>,
+    ) {
+        if only.is_none() {
+            self.ctx.shared.metrics.batch(kind.name());
+        }
+        for work in self.plan(kind, only) {
+            let (ctx, permits) = (self.ctx.clone(), permits.clone());
+            let uid = work.cache_uid.clone();
+            self.in_flight.insert(uid.clone());
+            let handle = tasks.set.spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                sync_pod(&ctx, &work).await
+            });
+            tasks.uids.insert(handle.id(), uid);
+        }
+    }
+
+    /// A pod's sync task ended: record it, and sync it again if a batch wanted to meanwhile.
+    fn complete(
+        &mut self,
+        done: Option<(PodUid, SyncOutcome)>,
+        tasks: &mut Tasks,
+        permits: &Arc<Semaphore>,
+    ) {
+        let Some((uid, outcome)) = done else { return };
+        self.in_flight.remove(&uid);
+        self.record(uid.clone(), outcome);
+        if self.recheck.remove(&uid) && !self.backoff.contains_key(&uid) {
+            self.dispatch(BatchKind::Kick, Some(&uid), tasks, permits);
+        }
+    }
+
     /// Syncs every pending version, ignoring backoffs, until nothing is pending or a pass makes
-    /// no progress.
+    /// no progress (the count of pending pods at the start of a pass did not go down).
     async fn flush(&mut self) {
         self.backoff.clear();
+        let mut before = usize::MAX;
         loop {
             let synced = self.sync_batch(BatchKind::Kick).await;
-            if synced == 0 || self.backoff.len() >= synced {
+            if synced == 0 || self.pending >= before {
                 return;
             }
+            before = self.pending;
         }
     }
 
@@ -211,74 +341,108 @@ impl Syncer {
         true
     }
 
-    /// One batch (upstream `syncBatch`); returns how many pods it synced.
-    pub(crate) async fn sync_batch(&mut self, kind: BatchKind) -> usize {
+    /// Which pods a batch syncs (upstream `syncBatch`'s selection); `only` restricts it to one
+    /// pod. Pods in flight are skipped (and synced again when they complete, if still due).
+    /// A retry time that has passed without its pod being synced is dropped: the pod is gone,
+    /// has nothing to sync, or waits for its mirror, and a stale deadline would wake the task
+    /// again at once, forever.
+    fn plan(&mut self, kind: BatchKind, only: Option<&PodUid>) -> Vec<Work> {
         let translations = self.ctx.shared.pods.uid_translations();
         let now = Instant::now();
         let shared = self.ctx.shared.clone();
         let mut work = Vec::new();
-        {
-            let map = shared.read();
-            if kind == BatchKind::Full {
-                self.api_status_versions.retain(|uid, _| {
-                    map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid)
-                });
-                if !self.backoff.is_empty() {
-                    self.backoff.retain(|uid, _| map.contains_key(uid));
-                }
-                // The memo only needs pruning once it holds entries for pods that are gone.
-                if self.reconciled.len() > map.len() {
-                    self.reconciled.retain(|uid, _| map.contains_key(uid));
-                }
+        let map = shared.read();
+        if kind == BatchKind::Full && only.is_none() {
+            self.api_status_versions.retain(|uid, _| {
+                map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid)
+            });
+            self.written_rv.retain(|uid, _| {
+                map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid)
+            });
+            // The memo only needs pruning once it holds entries for pods that are gone.
+            if self.reconciled.len() > map.len() {
+                self.reconciled.retain(|uid, _| map.contains_key(uid));
             }
-            let mut pending = 0i64;
-            for (uid, status) in map.iter() {
-                let status_uid = match translations.pod_to_mirror.get(uid) {
-                    Some(mirror) if mirror.is_empty() => continue, // static pod without mirror (R29)
-                    Some(mirror) => mirror,
-                    None => uid,
-                };
-                let recorded = self.api_status_versions.get(status_uid).copied();
-                let synced = recorded.unwrap_or(0);
-                if synced < status.version {
-                    pending += 1;
-                }
-                if !self.backoff.is_empty() || kind == BatchKind::Retry {
-                    match self.backoff.get(uid) {
-                        Some(b) if b.not_before > now => continue,
-                        None if kind == BatchKind::Retry => continue,
-                        _ => {}
-                    }
-                }
-                let due = match kind {
-                    BatchKind::Kick => synced < status.version,
-                    BatchKind::Full | BatchKind::Retry => {
-                        if self.needs_update(recorded, status_uid, status) {
-                            true
-                        } else if self.needs_reconcile(uid, status) {
-                            self.api_status_versions.remove(status_uid);
-                            true
-                        } else {
-                            false
-                        }
-                    }
-                };
-                if due {
-                    work.push((uid.clone(), status_uid.clone(), status.clone()));
-                }
-            }
-            shared.metrics.pods_pending_sync.set(pending);
         }
+        let entries: Box<dyn Iterator<Item = (&PodUid, &VersionedPodStatus)>> = match only {
+            Some(uid) => Box::new(map.get_key_value(uid).into_iter()),
+            None => Box::new(map.iter()),
+        };
+        let mut pending = 0i64;
+        for (uid, status) in entries {
+            let status_uid = match translations.pod_to_mirror.get(uid) {
+                Some(mirror) if mirror.is_empty() => continue, // static pod without mirror (R29)
+                Some(mirror) => mirror,
+                None => uid,
+            };
+            let recorded = self.api_status_versions.get(status_uid).copied();
+            let synced = recorded.unwrap_or(0);
+            if synced < status.version {
+                pending += 1;
+            }
+            if self.in_flight.contains(uid) {
+                if synced < status.version || kind != BatchKind::Kick {
+                    self.recheck.insert(uid.clone());
+                }
+                continue;
+            }
+            if !self.backoff.is_empty() || kind == BatchKind::Retry {
+                match self.backoff.get(uid) {
+                    Some(b) if b.not_before > now => continue,
+                    None if kind == BatchKind::Retry => continue,
+                    _ => {}
+                }
+            }
+            let due = match kind {
+                BatchKind::Kick => synced < status.version,
+                BatchKind::Full | BatchKind::Retry => {
+                    if self.needs_update(recorded, status_uid, status) {
+                        true
+                    } else if self.needs_reconcile(uid, status) {
+                        self.api_status_versions.remove(status_uid);
+                        true
+                    } else {
+                        false
+                    }
+                }
+            };
+            if due {
+                work.push(Work {
+                    cache_uid: uid.clone(),
+                    status_uid: status_uid.clone(),
+                    status: status.clone(),
+                    written_rv: self.written_rv.get(status_uid).cloned(),
+                });
+            }
+        }
+        if only.is_none() {
+            shared.metrics.pods_pending_sync.set(pending);
+            self.pending = usize::try_from(pending).unwrap_or_default();
+            if !self.backoff.is_empty() {
+                let dispatched: HashSet<&PodUid> = work.iter().map(|w| &w.cache_uid).collect();
+                let in_flight = &self.in_flight;
+                self.backoff.retain(|uid, b| {
+                    b.not_before > now || dispatched.contains(uid) || in_flight.contains(uid)
+                });
+            }
+        }
+        work
+    }
 
+    /// One batch, synced to the end (upstream `syncBatch`; `ManualSync` and the shutdown
+    /// flush); returns how many pods it synced.
+    pub(crate) async fn sync_batch(&mut self, kind: BatchKind) -> usize {
+        self.ctx.shared.metrics.batch(kind.name());
+        let work = self.plan(kind, None);
         let count = work.len();
         let concurrency = self.ctx.config.max_concurrent_syncs.max(1);
         let ctx = self.ctx.clone();
         let results: Vec<(PodUid, SyncOutcome)> = futures::stream::iter(work)
-            .map(|(uid, status_uid, status)| {
+            .map(|work| {
                 let ctx = ctx.clone();
                 async move {
-                    let outcome = sync_pod(&ctx, &uid, &status_uid, &status).await;
-                    (uid, outcome)
+                    let outcome = sync_pod(&ctx, &work).await;
+                    (work.cache_uid, outcome)
                 }
             })
             .buffer_unordered(concurrency)
@@ -295,12 +459,27 @@ impl Syncer {
             SyncOutcome::Synced {
                 api_uid,
                 version,
+                written_rv,
                 deletion,
             } => {
-                self.api_status_versions.insert(api_uid, version);
+                self.api_status_versions.insert(api_uid.clone(), version);
+                if let Some(rv) = written_rv {
+                    self.written_rv.insert(api_uid.clone(), rv);
+                }
+                self.ctx.shared.mark_synced(&uid, version);
                 match deletion {
+                    Deletion::Failed(e) if e.is_not_found() => {
+                        // The pod is already gone: the deletion is done.
+                        self.ctx.shared.delete_pod_status(&uid);
+                        self.written_rv.remove(&api_uid);
+                        self.backoff.remove(&uid);
+                    }
                     Deletion::Failed(e) => self.schedule_retry(uid, &e),
-                    Deletion::NotDue | Deletion::Deleted => {
+                    Deletion::Deleted => {
+                        self.written_rv.remove(&api_uid);
+                        self.backoff.remove(&uid);
+                    }
+                    Deletion::NotDue => {
                         self.backoff.remove(&uid);
                     }
                 }
@@ -320,10 +499,17 @@ impl Syncer {
         self.rng
     }
 
-    /// Exponential backoff with ±20 % jitter: initial × 2^attempt, capped.
+    /// After a failure: upstream leaves the pod to the next batch; otherwise exponential
+    /// backoff with ±20 % jitter, initial × 2^attempt, capped.
     fn schedule_retry(&mut self, uid: PodUid, reason: &dyn std::fmt::Display) {
+        let config = match self.ctx.config.retry {
+            RetryPolicy::NextBatch => {
+                debug!(%uid, %reason, "pod status sync failed; the next batch retries it");
+                return;
+            }
+            RetryPolicy::Backoff(config) => config,
+        };
         let jitter = 0.8 + 0.4 * (self.next_random() % 1000) as f64 / 1000.0;
-        let config = self.ctx.config.backoff;
         let entry = self.backoff.entry(uid.clone()).or_insert(Backoff {
             attempt: 0,
             not_before: Instant::now(),
@@ -339,6 +525,33 @@ impl Syncer {
     }
 }
 
+/// The sync tasks of `run()`, with the pod each one syncs (a task that panicked still frees
+/// its pod).
+#[derive(Default)]
+struct Tasks {
+    set: JoinSet<SyncOutcome>,
+    uids: HashMap<tokio::task::Id, PodUid>,
+}
+
+impl Tasks {
+    fn finished(
+        &mut self,
+        done: Result<(tokio::task::Id, SyncOutcome), JoinError>,
+    ) -> Option<(PodUid, SyncOutcome)> {
+        match done {
+            Ok((id, outcome)) => Some((self.uids.remove(&id)?, outcome)),
+            Err(e) => {
+                let uid = self.uids.remove(&e.id())?;
+                warn!(%uid, error = %e, "a pod status sync task ended abnormally");
+                Some((
+                    uid,
+                    SyncOutcome::Failed(ClientError::Transport(e.to_string())),
+                ))
+            }
+        }
+    }
+}
+
 async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -347,13 +560,21 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 }
 
 impl SyncContext {
+    /// One API call: a rate-limit token, then the request under the configured deadline (a
+    /// half-open connection must not stall the pod's sync forever).
     async fn call<T>(
         &self,
         verb: &str,
         request: impl Future<Output = Result<T, ClientError>>,
     ) -> Result<T, ClientError> {
         self.limiter.acquire().await;
-        let result = request.await;
+        let deadline = self.config.request_timeout;
+        let result = match tokio::time::timeout(deadline, request).await {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::Transport(format!(
+                "{verb} timed out after {deadline:?}"
+            ))),
+        };
         let code = match &result {
             Ok(_) => 200,
             Err(e) => e.code(),
@@ -370,34 +591,37 @@ impl SyncContext {
         .await
     }
 
-    /// The pod manager's watch-fed copy of the API pod, when it is the object we write to.
-    fn cached_api_pod(&self, cache_uid: &PodUid, status_uid: &PodUid) -> Option<Pod> {
+    /// The pod manager's watch-fed copy of the API pod, when it is the object we write to and
+    /// is not older than our last write to it.
+    fn cached_api_pod(&self, work: &Work) -> Option<Pod> {
         let pods = &self.shared.pods;
-        let mut pod = pods.pod_by_uid(cache_uid)?;
+        let mut pod = pods.pod_by_uid(&work.cache_uid)?;
         if is_static_pod(&pod) {
             pod = pods.mirror_pod_of(&pod)?;
         }
-        let usable = pod.metadata.uid.as_deref() == Some(status_uid.as_str())
-            && pod
-                .metadata
-                .resource_version
+        let rv = pod.metadata.resource_version.as_deref().unwrap_or_default();
+        let usable = pod.metadata.uid.as_deref() == Some(work.status_uid.as_str())
+            && !rv.is_empty()
+            && !work
+                .written_rv
                 .as_deref()
-                .is_some_and(|rv| !rv.is_empty());
+                .is_some_and(|written| is_older(rv, written));
+        if !usable {
+            debug!(copy = rv, written = ?work.written_rv, "watch copy unusable or older than our last write: reading the pod");
+        }
         usable.then(|| (*pod).clone())
     }
 }
 
 /// Upstream `syncPod` (R34-R39), plus the watch-cache read with a resourceVersion precondition.
-pub(crate) async fn sync_pod(
-    ctx: &SyncContext,
-    cache_uid: &PodUid,
-    status_uid: &PodUid,
-    status: &VersionedPodStatus,
-) -> SyncOutcome {
+pub(crate) async fn sync_pod(ctx: &SyncContext, work: &Work) -> SyncOutcome {
+    let Work {
+        cache_uid, status, ..
+    } = work;
     let span = info_span!("sync_pod", pod = %format!("{}/{}", status.pod_namespace, status.pod_name), uid = %cache_uid, version = status.version);
     async move {
         let cached = match ctx.config.read_strategy {
-            ReadStrategy::WatchCache => ctx.cached_api_pod(cache_uid, status_uid),
+            ReadStrategy::WatchCache => ctx.cached_api_pod(work),
             ReadStrategy::AlwaysGet => None,
         };
         let (mut api_pod, mut from_cache) = match cached {
@@ -414,6 +638,9 @@ pub(crate) async fn sync_pod(
                 }
             },
         };
+        // A 422 on `metadata.uid` means the pod was replaced between our read and our write:
+        // read it once more, and R35 decides.
+        let mut reread_for_uid = false;
         loop {
             let api_uid = PodUid::new(api_pod.metadata.uid.clone().unwrap_or_default());
             let translated = ctx.shared.pods.translate_pod_uid(&api_uid);
@@ -431,38 +658,48 @@ pub(crate) async fn sync_pod(
             };
             let merged = merge_pod_status(&api_status, &status.status, merge_ctx);
             let precondition = if from_cache { api_pod.metadata.resource_version.as_deref() } else { None };
-            let pod_after = match status_patch(api_uid.as_str(), precondition, &api_status, &merged) {
+            let (pod_after, written_rv) = match status_patch(api_uid.as_str(), precondition, &api_status, &merged) {
                 None => {
                     debug!("Status for pod is up-to-date");
-                    api_pod
+                    (api_pod, None)
                 }
                 Some(patch) => {
                     let (ns, name) = (&status.pod_namespace, &status.pod_name);
-                    match ctx.call("patch", ctx.client.patch_pod_status(ns, name, &patch)).await {
+                    let reread = match ctx.call("patch", ctx.client.patch_pod_status(ns, name, &patch)).await {
                         Ok(pod) => {
                             debug!(%patch, "Status for pod updated successfully");
                             if let Some(latency) = &ctx.shared.latency {
                                 latency.record_status_updated(&pod);
                             }
-                            pod
+                            let rv = pod.metadata.resource_version.clone();
+                            Ok((pod, rv))
                         }
                         Err(e) if e.is_conflict() && from_cache => {
                             debug!("Watch copy was stale: falling back to GET");
-                            match ctx.get(status).await {
-                                Ok(pod) => {
-                                    api_pod = pod;
-                                    from_cache = false;
-                                    continue;
-                                }
-                                Err(e) if e.is_not_found() => return SyncOutcome::NotFound,
-                                Err(e) => return SyncOutcome::Failed(e),
-                            }
+                            Err(())
+                        }
+                        Err(e) if e.is_uid_mismatch() && !reread_for_uid => {
+                            debug!(error = %e, "Pod UID changed under the patch: reading it again");
+                            reread_for_uid = true;
+                            Err(())
                         }
                         Err(e) if e.is_not_found() => return SyncOutcome::NotFound,
                         Err(e) => {
                             info!(error = %e, "Failed to update status for pod");
                             return SyncOutcome::Failed(e);
                         }
+                    };
+                    match reread {
+                        Ok(done) => done,
+                        Err(()) => match ctx.get(status).await {
+                            Ok(pod) => {
+                                api_pod = pod;
+                                from_cache = false;
+                                continue;
+                            }
+                            Err(e) if e.is_not_found() => return SyncOutcome::NotFound,
+                            Err(e) => return SyncOutcome::Failed(e),
+                        },
                     }
                 }
             };
@@ -484,16 +721,18 @@ pub(crate) async fn sync_pod(
             } else {
                 Deletion::NotDue
             };
-            return SyncOutcome::Synced { api_uid, version: status.version, deletion };
+            return SyncOutcome::Synced { api_uid, version: status.version, written_rv, deletion };
         }
     }
     .instrument(span)
     .await
 }
 
+/// R59, from the first update not yet synced (R61, reset per synced version).
 fn observe_sync_duration(ctx: &SyncContext, status: &VersionedPodStatus) {
+    let Some(at) = status.at else { return };
     let now = ctx.shared.clock.now();
-    if let Ok(elapsed) = now.duration_since(status.at).try_into() {
+    if let Ok(elapsed) = now.duration_since(at).try_into() {
         let elapsed: Duration = elapsed;
         ctx.shared
             .metrics

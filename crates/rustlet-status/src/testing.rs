@@ -91,13 +91,19 @@ pub enum Reaction {
     Conflict,
     /// Any other status code.
     Error(u16),
+    /// 422 with this message (the API server's validation errors).
+    Invalid(String),
     /// GET returns the stored pod with this UID (the pod was deleted and recreated).
     RecreatedUid(String),
+    /// No answer ever (a half-open connection); only the caller's deadline ends the call.
+    Hang,
 }
 
 #[derive(Clone, Debug)]
 struct Reactor {
     verb: Option<Verb>,
+    /// Only requests for a pod of this name (any pod when `None`).
+    name: Option<String>,
     reaction: Reaction,
     remaining: Option<usize>,
 }
@@ -174,6 +180,23 @@ impl FakePodStatusClient {
     pub fn react(&self, verb: Option<Verb>, reaction: Reaction, times: Option<usize>) {
         self.state().reactors.push(Reactor {
             verb,
+            name: None,
+            reaction,
+            remaining: times,
+        });
+    }
+
+    /// As [`Self::react`], for the requests about the pod named `name` only.
+    pub fn react_for(
+        &self,
+        name: &str,
+        verb: Option<Verb>,
+        reaction: Reaction,
+        times: Option<usize>,
+    ) {
+        self.state().reactors.push(Reactor {
+            verb,
+            name: Some(name.to_owned()),
             reaction,
             remaining: times,
         });
@@ -218,21 +241,27 @@ impl FakePodStatusClient {
         if let Some(latency) = latency {
             tokio::time::sleep(latency).await;
         }
-        let mut state = self.state();
-        if let Some(in_flight) = state.in_flight.get_mut(&k) {
-            *in_flight -= 1;
-        }
-        let index = state
-            .reactors
-            .iter()
-            .position(|r| r.verb.is_none_or(|v| v == action.verb))?;
-        let reactor = &mut state.reactors[index];
-        let reaction = reactor.reaction.clone();
-        if let Some(remaining) = &mut reactor.remaining {
-            *remaining -= 1;
-            if *remaining == 0 {
-                state.reactors.remove(index);
+        let reaction = {
+            let mut state = self.state();
+            if let Some(in_flight) = state.in_flight.get_mut(&k) {
+                *in_flight -= 1;
             }
+            let index = state.reactors.iter().position(|r| {
+                r.verb.is_none_or(|v| v == action.verb)
+                    && r.name.as_deref().is_none_or(|n| n == action.name)
+            })?;
+            let reactor = &mut state.reactors[index];
+            let reaction = reactor.reaction.clone();
+            if let Some(remaining) = &mut reactor.remaining {
+                *remaining -= 1;
+                if *remaining == 0 {
+                    state.reactors.remove(index);
+                }
+            }
+            reaction
+        };
+        if reaction == Reaction::Hang {
+            std::future::pending::<()>().await;
         }
         Some(reaction)
     }
@@ -246,7 +275,11 @@ fn error_for(reaction: &Reaction, what: &str) -> Option<ClientError> {
             code: *code,
             message: format!("injected {code}"),
         }),
-        Reaction::RecreatedUid(_) => None,
+        Reaction::Invalid(message) => Some(ClientError::Api {
+            code: 422,
+            message: message.clone(),
+        }),
+        Reaction::RecreatedUid(_) | Reaction::Hang => None,
     }
 }
 
@@ -299,20 +332,25 @@ impl PodStatusClient for FakePodStatusClient {
         let pod = self
             .pod(namespace, name)
             .ok_or_else(|| ClientError::NotFound(what.clone()))?;
+        // As the API server: a patch has no storage preconditions, so the resourceVersion is
+        // compared first (409), then validation finds the immutable UID changed (422).
         let meta = &patch["metadata"];
-        if let Some(uid) = meta["uid"].as_str()
-            && pod.metadata.uid.as_deref() != Some(uid)
-        {
-            return Err(ClientError::Conflict(format!(
-                "{what}: UID precondition failed"
-            )));
-        }
         if let Some(rv) = meta["resourceVersion"].as_str()
             && pod.metadata.resource_version.as_deref() != Some(rv)
         {
             return Err(ClientError::Conflict(format!(
-                "{what}: the object has been modified"
+                "Operation cannot be fulfilled on {what}: the object has been modified"
             )));
+        }
+        if let Some(uid) = meta["uid"].as_str()
+            && pod.metadata.uid.as_deref() != Some(uid)
+        {
+            return Err(ClientError::Api {
+                code: 422,
+                message: format!(
+                    "Pod \"{name}\" is invalid: metadata.uid: Invalid value: \"{uid}\": field is immutable"
+                ),
+            });
         }
         let mut status =
             serde_json::to_value(pod.status.clone().unwrap_or_default()).unwrap_or_default();

@@ -295,12 +295,26 @@ fn r12_versions_increase_by_one_and_first_seen_time_is_kept() {
         assert_eq!(cache.version(), i);
         cache.tick();
     }
-    let entry = cache.entry.unwrap();
-    assert_eq!(entry.at, first_accept);
+    let entry = cache.entry.clone().unwrap();
+    assert_eq!(entry.at, Some(first_accept));
     assert_eq!(
         (entry.pod_name.as_str(), entry.pod_namespace.as_str()),
         ("foo", "new")
     );
+}
+
+#[test]
+fn r61_the_first_update_after_a_sync_starts_the_clock_again() {
+    let mut cache = Cache::default();
+    cache.set(&test_pod(), random_status("1"));
+    cache.tick();
+    // The sync task recorded version 1 as written.
+    cache.entry.as_mut().unwrap().at = None;
+    let second = cache.now;
+    cache.set(&test_pod(), random_status("2"));
+    cache.tick();
+    cache.set(&test_pod(), random_status("3"));
+    assert_eq!(cache.entry.as_ref().unwrap().at, Some(second));
 }
 
 #[test]

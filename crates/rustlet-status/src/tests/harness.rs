@@ -11,7 +11,7 @@ use rustlet_core::pod::is_static_pod;
 use crate::config::StatusManagerConfig;
 use crate::manager::{StatusManager, StatusManagerDeps};
 use crate::metrics::StatusMetrics;
-use crate::seams::SystemClock;
+use crate::seams::{Clock, SystemClock};
 use crate::sync::{BatchKind, Syncer};
 use crate::testing::{FakePodManager, FakePodStatusClient};
 
@@ -51,6 +51,14 @@ impl Harness {
     }
 
     pub fn with(config: StatusManagerConfig, safety: FixedDeletionSafety) -> Self {
+        Self::with_clock(config, safety, Arc::new(SystemClock))
+    }
+
+    pub fn with_clock(
+        config: StatusManagerConfig,
+        safety: FixedDeletionSafety,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let client = FakePodStatusClient::new();
         let pods = FakePodManager::new();
         pods.add_pod(test_pod());
@@ -61,7 +69,7 @@ impl Harness {
             pods: Arc::new(pods.clone()),
             safety: Arc::new(safety),
             latency: None,
-            clock: Arc::new(SystemClock),
+            clock,
             metrics: metrics.clone(),
         };
         let manager = StatusManager::new(deps, config);

@@ -21,6 +21,15 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         &["rustlet-core", "rustlet-status", "rustlet-volume"],
     ),
     (
+        "rustlet-pods",
+        &[
+            "rustlet-core",
+            "rustlet-status",
+            "rustlet-volume",
+            "rustlet-mount",
+        ],
+    ),
+    (
         "rustlet",
         &[
             "rustlet-core",
@@ -28,6 +37,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "rustlet-volume",
             "rustlet-mount",
             "rustlet-api",
+            "rustlet-pods",
         ],
     ),
     (
@@ -38,6 +48,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "rustlet-volume",
             "rustlet-mount",
             "rustlet-api",
+            "rustlet-pods",
         ],
     ),
     ("xtask", &[]),
@@ -64,6 +75,7 @@ pub const FORBIDDEN: &[(&str, &[&str])] = &[
     ("rustlet-status", &["kube", "nix", "sys-mount", "anyhow"]),
     ("rustlet-volume", &["kube", "anyhow"]),
     ("rustlet-api", &["anyhow"]),
+    ("rustlet-pods", &["kube", "anyhow"]),
 ];
 
 /// Runs every check.

@@ -1,9 +1,67 @@
-//! rustlet: the node agent binary. Not built yet: CLI, config and wiring come with the crates
-//! they wire (see the README for what works today).
+//! rustlet: the node agent binary. Parses the command line and the config file, sets up
+//! logging, and runs the agent (`agent.rs`) until SIGTERM or SIGINT.
 //!
-//! Glue only: every rule lives in a library crate below it.
+//! Glue only: every rule lives in a library crate below it. Exit codes: 0 after a clean stop,
+//! 2 for a bad flag or config value (one line naming it), 1 when the agent cannot start or
+//! fails.
 
-fn main() {
-    eprintln!("rustlet: the agent is not assembled yet; see README.md for what works today");
-    std::process::exit(2);
+mod agent;
+mod config;
+mod http;
+mod process;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use config::{AgentConfig, Cli, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("RUSTLET_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = e.exit_code();
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(code).unwrap_or(2));
+        }
+    };
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        && std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists();
+    let config = match AgentConfig::resolve(cli, in_cluster) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("rustlet: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(config.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("rustlet: starting the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(agent::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rustlet: {e:#}");
+            ExitCode::from(1)
+        }
+    }
 }

@@ -1,0 +1,160 @@
+//! The `Runtime` seam: what the pod workers ask of a container runtime (upstream: the CRI
+//! runtime manager's pod actions, reduced to what the workers need), and what it reports back.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::jiff::Timestamp;
+use rustlet_core::PodUid;
+use tokio::time::Instant;
+
+/// Which list of the pod spec a container comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerKind {
+    /// `spec.initContainers`, run to completion in order before the others.
+    Init,
+    /// `spec.containers`.
+    Regular,
+}
+
+/// A container instance's state as the runtime reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InstanceState {
+    /// Created, not started.
+    Created,
+    /// Running since `started_at`.
+    Running {
+        /// When the process started.
+        started_at: Timestamp,
+    },
+    /// Exited.
+    Exited {
+        /// When the process started.
+        started_at: Timestamp,
+        /// When it exited.
+        finished_at: Timestamp,
+        /// Its exit code.
+        exit_code: i32,
+        /// `Completed` for exit code 0, `Error` otherwise (the runtime's reason).
+        reason: String,
+    },
+}
+
+/// One container instance (the runtime keeps the newest two per container name, as upstream's
+/// garbage collector leaves them for `lastState`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerInstance {
+    /// `<runtime>://<id>`.
+    pub id: String,
+    /// The spec container's name.
+    pub name: String,
+    /// Init or regular.
+    pub kind: ContainerKind,
+    /// The image it runs.
+    pub image: String,
+    /// 0 for the first instance of a name, then one more per restart.
+    pub attempt: i32,
+    /// Its state.
+    pub state: InstanceState,
+}
+
+/// What the runtime knows of one pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimePodStatus {
+    /// The sandbox: `None` when there is none.
+    pub sandbox: Option<Sandbox>,
+    /// Container instances, newest first.
+    pub containers: Vec<ContainerInstance>,
+}
+
+impl RuntimePodStatus {
+    /// The newest instance of a container name, then the one before it.
+    pub fn instances(
+        &self,
+        name: &str,
+    ) -> (Option<&ContainerInstance>, Option<&ContainerInstance>) {
+        let mut of_name = self.containers.iter().filter(|c| c.name == name);
+        (of_name.next(), of_name.next())
+    }
+
+    /// Whether any container instance is running.
+    pub fn any_running(&self) -> bool {
+        self.containers
+            .iter()
+            .any(|c| matches!(c.state, InstanceState::Running { .. }))
+    }
+}
+
+/// A pod sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sandbox {
+    /// Ready (not stopped).
+    pub ready: bool,
+    /// The node's network namespace (`hostNetwork`).
+    pub host_network: bool,
+    /// The pod IP (the node's for host-network pods).
+    pub ip: Option<String>,
+}
+
+/// A runtime call that failed, named by its operation.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// RunPodSandbox failed.
+    #[error("creating the sandbox of pod {pod}: {message}")]
+    CreateSandbox {
+        /// `<namespace>/<name>`.
+        pod: String,
+        /// Why.
+        message: String,
+    },
+    /// CreateContainer or StartContainer failed.
+    #[error("starting container {container} of pod {pod}: {message}")]
+    StartContainer {
+        /// `<namespace>/<name>`.
+        pod: String,
+        /// The container's name.
+        container: String,
+        /// Why.
+        message: String,
+    },
+    /// StopContainer / StopPodSandbox failed.
+    #[error("killing pod {pod}: {message}")]
+    KillPod {
+        /// `<namespace>/<name>`.
+        pod: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The container runtime as the pod workers use it.
+#[async_trait]
+pub trait Runtime: Send + Sync {
+    /// A short name (`simulated`, `cri`), for logs and the `containerID` scheme.
+    fn name(&self) -> &str;
+
+    /// Creates the pod's sandbox if it has no ready one; returns it.
+    async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError>;
+
+    /// Creates and starts a new instance of `container`.
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+    ) -> Result<(), RuntimeError>;
+
+    /// What runs for this pod now.
+    async fn pod_status(&self, uid: &PodUid) -> RuntimePodStatus;
+
+    /// Stops every container (after at most `grace`) and the sandbox.
+    async fn kill_pod(&self, pod: &Pod, grace: Duration) -> Result<(), RuntimeError>;
+
+    /// Forgets a killed pod's containers and sandbox.
+    async fn remove_pod(&self, uid: &PodUid);
+
+    /// When this pod's state may next change by itself (a container exits); `None`: not by
+    /// itself. A runtime that cannot tell returns its relist period.
+    fn next_change(&self, uid: &PodUid) -> Option<Instant>;
+}

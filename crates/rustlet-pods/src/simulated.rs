@@ -1,0 +1,323 @@
+//! The simulated runtime: real sandboxes and containers in name only, like kwok or a
+//! virtual-kubelet mock provider. Containers "run" from start until the pod's annotations say
+//! they exit; the volumes the pod workers mount for them are real.
+//!
+//! * `rustlet.io/simulate-exit-after: "<seconds>"`: every regular container exits that long
+//!   after it starts, with `rustlet.io/simulate-exit-code` (default 0). Without it they run
+//!   until the pod is killed.
+//! * Init containers exit 0 as soon as they start.
+//! * A kill stops every container at once, exit code 0 (a simulated process honours SIGTERM
+//!   and exits cleanly).
+//! * Pod IPs come from a configurable IPv4 range, one per sandbox; host-network pods get the
+//!   node's address.
+//!
+//! Times are tokio time mapped onto the wall clock from the runtime's creation, so a test in
+//! paused time sees consistent timestamps.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use rustlet_core::PodUid;
+use tokio::time::Instant;
+
+use crate::runtime::{
+    ContainerInstance, ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus,
+    Sandbox,
+};
+
+/// Annotation: seconds after which every regular container exits.
+pub const EXIT_AFTER_ANNOTATION: &str = "rustlet.io/simulate-exit-after";
+/// Annotation: the exit code of those exits (default 0).
+pub const EXIT_CODE_ANNOTATION: &str = "rustlet.io/simulate-exit-code";
+
+/// Configuration of the simulated runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimulatedConfig {
+    /// The node's address: host-network pods' IP.
+    pub node_ip: String,
+    /// First address of the pod range; each sandbox takes the next one.
+    pub pod_ip_base: Ipv4Addr,
+    /// How many addresses the range has.
+    pub pod_ip_count: u32,
+    /// How long a container takes to start.
+    pub start_delay: Duration,
+}
+
+impl Default for SimulatedConfig {
+    fn default() -> Self {
+        Self {
+            node_ip: "127.0.0.1".into(),
+            pod_ip_base: Ipv4Addr::new(10, 88, 0, 2),
+            pod_ip_count: 65_000,
+            start_delay: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SimContainer {
+    instance: ContainerInstance,
+    /// When a running instance exits by itself, and with which code.
+    exits: Option<(Instant, i32)>,
+}
+
+#[derive(Debug, Default)]
+struct SimPod {
+    sandbox: Option<Sandbox>,
+    /// Newest first.
+    containers: Vec<SimContainer>,
+}
+
+#[derive(Debug)]
+struct State {
+    pods: HashMap<PodUid, SimPod>,
+    next_ip: u32,
+    next_id: u64,
+}
+
+/// The simulated runtime.
+#[derive(Debug)]
+pub struct SimulatedRuntime {
+    config: SimulatedConfig,
+    state: Mutex<State>,
+    epoch: (Instant, Timestamp),
+}
+
+fn full_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The exit the annotations ask for: `Ok(None)` when the containers do not exit by themselves.
+pub fn simulated_exit(pod: &Pod) -> Result<Option<(Duration, i32)>, String> {
+    let annotations = pod.metadata.annotations.as_ref();
+    let get = |key: &str| annotations.and_then(|a| a.get(key));
+    let Some(after) = get(EXIT_AFTER_ANNOTATION) else {
+        return Ok(None);
+    };
+    let seconds: f64 = after
+        .trim()
+        .parse()
+        .ok()
+        .filter(|s: &f64| s.is_finite() && *s >= 0.0 && *s < 1e9)
+        .ok_or_else(|| {
+            format!("annotation {EXIT_AFTER_ANNOTATION}: {after:?} is not a number of seconds")
+        })?;
+    let code = match get(EXIT_CODE_ANNOTATION) {
+        None => 0,
+        Some(code) => code.trim().parse::<i32>().map_err(|_| {
+            format!("annotation {EXIT_CODE_ANNOTATION}: {code:?} is not an exit code")
+        })?,
+    };
+    Ok(Some((Duration::from_secs_f64(seconds), code)))
+}
+
+fn exit_reason(code: i32) -> String {
+    if code == 0 { "Completed" } else { "Error" }.to_owned()
+}
+
+impl SimulatedRuntime {
+    /// A runtime with nothing running.
+    pub fn new(config: SimulatedConfig) -> Self {
+        Self {
+            config,
+            state: Mutex::new(State {
+                pods: HashMap::new(),
+                next_ip: 0,
+                next_id: 0,
+            }),
+            epoch: (
+                Instant::now(),
+                rustlet_status::Clock::now(&rustlet_status::SystemClock),
+            ),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wall(&self, at: Instant) -> Timestamp {
+        let since = at.saturating_duration_since(self.epoch.0);
+        self.epoch
+            .1
+            .checked_add(SignedDuration::try_from(since).unwrap_or(SignedDuration::ZERO))
+            .unwrap_or(self.epoch.1)
+    }
+
+    /// Moves instances whose exit time has come to `Exited`.
+    fn settle(&self, pod: &mut SimPod, now: Instant) {
+        for container in &mut pod.containers {
+            if let (Some((at, code)), InstanceState::Running { started_at }) =
+                (container.exits, &container.instance.state)
+                && at <= now
+            {
+                container.instance.state = InstanceState::Exited {
+                    started_at: *started_at,
+                    finished_at: self.wall(at),
+                    exit_code: code,
+                    reason: exit_reason(code),
+                };
+                container.exits = None;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Runtime for SimulatedRuntime {
+    fn name(&self) -> &str {
+        "simulated"
+    }
+
+    async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError> {
+        let uid = PodUid::of(pod);
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let mut state = self.lock();
+        if let Some(sandbox) = state.pods.get(&uid).and_then(|p| p.sandbox.clone())
+            && sandbox.ready
+        {
+            return Ok(sandbox);
+        }
+        let ip = if host_network {
+            self.config.node_ip.clone()
+        } else {
+            if state.next_ip >= self.config.pod_ip_count {
+                state.next_ip = 0;
+            }
+            let base = u32::from(self.config.pod_ip_base);
+            let ip = Ipv4Addr::from(base.wrapping_add(state.next_ip));
+            state.next_ip += 1;
+            ip.to_string()
+        };
+        let sandbox = Sandbox {
+            ready: true,
+            host_network,
+            ip: Some(ip),
+        };
+        state.pods.entry(uid).or_default().sandbox = Some(sandbox.clone());
+        Ok(sandbox)
+    }
+
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+    ) -> Result<(), RuntimeError> {
+        let failed = |message: String| RuntimeError::StartContainer {
+            pod: full_name(pod),
+            container: container.name.clone(),
+            message,
+        };
+        let exit = match kind {
+            ContainerKind::Init => Some((Duration::ZERO, 0)),
+            ContainerKind::Regular => simulated_exit(pod).map_err(failed)?,
+        };
+        if !self.config.start_delay.is_zero() {
+            tokio::time::sleep(self.config.start_delay).await;
+        }
+        let now = Instant::now();
+        let uid = PodUid::of(pod);
+        let mut state = self.lock();
+        state.next_id += 1;
+        let id = format!("simulated://{:016x}", state.next_id);
+        let started_at = self.wall(now);
+        let sim = state.pods.entry(uid).or_default();
+        if !sim.sandbox.as_ref().is_some_and(|s| s.ready) {
+            return Err(failed("the pod has no ready sandbox".into()));
+        }
+        let attempt = sim
+            .containers
+            .iter()
+            .find(|c| c.instance.name == container.name)
+            .map_or(0, |c| c.instance.attempt + 1);
+        sim.containers.insert(
+            0,
+            SimContainer {
+                instance: ContainerInstance {
+                    id,
+                    name: container.name.clone(),
+                    kind,
+                    image: container.image.clone().unwrap_or_default(),
+                    attempt,
+                    state: InstanceState::Running { started_at },
+                },
+                exits: exit.map(|(after, code)| (now + after, code)),
+            },
+        );
+        // Keep the newest two instances per name (the previous one is `lastState`).
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        sim.containers.retain(|c| {
+            let n = seen.entry(c.instance.name.clone()).or_default();
+            *n += 1;
+            *n <= 2
+        });
+        Ok(())
+    }
+
+    async fn pod_status(&self, uid: &PodUid) -> RuntimePodStatus {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let Some(pod) = state.pods.get_mut(uid) else {
+            return RuntimePodStatus::default();
+        };
+        self.settle(pod, now);
+        RuntimePodStatus {
+            sandbox: pod.sandbox.clone(),
+            containers: pod.containers.iter().map(|c| c.instance.clone()).collect(),
+        }
+    }
+
+    async fn kill_pod(&self, pod: &Pod, _grace: Duration) -> Result<(), RuntimeError> {
+        let now = Instant::now();
+        let finished_at = self.wall(now);
+        let mut state = self.lock();
+        let Some(sim) = state.pods.get_mut(&PodUid::of(pod)) else {
+            return Ok(());
+        };
+        self.settle(sim, now);
+        for container in &mut sim.containers {
+            if let InstanceState::Running { started_at } = container.instance.state {
+                container.instance.state = InstanceState::Exited {
+                    started_at,
+                    finished_at,
+                    exit_code: 0,
+                    reason: exit_reason(0),
+                };
+                container.exits = None;
+            }
+        }
+        if let Some(sandbox) = &mut sim.sandbox {
+            sandbox.ready = false;
+        }
+        Ok(())
+    }
+
+    async fn remove_pod(&self, uid: &PodUid) {
+        self.lock().pods.remove(uid);
+    }
+
+    fn next_change(&self, uid: &PodUid) -> Option<Instant> {
+        let state = self.lock();
+        state
+            .pods
+            .get(uid)?
+            .containers
+            .iter()
+            .filter_map(|c| c.exits.map(|(at, _)| at))
+            .min()
+    }
+}

@@ -1,0 +1,399 @@
+//! API pod status generation (upstream `generateAPIPodStatus`, `getPhase`,
+//! `convertToAPIContainerStatuses`; spec `pod-lifecycle.md` S1-S13) from what the runtime
+//! reports. Pure: no clock, no I/O.
+//!
+//! Simplifications, each a deviation written down: no probes, so a running container is
+//! started and ready (B10 without workers); restartable init containers (sidecars) are treated
+//! as ordinary init containers; one node IP family.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use rustlet_core::FeatureGates;
+use rustlet_core::generate::{
+    GenerateContext, NamespaceMode, SandboxStatus, containers_ready_condition,
+    pod_initialized_condition, pod_ready_condition, pod_ready_to_start_containers_condition,
+};
+use rustlet_core::pod::{PodPhase, condition_type, is_static_pod, pod_condition_by_kubelet};
+
+use crate::runtime::{ContainerInstance, InstanceState, RuntimePodStatus};
+
+/// A waiting reason the workers impose on a container (upstream's reason cache, S12):
+/// `CrashLoopBackOff` while a restart backs off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitingReason {
+    /// The reason (`CrashLoopBackOff`).
+    pub reason: String,
+    /// The message.
+    pub message: String,
+}
+
+/// What a status is generated from.
+#[derive(Clone, Copy, Debug)]
+pub struct StatusInput<'a> {
+    /// The pod.
+    pub pod: &'a Pod,
+    /// What the runtime reports.
+    pub runtime: &'a RuntimePodStatus,
+    /// The status manager's cached status, else the pod's API status (S1 "old").
+    pub old: &'a PodStatus,
+    /// The pod is known to be terminal (W21 step 7, W23).
+    pub pod_is_terminal: bool,
+    /// The node's addresses (S8); empty in standalone mode.
+    pub host_ips: &'a [String],
+    /// Reasons imposed per container name (S12).
+    pub waiting: &'a HashMap<String, WaitingReason>,
+    /// Feature gates in force.
+    pub gates: &'a FeatureGates,
+}
+
+fn time(t: k8s_openapi::jiff::Timestamp) -> Time {
+    Time(t)
+}
+
+fn state_of(instance: &ContainerInstance) -> ContainerState {
+    match &instance.state {
+        InstanceState::Created => ContainerState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..Default::default()
+        },
+        InstanceState::Running { started_at } => ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(time(*started_at)),
+            }),
+            ..Default::default()
+        },
+        InstanceState::Exited {
+            started_at,
+            finished_at,
+            exit_code,
+            reason,
+        } => ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: *exit_code,
+                reason: Some(reason.clone()),
+                started_at: Some(time(*started_at)),
+                finished_at: Some(time(*finished_at)),
+                container_id: Some(instance.id.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
+}
+
+/// S9-S12 for one spec container.
+fn container_status(
+    input: &StatusInput<'_>,
+    name: &str,
+    image: &str,
+    init: bool,
+    old: Option<&ContainerStatus>,
+) -> ContainerStatus {
+    let has_init = input
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|i| !i.is_empty());
+    let default_reason = if has_init {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    };
+    // S9.
+    let mut status = match old {
+        Some(old) if old.state.as_ref().is_some_and(|s| s.terminated.is_some()) => old.clone(),
+        _ => ContainerStatus {
+            name: name.to_owned(),
+            image: image.to_owned(),
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(default_reason.to_owned()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            restart_count: old.map_or(0, |o| o.restart_count),
+            last_state: old.and_then(|o| o.last_state.clone()),
+            ..Default::default()
+        },
+    };
+    // S11.
+    let (newest, previous) = input.runtime.instances(name);
+    if let Some(newest) = newest {
+        status = ContainerStatus {
+            name: name.to_owned(),
+            image: newest.image.clone(),
+            image_id: newest.image.clone(),
+            container_id: Some(newest.id.clone()),
+            restart_count: newest.attempt,
+            state: Some(state_of(newest)),
+            last_state: previous.map(state_of),
+            volume_mounts: old.and_then(|o| o.volume_mounts.clone()),
+            ..Default::default()
+        };
+    }
+    // S12.
+    if let Some(waiting) = input.waiting.get(name) {
+        if let Some(terminated) = status.state.as_ref().and_then(|s| s.terminated.clone()) {
+            status.last_state = Some(ContainerState {
+                terminated: Some(terminated),
+                ..Default::default()
+            });
+        }
+        status.state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(waiting.reason.clone()),
+                message: Some(waiting.message.clone()),
+            }),
+            ..Default::default()
+        });
+    }
+    // B10 without probe workers.
+    let state = status.state.clone().unwrap_or_default();
+    let running = state.running.is_some();
+    if init {
+        status.ready = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
+        status.started = Some(running);
+    } else {
+        status.started = Some(running);
+        status.ready = running;
+    }
+    status
+}
+
+/// S4: upstream `getPhase` (restartable init containers counted as ordinary ones).
+pub fn get_phase(
+    pod: &Pod,
+    init: &[ContainerStatus],
+    regular: &[ContainerStatus],
+    pod_is_terminal: bool,
+) -> PodPhase {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let (mut pending_init, mut failed_init) = (0, 0);
+    for c in spec.init_containers.iter().flatten() {
+        let Some(s) = init.iter().find(|s| s.name == c.name) else {
+            pending_init += 1;
+            continue;
+        };
+        let state = s.state.clone().unwrap_or_default();
+        if let Some(t) = &state.terminated {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if state.waiting.is_some()
+            && s.last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some_and(|t| t.exit_code != 0)
+        {
+            failed_init += 1;
+        } else {
+            pending_init += 1;
+        }
+    }
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for c in &spec.containers {
+        let Some(s) = regular.iter().find(|s| s.name == c.name) else {
+            unknown += 1;
+            continue;
+        };
+        let state = s.state.clone().unwrap_or_default();
+        if state.running.is_some() {
+            running += 1;
+        } else if let Some(t) = &state.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if state.waiting.is_some() {
+            if s.last_state
+                .as_ref()
+                .is_some_and(|l| l.terminated.is_some())
+            {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+    if failed_init > 0 && restart_policy == "Never" {
+        return PodPhase::Failed;
+    }
+    if pending_init > 0 || failed_init > 0 {
+        return PodPhase::Pending;
+    }
+    if waiting > 0 {
+        return PodPhase::Pending;
+    }
+    if running > 0 && unknown == 0 {
+        return PodPhase::Running;
+    }
+    if running == 0 && stopped > 0 && unknown == 0 {
+        if pod_is_terminal && !is_static_pod(pod) {
+            return if stopped == succeeded {
+                PodPhase::Succeeded
+            } else {
+                PodPhase::Failed
+            };
+        }
+        return match restart_policy {
+            "Always" => PodPhase::Running,
+            _ if stopped == succeeded => PodPhase::Succeeded,
+            "Never" => PodPhase::Failed,
+            _ => PodPhase::Running,
+        };
+    }
+    PodPhase::Pending
+}
+
+/// Upstream `generateAPIPodStatus` (S2-S8).
+pub fn generate_api_status(input: &StatusInput<'_>) -> PodStatus {
+    let pod = input.pod;
+    let spec = pod.spec.clone().unwrap_or_default();
+    let old = input.old;
+    let old_named = |list: &Option<Vec<ContainerStatus>>, name: &str| {
+        list.as_ref()
+            .and_then(|l| l.iter().find(|s| s.name == name).cloned())
+    };
+    let init: Vec<ContainerStatus> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| {
+            let o = old_named(&old.init_container_statuses, &c.name);
+            container_status(
+                input,
+                &c.name,
+                c.image.as_deref().unwrap_or_default(),
+                true,
+                o.as_ref(),
+            )
+        })
+        .collect();
+    let mut regular: Vec<ContainerStatus> = spec
+        .containers
+        .iter()
+        .map(|c| {
+            let o = old_named(&old.container_statuses, &c.name);
+            container_status(
+                input,
+                &c.name,
+                c.image.as_deref().unwrap_or_default(),
+                false,
+                o.as_ref(),
+            )
+        })
+        .collect();
+    regular.sort_by(|a, b| a.name.cmp(&b.name));
+
+    // S4, S5.
+    let api_status = pod.status.clone().unwrap_or_default();
+    let mut phase = get_phase(pod, &init, &regular, input.pod_is_terminal);
+    if !phase.is_terminal() {
+        let old_phase = PodPhase::of(old);
+        let api_phase = PodPhase::of(&api_status);
+        if old_phase.is_terminal() {
+            phase = old_phase;
+        } else if api_phase.is_terminal() {
+            phase = api_phase;
+        }
+    }
+    let (reason, message) = if PodPhase::of(old) == phase {
+        (
+            old.reason.clone().or(api_status.reason.clone()),
+            old.message.clone().or(api_status.message.clone()),
+        )
+    } else {
+        (None, None)
+    };
+
+    // S2.
+    let sandbox = input.runtime.sandbox.as_ref();
+    let ip = sandbox
+        .and_then(|s| s.ip.clone())
+        .or_else(|| old.pod_ip.clone());
+    let host_network = spec.host_network.unwrap_or(false);
+    let ip = if host_network {
+        ip.or_else(|| input.host_ips.first().cloned())
+    } else {
+        ip
+    };
+
+    // S7.
+    let ctx = GenerateContext {
+        pod,
+        old_status: old,
+        gates: input.gates,
+    };
+    let mut conditions: Vec<PodCondition> = api_status
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| !pod_condition_by_kubelet(&c.type_, input.gates))
+        .cloned()
+        .collect();
+    if let Some(disruption) = old
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == condition_type::DISRUPTION_TARGET)
+        && !conditions.iter().any(|c| c.type_ == disruption.type_)
+    {
+        conditions.push(disruption.clone());
+    }
+    let sandboxes: Vec<SandboxStatus> = sandbox
+        .map(|s| SandboxStatus {
+            ready: s.ready,
+            network_namespace: if s.host_network {
+                NamespaceMode::Node
+            } else {
+                NamespaceMode::Pod
+            },
+            ip: s.ip.clone(),
+        })
+        .into_iter()
+        .collect();
+    conditions.push(pod_ready_to_start_containers_condition(&ctx, &sandboxes));
+    let all: Vec<ContainerStatus> = init.iter().chain(regular.iter()).cloned().collect();
+    conditions.push(pod_initialized_condition(&ctx, Some(&all), &phase));
+    let ready = pod_ready_condition(&ctx, &conditions, Some(&all), &phase);
+    conditions.push(ready);
+    conditions.push(containers_ready_condition(&ctx, Some(&all), &phase));
+    conditions.push(PodCondition {
+        type_: condition_type::POD_SCHEDULED.to_owned(),
+        status: "True".to_owned(),
+        ..Default::default()
+    });
+
+    PodStatus {
+        phase: Some(phase.as_str().to_owned()),
+        reason,
+        message,
+        conditions: Some(conditions),
+        host_ip: input.host_ips.first().cloned(),
+        host_ips: (!input.host_ips.is_empty()).then(|| {
+            input
+                .host_ips
+                .iter()
+                .take(2)
+                .map(|ip| HostIP { ip: ip.clone() })
+                .collect()
+        }),
+        pod_ip: ip.clone(),
+        pod_ips: ip.map(|ip| vec![PodIP { ip }]),
+        init_container_statuses: (!init.is_empty()).then_some(init),
+        container_statuses: Some(regular),
+        qos_class: api_status.qos_class.clone().or(old.qos_class.clone()),
+        start_time: old.start_time.clone().or(api_status.start_time.clone()),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,1 @@
+//! Tests of the pod workers, status generation and the simulated runtime.

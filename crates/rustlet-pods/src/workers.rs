@@ -1,0 +1,713 @@
+//! Pod workers (upstream `pod_workers.go` and the kubelet's `SyncPod`, `SyncTerminatingPod`,
+//! `SyncTerminatedPod`; spec `pod-lifecycle.md` W1-W23): one task per pod UID drives the pod
+//! from its first sight to its deletion and feeds the status and volume managers.
+//!
+//! ```text
+//!  first sight ─► SYNCING ──(deletionTimestamp | gone from the source | terminal phase)──┐
+//!   (terminal in the API and nothing running: born TERMINATED, W2)                       ▼
+//!                 FINISHED ◄── terminate_pod ◄── TERMINATED ◄── kill, final status ◄── TERMINATING
+//!                    │        (volumes unmounted, pod dir removed)
+//!                    └── forgotten once the pod leaves the source (its UID may come back)
+//! ```
+//!
+//! [`PodLifecycles`] is the table of those states. It is built first, because the managers
+//! read it: it is the volume manager's `PodStateProvider` and the status manager's
+//! `PodDeletionSafety` (a pod could have running containers until it is terminated; an unknown
+//! pod could until the sources have been seen once, W16).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use rustlet_core::deletion::PodDeletionSafety;
+use rustlet_core::pod::PodPhase;
+use rustlet_core::{FeatureGates, PodUid};
+use rustlet_status::StatusManager;
+use rustlet_volume::events::{EventKind, EventRecorder, FAILED_MOUNT};
+use rustlet_volume::manager::VolumeManager;
+use rustlet_volume::populator::{PodSource, PodStateProvider};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::runtime::{ContainerKind, InstanceState, Runtime, RuntimePodStatus};
+use crate::status::{StatusInput, WaitingReason, generate_api_status};
+
+/// Where a pod is in its lifecycle (upstream `podSyncStatus`'s `WorkType` plus `finished`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Lifecycle {
+    /// Setting up and running.
+    Syncing,
+    /// Being stopped: no container starts again.
+    Terminating,
+    /// Stopped; volumes and the pod directory are being reclaimed.
+    Terminated,
+    /// Reclaimed and handed to the status manager (`terminate_pod`).
+    Finished,
+}
+
+/// The lifecycle table: every pod UID a worker knows, and whether the sources were seen once.
+#[derive(Debug, Default)]
+pub struct PodLifecycles {
+    states: Mutex<HashMap<PodUid, Lifecycle>>,
+    synced: AtomicBool,
+}
+
+impl PodLifecycles {
+    /// An empty table; unknown pods count as possibly running until [`Self::mark_synced`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<PodUid, Lifecycle>> {
+        self.states.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A pod's lifecycle, if a worker knows it.
+    pub fn get(&self, uid: &PodUid) -> Option<Lifecycle> {
+        self.lock().get(uid).copied()
+    }
+
+    /// Every known pod and its lifecycle.
+    pub fn snapshot(&self) -> HashMap<PodUid, Lifecycle> {
+        self.lock().clone()
+    }
+
+    fn set(&self, uid: &PodUid, state: Lifecycle) {
+        self.lock().insert(uid.clone(), state);
+    }
+
+    fn forget(&self, uid: &PodUid) {
+        self.lock().remove(uid);
+    }
+
+    /// The sources were read once (upstream `podsSynced`, W16).
+    pub fn mark_synced(&self) {
+        self.synced.store(true, Ordering::Release);
+    }
+
+    fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Upstream `CouldHaveRunningContainers`.
+    pub fn could_have_running_containers(&self, uid: &PodUid) -> bool {
+        match self.get(uid) {
+            Some(state) => state < Lifecycle::Terminated,
+            None => !self.is_synced(),
+        }
+    }
+}
+
+impl PodStateProvider for PodLifecycles {
+    fn should_pod_containers_be_terminating(&self, uid: &PodUid) -> bool {
+        match self.get(uid) {
+            Some(state) => state >= Lifecycle::Terminating,
+            None => self.is_synced(),
+        }
+    }
+
+    fn should_pod_runtime_be_removed(&self, uid: &PodUid) -> bool {
+        match self.get(uid) {
+            Some(state) => state >= Lifecycle::Terminated,
+            None => self.is_synced(),
+        }
+    }
+}
+
+impl PodDeletionSafety for PodLifecycles {
+    fn pod_could_have_running_containers(&self, pod: &Pod) -> bool {
+        self.could_have_running_containers(&PodUid::of(pod))
+    }
+}
+
+/// What the workers are built from.
+pub struct PodWorkersDeps {
+    /// The pods bound to this node.
+    pub pods: Arc<dyn PodSource>,
+    /// Bumped whenever `pods` changes.
+    pub changes: watch::Receiver<u64>,
+    /// The lifecycle table the managers read.
+    pub lifecycles: Arc<PodLifecycles>,
+    /// The status manager.
+    pub status: Arc<StatusManager>,
+    /// The volume manager.
+    pub volumes: Arc<VolumeManager>,
+    /// The container runtime.
+    pub runtime: Arc<dyn Runtime>,
+    /// Where pod events go.
+    pub events: Arc<dyn EventRecorder>,
+}
+
+/// Tunables of the workers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodWorkersConfig {
+    /// The agent's root directory (`<root>/pods/<uid>` is removed once a pod is reclaimed).
+    pub root_dir: PathBuf,
+    /// The node's addresses (`hostIP`, `hostIPs`, host-network pod IPs).
+    pub host_ips: Vec<String>,
+    /// First crash-loop back-off (upstream 10 s), doubling up to `crash_loop_max` (300 s).
+    pub crash_loop_initial: Duration,
+    /// Longest crash-loop back-off.
+    pub crash_loop_max: Duration,
+    /// Wait after a failed sync before the next one (upstream `backOffPeriod`, 10 s).
+    pub sync_error_backoff: Duration,
+    /// Housekeeping period: orphaned statuses, finished workers (upstream 2 s).
+    pub housekeeping_period: Duration,
+    /// Feature gates in force.
+    pub gates: FeatureGates,
+}
+
+impl PodWorkersConfig {
+    /// Upstream's timings under `root_dir`.
+    pub fn new(root_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            root_dir: root_dir.into(),
+            host_ips: Vec::new(),
+            crash_loop_initial: Duration::from_secs(10),
+            crash_loop_max: Duration::from_secs(300),
+            sync_error_backoff: Duration::from_secs(10),
+            housekeeping_period: Duration::from_secs(2),
+            gates: FeatureGates::default(),
+        }
+    }
+}
+
+/// The pod workers: a dispatcher that follows the pod source and one task per pod.
+pub struct PodWorkers {
+    shared: Arc<Shared>,
+    changes: watch::Receiver<u64>,
+}
+
+struct Shared {
+    pods: Arc<dyn PodSource>,
+    lifecycles: Arc<PodLifecycles>,
+    status: Arc<StatusManager>,
+    volumes: Arc<VolumeManager>,
+    runtime: Arc<dyn Runtime>,
+    events: Arc<dyn EventRecorder>,
+    config: PodWorkersConfig,
+}
+
+fn full_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn api_phase_terminal(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .is_some_and(|s| PodPhase::of(s).is_terminal())
+}
+
+impl PodWorkers {
+    /// Workers over these dependencies.
+    pub fn new(deps: PodWorkersDeps, config: PodWorkersConfig) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                pods: deps.pods,
+                lifecycles: deps.lifecycles,
+                status: deps.status,
+                volumes: deps.volumes,
+                runtime: deps.runtime,
+                events: deps.events,
+                config,
+            }),
+            changes: deps.changes,
+        }
+    }
+
+    /// Follows the pod source until `cancel` fires: a worker per new UID, the newest pod to
+    /// each worker, and housekeeping. On cancellation the workers stop where they are: nothing
+    /// is killed or unmounted (a restart adopts it).
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut workers: HashMap<PodUid, watch::Sender<Option<Arc<Pod>>>> = HashMap::new();
+        let mut tick = tokio::time::interval(self.shared.config.housekeeping_period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let pods = self.shared.pods.pods();
+            let mut present = HashSet::with_capacity(pods.len());
+            for pod in pods {
+                let uid = PodUid::of(&pod);
+                present.insert(uid.clone());
+                match workers.get(&uid) {
+                    Some(tx) => {
+                        tx.send_if_modified(|current| {
+                            let same = current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &pod));
+                            if !same {
+                                *current = Some(pod.clone());
+                            }
+                            !same
+                        });
+                    }
+                    None => {
+                        let (tx, rx) = watch::channel(Some(pod.clone()));
+                        workers.insert(uid.clone(), tx);
+                        self.shared.lifecycles.set(&uid, Lifecycle::Syncing);
+                        let worker = Worker {
+                            shared: self.shared.clone(),
+                            uid: uid.clone(),
+                            rx,
+                            cancel: cancel.clone(),
+                            backoff: HashMap::new(),
+                            last: None,
+                        };
+                        let span = info_span!("pod", pod = %full_name(&pod), %uid);
+                        tokio::spawn(worker.run().instrument(span));
+                    }
+                }
+            }
+            // Pods gone from the source: their workers terminate them (orphans), and finished
+            // ones are forgotten.
+            workers.retain(|uid, tx| {
+                if present.contains(uid) {
+                    return true;
+                }
+                if self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished) || tx.is_closed() {
+                    self.shared.lifecycles.forget(uid);
+                    return false;
+                }
+                tx.send_if_modified(|current| current.take().is_some());
+                true
+            });
+            if self.shared.pods.all_sources_ready() {
+                self.shared.lifecycles.mark_synced();
+            }
+            self.shared.volumes.pod_updated();
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                changed = self.changes.changed() => if changed.is_err() { return },
+                _ = tick.tick() => {
+                    let keep: HashSet<PodUid> = present;
+                    self.shared.status.remove_orphaned_statuses(&keep);
+                }
+            }
+        }
+    }
+}
+
+/// Why a sync stopped short.
+#[derive(Debug, thiserror::Error)]
+enum SyncError {
+    #[error("Unable to attach or mount volumes: {0}")]
+    Mount(#[from] rustlet_volume::manager::WaitError),
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+}
+
+/// What ends a wait of the worker.
+enum Wake {
+    PodChanged,
+    Due,
+    Cancelled,
+}
+
+/// One restart back-off per container name (upstream's crash-loop back-off).
+#[derive(Clone, Copy, Debug)]
+struct RestartBackoff {
+    delay: Duration,
+    /// The restart it allowed last.
+    last_restart: Instant,
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    uid: PodUid,
+    rx: watch::Receiver<Option<Arc<Pod>>>,
+    cancel: CancellationToken,
+    backoff: HashMap<String, RestartBackoff>,
+    /// The newest pod seen, kept when the pod leaves the source.
+    last: Option<Arc<Pod>>,
+}
+
+/// How a sync pass ended.
+enum Synced {
+    /// Running (or backing off); wake again at this time if nothing else happens.
+    Running(Option<Instant>),
+    /// Every container is done and none restarts: terminal.
+    Terminal,
+}
+
+impl Worker {
+    fn pod(&mut self) -> Option<Arc<Pod>> {
+        let pod = self.rx.borrow_and_update().clone();
+        if let Some(pod) = &pod {
+            self.last = Some(pod.clone());
+        }
+        pod
+    }
+
+    async fn wait(&mut self, until: Option<Instant>) -> Wake {
+        let sleep = async {
+            match until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = self.cancel.cancelled() => Wake::Cancelled,
+            changed = self.rx.changed() => match changed {
+                Ok(()) => Wake::PodChanged,
+                Err(_) => Wake::Cancelled,
+            },
+            () = sleep => Wake::Due,
+        }
+    }
+
+    fn old_status(&self, pod: &Pod) -> PodStatus {
+        self.shared
+            .status
+            .get_pod_status(&self.uid)
+            .or_else(|| pod.status.clone())
+            .unwrap_or_default()
+    }
+
+    fn set_status(
+        &self,
+        pod: &Pod,
+        runtime: &RuntimePodStatus,
+        terminal: bool,
+        waiting: &HashMap<String, WaitingReason>,
+    ) -> PodStatus {
+        let old = self.old_status(pod);
+        let status = generate_api_status(&StatusInput {
+            pod,
+            runtime,
+            old: &old,
+            pod_is_terminal: terminal,
+            host_ips: &self.shared.config.host_ips,
+            waiting,
+            gates: &self.shared.config.gates,
+        });
+        self.shared.status.set_pod_status(pod, status.clone());
+        status
+    }
+
+    fn event(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) {
+        self.shared.events.event(pod, kind, reason, message);
+    }
+
+    async fn run(mut self) {
+        let Some(pod) = self.pod() else { return };
+        let runtime = self.shared.runtime.pod_status(&self.uid).await;
+        // W2: a pod already terminal in the API with nothing running is born terminated.
+        let born_terminated = api_phase_terminal(&pod) && !runtime.any_running();
+        if !born_terminated && !self.sync_loop().await {
+            return;
+        }
+        if !born_terminated && !self.terminate().await {
+            return;
+        }
+        self.reclaim().await;
+    }
+
+    /// SYNCING until the pod must stop; `false` when the agent stops first.
+    async fn sync_loop(&mut self) -> bool {
+        let mut retry_at = None;
+        loop {
+            let Some(pod) = self.pod() else {
+                info!("pod is gone from the source: terminating it");
+                return true;
+            };
+            if pod.metadata.deletion_timestamp.is_some() || api_phase_terminal(&pod) {
+                return true;
+            }
+            let next = match self.sync_pod(&pod).await {
+                Ok(Synced::Terminal) => return true,
+                Ok(Synced::Running(next)) => next,
+                Err(e) => {
+                    warn!(error = %e, "Error syncing pod, skipping");
+                    if let SyncError::Mount(_) = e {
+                        self.event(&pod, EventKind::Warning, FAILED_MOUNT, &e.to_string());
+                    }
+                    retry_at = Some(Instant::now() + self.shared.config.sync_error_backoff);
+                    None
+                }
+            };
+            let until = match (next, retry_at.take()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match self.wait(until).await {
+                Wake::Cancelled => return false,
+                Wake::PodChanged | Wake::Due => {}
+            }
+        }
+    }
+
+    /// Upstream `SyncPod` (W20) for the simulated shape: status, volumes, sandbox, init
+    /// containers in order, regular containers with the restart policy and crash-loop back-off.
+    async fn sync_pod(&mut self, pod: &Arc<Pod>) -> Result<Synced, SyncError> {
+        let no_waiting = HashMap::new();
+        let runtime = self.shared.runtime.pod_status(&self.uid).await;
+        self.set_status(pod, &runtime, false, &no_waiting);
+        let mounted = tokio::select! {
+            r = self.shared.volumes.wait_for_attach_and_mount(pod) => r,
+            // The pod changed (deleted?) or the agent stops: the next pass decides.
+            _ = self.rx.changed() => return Ok(Synced::Running(Some(Instant::now()))),
+            () = self.cancel.cancelled() => return Ok(Synced::Running(None)),
+        };
+        mounted?;
+        let runtime_api = &self.shared.runtime;
+        runtime_api.run_pod_sandbox(pod).await?;
+        let spec = pod.spec.clone().unwrap_or_default();
+        let restart_policy = spec
+            .restart_policy
+            .as_deref()
+            .unwrap_or("Always")
+            .to_owned();
+
+        // Init containers, in order; each must exit 0 before the next starts.
+        for container in spec.init_containers.iter().flatten() {
+            let runtime = runtime_api.pod_status(&self.uid).await;
+            let (newest, _) = runtime.instances(&container.name);
+            match newest.map(|c| &c.state) {
+                Some(InstanceState::Exited { exit_code: 0, .. }) => continue,
+                Some(InstanceState::Running { .. } | InstanceState::Created) => {
+                    return Ok(Synced::Running(runtime_api.next_change(&self.uid)));
+                }
+                Some(InstanceState::Exited { .. }) if restart_policy == "Never" => {
+                    self.set_status(pod, &runtime, false, &no_waiting);
+                    return Ok(Synced::Terminal);
+                }
+                _ => self.start(pod, container, ContainerKind::Init).await?,
+            }
+            let runtime = runtime_api.pod_status(&self.uid).await;
+            if !matches!(
+                runtime.instances(&container.name).0.map(|c| &c.state),
+                Some(InstanceState::Exited { exit_code: 0, .. })
+            ) {
+                self.set_status(pod, &runtime, false, &no_waiting);
+                return Ok(Synced::Running(runtime_api.next_change(&self.uid)));
+            }
+        }
+
+        // Regular containers.
+        let now = Instant::now();
+        let mut waiting = HashMap::new();
+        let mut wake: Option<Instant> = None;
+        let runtime = runtime_api.pod_status(&self.uid).await;
+        for container in &spec.containers {
+            let exited = match runtime.instances(&container.name).0.map(|c| &c.state) {
+                None => None,
+                Some(InstanceState::Exited { exit_code, .. }) => Some(*exit_code),
+                Some(_) => continue,
+            };
+            let restart = match (exited, restart_policy.as_str()) {
+                (None, _) => true,
+                (Some(_), "Always") => true,
+                (Some(code), "OnFailure") => code != 0,
+                _ => false,
+            };
+            if !restart {
+                continue;
+            }
+            if exited.is_some() {
+                let initial = self.shared.config.crash_loop_initial;
+                let max = self.shared.config.crash_loop_max;
+                if let Some(b) = self.backoff.get(&container.name).copied()
+                    && now < b.last_restart + b.delay
+                {
+                    let due = b.last_restart + b.delay;
+                    wake = Some(wake.map_or(due, |w| w.min(due)));
+                    waiting.insert(
+                        container.name.clone(),
+                        WaitingReason {
+                            reason: "CrashLoopBackOff".into(),
+                            message: format!(
+                                "back-off {}s restarting failed container={} pod={}_{}({})",
+                                b.delay.as_secs(),
+                                container.name,
+                                pod.metadata.name.as_deref().unwrap_or_default(),
+                                pod.metadata.namespace.as_deref().unwrap_or_default(),
+                                self.uid
+                            ),
+                        },
+                    );
+                    continue;
+                }
+                let delay = self
+                    .backoff
+                    .get(&container.name)
+                    .map_or(initial, |b| (b.delay * 2).min(max));
+                self.backoff.insert(
+                    container.name.clone(),
+                    RestartBackoff {
+                        delay,
+                        last_restart: now,
+                    },
+                );
+            }
+            self.start(pod, container, ContainerKind::Regular).await?;
+        }
+        let runtime = runtime_api.pod_status(&self.uid).await;
+        let status = self.set_status(pod, &runtime, false, &waiting);
+        if PodPhase::of(&status).is_terminal() {
+            return Ok(Synced::Terminal);
+        }
+        let next = match (runtime_api.next_change(&self.uid), wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(Synced::Running(next))
+    }
+
+    async fn start(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+    ) -> Result<(), SyncError> {
+        self.shared
+            .runtime
+            .start_container(pod, container, kind)
+            .await?;
+        let name = &container.name;
+        self.event(
+            pod,
+            EventKind::Normal,
+            "Created",
+            &format!("Created container: {name}"),
+        );
+        self.event(
+            pod,
+            EventKind::Normal,
+            "Started",
+            &format!("Started container {name}"),
+        );
+        Ok(())
+    }
+
+    /// TERMINATING (W21): status, kill, final status. `false` when the agent stops first.
+    async fn terminate(&mut self) -> bool {
+        self.shared
+            .lifecycles
+            .set(&self.uid, Lifecycle::Terminating);
+        self.shared.volumes.pod_updated();
+        let no_waiting = HashMap::new();
+        loop {
+            // The newest pod, or the last one known when it left the source.
+            let Some(pod) = self.pod().or_else(|| self.last.clone()) else {
+                return true;
+            };
+            let runtime = self.shared.runtime.pod_status(&self.uid).await;
+            self.set_status(&pod, &runtime, false, &no_waiting);
+            for c in &runtime.containers {
+                if matches!(c.state, InstanceState::Running { .. }) {
+                    self.event(
+                        &pod,
+                        EventKind::Normal,
+                        "Killing",
+                        &format!("Stopping container {}", c.name),
+                    );
+                }
+            }
+            let grace = grace_period(&pod);
+            match self.shared.runtime.kill_pod(&pod, grace).await {
+                Ok(()) => {
+                    let runtime = self.shared.runtime.pod_status(&self.uid).await;
+                    self.set_status(&pod, &runtime, true, &no_waiting);
+                    self.shared.lifecycles.set(&self.uid, Lifecycle::Terminated);
+                    self.shared.volumes.pod_updated();
+                    return true;
+                }
+                Err(e) => {
+                    warn!(error = %e, "killing pod failed");
+                    self.event(
+                        &pod,
+                        EventKind::Warning,
+                        "FailedKillPod",
+                        &format!("error killing pod: {e}"),
+                    );
+                    let retry = Instant::now() + self.shared.config.sync_error_backoff;
+                    if let Wake::Cancelled = self.wait(Some(retry)).await {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// TERMINATED (W23): final status, volumes unmounted, pod directory removed, then
+    /// `terminate_pod` (the status manager deletes the pod from the API); FINISHED until the
+    /// pod leaves the source.
+    async fn reclaim(mut self) {
+        let Some(pod) = self.pod().or_else(|| self.last.clone()) else {
+            return;
+        };
+        self.shared.lifecycles.set(&self.uid, Lifecycle::Terminated);
+        self.shared.volumes.pod_updated();
+        let runtime = self.shared.runtime.pod_status(&self.uid).await;
+        self.set_status(&pod, &runtime, true, &HashMap::new());
+        loop {
+            let unmounted = tokio::select! {
+                r = self.shared.volumes.wait_for_unmount(&pod) => r,
+                () = self.cancel.cancelled() => return,
+            };
+            let result = match unmounted {
+                Err(e) => Err(e.to_string()),
+                Ok(()) => self.remove_pod_dir().await,
+            };
+            match result {
+                Ok(()) => break,
+                Err(e) => {
+                    warn!(error = %e, "pod resources not reclaimed yet; retrying");
+                    let retry = Instant::now() + self.shared.config.sync_error_backoff;
+                    if let Wake::Cancelled = self.wait(Some(retry)).await {
+                        return;
+                    }
+                }
+            }
+        }
+        self.shared.runtime.remove_pod(&self.uid).await;
+        let pod = self.pod().unwrap_or(pod);
+        self.shared.status.terminate_pod(&pod);
+        self.shared.lifecycles.set(&self.uid, Lifecycle::Finished);
+        debug!("pod finished");
+    }
+
+    /// Removes `<root>/pods/<uid>`, never across a mount point.
+    async fn remove_pod_dir(&self) -> Result<(), String> {
+        let dir = self
+            .shared
+            .config
+            .root_dir
+            .join("pods")
+            .join(self.uid.as_str());
+        if self.uid.as_str().is_empty() || self.uid.as_str().contains('/') {
+            return Err(format!(
+                "refusing to remove the directory of UID {:?}",
+                self.uid
+            ));
+        }
+        tokio::task::spawn_blocking(move || match std::fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            _ => rustlet_mount::remove_all_one_filesystem(&dir)
+                .map_err(|e| format!("removing {}: {e}", dir.display())),
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+}
+
+/// W7 without kill options: the deletion's grace period, else the spec's, at least 1 s.
+fn grace_period(pod: &Pod) -> Duration {
+    let seconds = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+        .unwrap_or(30)
+        .max(1);
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(1))
+}

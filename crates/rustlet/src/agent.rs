@@ -1,0 +1,336 @@
+//! Wiring: one agent from an [`AgentConfig`]. Every rule lives in a library; this module only
+//! builds the pieces, connects their seams and runs them until a signal.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use nix::fcntl::{Flock, FlockArg};
+use prometheus_client::registry::Registry;
+use rustlet_api::local::LocalPodStatusClient;
+use rustlet_api::local::events::LocalEventRecorder;
+use rustlet_api::local::manifests::DirectorySync;
+use rustlet_api::local::store::Store;
+use rustlet_api::node::{NodeConfig, NodeRegistrar};
+use rustlet_api::{
+    Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries, NodeCache,
+    PodCache, build_client,
+};
+use rustlet_pods::{
+    PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps, SimulatedConfig, SimulatedRuntime,
+};
+use rustlet_status::{
+    PodStatusClient, RetryPolicy, StatusManager, StatusManagerConfig, StatusManagerDeps,
+    StatusMetrics, SystemClock,
+};
+use rustlet_volume::events::EventRecorder;
+use rustlet_volume::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps};
+use rustlet_volume::plugins::builtin_plugins;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::{AgentConfig, Mode, RuntimeKind};
+use crate::http::{Endpoints, Health, router};
+use crate::process::ProcessMetrics;
+
+/// How long the HTTP server and the other tasks get to stop after the status flush.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Takes `<root>/rustlet.lock` (flock: the kernel releases it when the holder dies, so a
+/// restart after `kill -9` is never blocked); a second agent on the same root is refused.
+fn lock_root(root: &Path) -> Result<Flock<File>> {
+    std::fs::create_dir_all(root)
+        .with_context(|| format!("creating --root-dir {}", root.display()))?;
+    let path = root.join("rustlet.lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => bail!(
+            "another rustlet already runs on --root-dir {} (it holds {}): one agent per root directory",
+            root.display(),
+            path.display()
+        ),
+        Err((_, e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
+}
+
+/// Where the agent's objects come from and go to.
+struct Api {
+    backend: Backend,
+    status_client: Arc<dyn PodStatusClient>,
+    events: Arc<dyn EventRecorder>,
+    /// Cluster mode: registers the Node, renews its Lease, reports `volumesInUse`.
+    registrar: Option<Arc<NodeRegistrar>>,
+}
+
+async fn connect(config: &AgentConfig, cancel: &CancellationToken) -> Result<Api> {
+    let kube_config = match &config.mode {
+        Mode::Local(dir) => {
+            let store = Arc::new(Store::default());
+            let mut manifests = DirectorySync::new(dir, &config.node_name, store.clone());
+            // The first scan before anything reads the store, so the pod source is complete
+            // when it says it is ready.
+            let report = manifests.sync();
+            for error in &report.errors {
+                warn!("{error}");
+            }
+            tokio::spawn(manifests.run(cancel.clone()));
+            return Ok(Api {
+                backend: Backend::Local(store.clone()),
+                status_client: Arc::new(LocalPodStatusClient::new(store.clone())),
+                events: Arc::new(LocalEventRecorder::new(
+                    store,
+                    Arc::new(SystemClock),
+                    "kubelet",
+                    &config.node_name,
+                )),
+                registrar: None,
+            });
+        }
+        Mode::Kubeconfig(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading --kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("--kubeconfig {}", path.display()))?
+        }
+        Mode::InCluster => kube::Config::incluster().context("in-cluster configuration")?,
+    };
+    let client = build_client(
+        kube_config,
+        &ClientConfig {
+            qps: config.api_qps,
+            burst: config.api_burst,
+            // One retry policy: the status manager's back-off and the rate limiter.
+            retries: KubeRetries::Off,
+        },
+    )
+    .context("building the API client")?;
+    let mut node = NodeConfig::for_host(&config.node_name);
+    node.addresses.insert(
+        0,
+        k8s_openapi::api::core::v1::NodeAddress {
+            type_: "InternalIP".into(),
+            address: config.node_ip.clone(),
+        },
+    );
+    let registrar = Arc::new(NodeRegistrar::new(client.clone(), node));
+    Ok(Api {
+        backend: Backend::Cluster(client.clone()),
+        status_client: Arc::new(KubePodStatusClient::new(client.clone())),
+        events: Arc::new(KubeEventRecorder::new(client, "kubelet", &config.node_name)),
+        registrar: Some(registrar),
+    })
+}
+
+/// Spawns a long-running task; if it ends while the agent runs, health says so.
+fn supervise(
+    name: &'static str,
+    health: &Arc<Health>,
+    cancel: &CancellationToken,
+    task: JoinHandle<()>,
+) -> JoinHandle<()> {
+    let (health, cancel) = (health.clone(), cancel.clone());
+    tokio::spawn(async move {
+        let result = task.await;
+        if !cancel.is_cancelled() {
+            let reason = match result {
+                Ok(()) => format!("{name} stopped"),
+                Err(e) => format!("{name} failed: {e}"),
+            };
+            warn!("{reason}");
+            health.set_failed(reason);
+        }
+    })
+}
+
+/// Runs the agent until SIGTERM or SIGINT; then stops taking work, flushes pending statuses
+/// (bounded) and returns, leaving every mount in place.
+pub async fn run(config: AgentConfig) -> Result<()> {
+    let _lock = lock_root(&config.root_dir)?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let cancel = CancellationToken::new();
+    let health = Arc::new(Health::starting(
+        "starting: the managers are not running yet",
+    ));
+    let mut registry = Registry::default();
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("--listen {}", config.listen))?;
+    let api = connect(&config, &cancel).await?;
+
+    let pods = Arc::new(PodCache::new());
+    let nodes = Arc::new(NodeCache::new());
+    let lifecycles = Arc::new(PodLifecycles::new());
+    let runtime = match config.runtime {
+        RuntimeKind::Simulated => Arc::new(SimulatedRuntime::new(SimulatedConfig {
+            node_ip: config.node_ip.clone(),
+            pod_ip_base: config.simulated_pod_ip_base,
+            start_delay: config.simulated_start_delay,
+            ..SimulatedConfig::default()
+        })),
+    };
+
+    let volumes = Arc::new(VolumeManager::new(
+        VolumeManagerDeps {
+            pods: pods.clone(),
+            states: lifecycles.clone(),
+            mounter: Arc::new(rustlet_mount::LinuxMounter::new()),
+            plugins: builtin_plugins(),
+            events: api.events.clone(),
+            node: nodes.clone(),
+        },
+        VolumeManagerConfig::new(&config.root_dir),
+    ));
+    volumes.metrics().register(&mut registry);
+
+    let status_metrics = StatusMetrics::default();
+    status_metrics.register(&mut registry);
+    let mut deps = StatusManagerDeps::new(
+        Some(api.status_client.clone()),
+        pods.clone(),
+        lifecycles.clone(),
+    );
+    deps.metrics = status_metrics;
+    let status = Arc::new(StatusManager::new(
+        deps,
+        StatusManagerConfig {
+            sync_period: config.status_sync_period,
+            api_qps: config.api_qps,
+            api_burst: config.api_burst,
+            max_concurrent_syncs: config.status_sync_concurrency,
+            request_timeout: config.api_request_timeout,
+            retry: RetryPolicy::default(),
+            ..StatusManagerConfig::default()
+        },
+    ));
+    let process = ProcessMetrics::default();
+    process.register(&mut registry);
+
+    // The sources first: the pod cache says it is ready after its first list.
+    let mut tasks = Vec::new();
+    {
+        let (pods, backend, node) = (pods.clone(), api.backend.clone(), config.node_name.clone());
+        let task = tokio::spawn(async move { pods.run(&backend, &node).await });
+        tasks.push(supervise("the pod watch", &health, &cancel, task));
+    }
+    {
+        let (nodes, backend, node) = (nodes.clone(), api.backend.clone(), config.node_name.clone());
+        let task = tokio::spawn(async move { nodes.run(&backend, &node).await });
+        tasks.push(supervise("the node watch", &health, &cancel, task));
+    }
+    if let Some(registrar) = &api.registrar {
+        let (lease, c) = (registrar.clone(), cancel.clone());
+        let task = tokio::spawn(async move { lease.run(c).await });
+        tasks.push(supervise("node registration", &health, &cancel, task));
+        let (registrar, volumes, c) = (registrar.clone(), volumes.clone(), cancel.clone());
+        let task = tokio::spawn(report_volumes_in_use(registrar, volumes, c));
+        tasks.push(supervise("volumesInUse reporting", &health, &cancel, task));
+    }
+    let status_task = status
+        .start(cancel.clone())
+        .context("the status manager has no API client")?;
+    {
+        let task = tokio::spawn(volumes.clone().run(cancel.clone()));
+        tasks.push(supervise("the volume manager", &health, &cancel, task));
+    }
+    let workers = PodWorkers::new(
+        PodWorkersDeps {
+            pods: pods.clone(),
+            changes: pods.subscribe(),
+            lifecycles,
+            status: status.clone(),
+            volumes: volumes.clone(),
+            runtime,
+            events: api.events.clone(),
+        },
+        PodWorkersConfig {
+            host_ips: vec![config.node_ip.clone()],
+            ..PodWorkersConfig::new(&config.root_dir)
+        },
+    );
+    {
+        let task = tokio::spawn(workers.run(cancel.clone()));
+        tasks.push(supervise("the pod workers", &health, &cancel, task));
+    }
+
+    let endpoints = Arc::new(Endpoints {
+        health: health.clone(),
+        pods: pods.clone(),
+        status: status.clone(),
+        registry: Arc::new(registry),
+        process,
+    });
+    let server = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let app = router(endpoints);
+            let stop = async move { cancel.cancelled().await };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await
+            {
+                warn!("HTTP server: {e}");
+            }
+        })
+    };
+    health.set_ok();
+    info!(node = %config.node_name, root = %config.root_dir.display(), listen = %config.listen, "rustlet running");
+
+    tokio::select! {
+        _ = sigterm.recv() => info!("SIGTERM: stopping"),
+        _ = sigint.recv() => info!("SIGINT: stopping"),
+    }
+    health.set_failed("stopping".into());
+    cancel.cancel();
+    // The status manager flushes within its own deadline; mounts stay for the next start.
+    let _ = status_task.await;
+    let _ = tokio::time::timeout(STOP_GRACE, server).await;
+    for task in tasks {
+        task.abort();
+    }
+    info!("rustlet stopped; mounts left in place");
+    Ok(())
+}
+
+/// Cluster mode: `node.status.volumesInUse` follows the volume manager (V13), and what the
+/// node reports is marked so attachable volumes may mount.
+async fn report_volumes_in_use(
+    registrar: Arc<NodeRegistrar>,
+    volumes: Arc<VolumeManager>,
+    cancel: CancellationToken,
+) {
+    let mut last: Option<Vec<String>> = None;
+    loop {
+        let mut in_use: Vec<String> = volumes
+            .get_volumes_in_use()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        in_use.sort();
+        if last.as_ref() != Some(&in_use) {
+            match registrar.set_volumes_in_use(&in_use).await {
+                Ok(()) => {
+                    let reported: Vec<_> = volumes.get_volumes_in_use();
+                    volumes.mark_volumes_as_reported_in_use(&reported);
+                    last = Some(in_use);
+                }
+                Err(e) => warn!("reporting volumesInUse: {e}"),
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}

@@ -65,6 +65,8 @@ pub struct LoggedRequest {
     pub path: String,
     /// Its query string.
     pub query: String,
+    /// Its body, as text (empty for none).
+    pub body: String,
 }
 
 #[derive(Default)]
@@ -300,13 +302,15 @@ async fn serve(State(state): State<AppState>, request: Request) -> Response {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let (actions, request_number) = {
+    let (actions, request_number, logged) = {
         let mut shared = state.shared.lock().unwrap_or_else(|e| e.into_inner());
         shared.log.push(LoggedRequest {
             method: method.clone(),
             path: path.clone(),
             query: query.clone(),
+            body: String::new(),
         });
+        let logged = shared.log.len() - 1;
         let mut actions = Vec::new();
         for fault in &mut shared.faults {
             let matches = fault.method.as_ref().is_none_or(|m| *m == method)
@@ -320,7 +324,7 @@ async fn serve(State(state): State<AppState>, request: Request) -> Response {
             }
         }
         shared.served += 1;
-        (actions, shared.served)
+        (actions, shared.served, logged)
     };
     let mut cut_after = None;
     for action in actions {
@@ -336,6 +340,16 @@ async fn serve(State(state): State<AppState>, request: Request) -> Response {
         Ok(body) => body,
         Err(e) => return status_body(400, "BadRequest", &format!("read body: {e}")),
     };
+    if !body.is_empty()
+        && let Some(entry) = state
+            .shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .log
+            .get_mut(logged)
+    {
+        entry.body = String::from_utf8_lossy(&body).into_owned();
+    }
     let Some(route) = parse_route(&path) else {
         return status_body(404, "NotFound", &format!("no route {path}"));
     };

@@ -1,0 +1,159 @@
+//! Starting the agent, talking to its HTTP endpoints, and waiting for states.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long a state may take to appear before the test fails.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A running agent.
+pub struct Agent {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Runs the binary with `args` (and `--listen` on a free port); its stderr goes to `log`.
+pub fn start(args: &[&str], log: &Path) -> Agent {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let stderr = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_rustlet"))
+        .args(args)
+        .args(["--listen", &listen])
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("starting rustlet");
+    let agent = Agent {
+        child,
+        port,
+        log: log.to_owned(),
+    };
+    agent.wait_for("healthy", || {
+        agent.get("/healthz").filter(|(code, _)| *code == 200)
+    });
+    agent
+}
+
+/// Runs the binary to its end; returns its exit status and stderr.
+pub fn run_to_end(args: &[&str]) -> (ExitStatus, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rustlet"))
+        .args(args)
+        .output()
+        .expect("running rustlet");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+impl Agent {
+    /// `GET path`: the status code and the body, or `None` when nothing answers.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_owned()))
+    }
+
+    /// The `/pods` list's items.
+    pub fn pods(&self) -> Vec<Value> {
+        self.get("/pods")
+            .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok())
+            .and_then(|v| v["items"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// The pod named `name` from `/pods`.
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == name)
+    }
+
+    /// Polls `check` until it gives a value; fails with the agent's log otherwise.
+    pub fn wait_for<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(value) = check() {
+                return value;
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                panic!("timed out waiting for {what}; agent log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the pod has this phase; returns it.
+    pub fn wait_for_phase(&self, name: &str, phase: &str) -> Value {
+        self.wait_for(&format!("pod {name} {phase}"), || {
+            self.pod(name).filter(|p| p["status"]["phase"] == phase)
+        })
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        self.child.wait().unwrap()
+    }
+
+    /// `kill -9`.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Mount points at or below `dir`, from this process's mount table.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dir = dir.to_string_lossy().into_owned();
+    table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(&dir))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A condition's status in a pod's status.
+pub fn condition(pod: &Value, type_: &str) -> Option<String> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["status"].as_str().map(str::to_owned))
+}

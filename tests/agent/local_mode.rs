@@ -1,0 +1,320 @@
+//! Local mode: a manifest directory in, real mounts and statuses out.
+
+use std::path::Path;
+
+use rustlet_mount::testing::privileged_dir;
+
+use crate::harness::{condition, mounts_under, run_to_end, start};
+
+const WEB: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: default
+spec:
+  containers:
+  - name: server
+    image: busybox
+    volumeMounts:
+    - {name: cache, mountPath: /cache}
+    - {name: scratch, mountPath: /scratch}
+  volumes:
+  - name: cache
+    emptyDir: {}
+  - name: scratch
+    emptyDir:
+      medium: Memory
+";
+
+const KEEP: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: keep
+  namespace: default
+spec:
+  containers:
+  - name: server
+    image: busybox
+    volumeMounts:
+    - {name: scratch, mountPath: /scratch}
+  volumes:
+  - name: scratch
+    emptyDir:
+      medium: Memory
+";
+
+fn args<'a>(root: &'a str, manifests: &'a str) -> Vec<&'a str> {
+    vec![
+        "--node-name",
+        "node-a",
+        "--root-dir",
+        root,
+        "--local",
+        manifests,
+    ]
+}
+
+fn uid(pod: &serde_json::Value) -> String {
+    pod["metadata"]["uid"].as_str().unwrap().to_owned()
+}
+
+fn volume_dir(root: &Path, uid: &str, name: &str) -> std::path::PathBuf {
+    root.join(format!("pods/{uid}/volumes/kubernetes.io~empty-dir/{name}"))
+}
+
+#[test]
+fn a_manifest_pod_runs_with_its_volumes_and_is_deleted_when_its_manifest_goes() {
+    let Some(dir) = privileged_dir("a_manifest_pod_runs_with_its_volumes") else {
+        return;
+    };
+    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
+    std::fs::write(manifests.join("web.yaml"), WEB).unwrap();
+    let agent = start(
+        &args(root.to_str().unwrap(), manifests.to_str().unwrap()),
+        &dir.path().join("agent.log"),
+    );
+    let pod = agent.wait_for_phase("web", "Running");
+    for type_ in [
+        "PodScheduled",
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+    ] {
+        assert_eq!(
+            condition(&pod, type_).as_deref(),
+            Some("True"),
+            "{type_}: {pod}"
+        );
+    }
+    assert_eq!(pod["status"]["hostIP"], "127.0.0.1");
+    assert!(
+        pod["status"]["podIP"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.88.")
+    );
+    let server = &pod["status"]["containerStatuses"][0];
+    assert_eq!(server["ready"], true);
+    assert!(server["state"]["running"].is_object(), "{server}");
+    let uid = uid(&pod);
+    let scratch = volume_dir(&root, &uid, "scratch");
+    assert!(volume_dir(&root, &uid, "cache").is_dir());
+    assert_eq!(
+        mounts_under(&root),
+        [scratch.to_string_lossy()],
+        "the Memory emptyDir is a tmpfs, mounted once"
+    );
+
+    std::fs::remove_file(manifests.join("web.yaml")).unwrap();
+    agent.wait_for("the pod deleted", || {
+        agent.pod("web").is_none().then_some(())
+    });
+    agent.wait_for("its directory removed", || {
+        (!root.join("pods").join(&uid).exists()).then_some(())
+    });
+    assert!(mounts_under(&root).is_empty(), "nothing left mounted");
+    assert!(agent.terminate().success(), "SIGTERM exits 0");
+}
+
+#[test]
+fn restart_policies_end_in_their_phases_and_a_crash_loop_counts_restarts() {
+    let Some(dir) = privileged_dir("restart_policies_end_in_their_phases") else {
+        return;
+    };
+    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    for file in ["job.yaml", "crashloop.yaml"] {
+        std::fs::copy(examples.join(file), manifests.join(file)).unwrap();
+    }
+    let agent = start(
+        &args(root.to_str().unwrap(), manifests.to_str().unwrap()),
+        &dir.path().join("agent.log"),
+    );
+    let once = agent.wait_for_phase("once", "Succeeded");
+    let init = &once["status"]["initContainerStatuses"][0];
+    assert_eq!(init["state"]["terminated"]["reason"], "Completed", "{init}");
+    let work = &once["status"]["containerStatuses"][0];
+    assert_eq!(work["state"]["terminated"]["exitCode"], 0, "{work}");
+    assert_eq!(condition(&once, "Ready").as_deref(), Some("False"));
+
+    let broken = agent.wait_for_phase("broken", "Failed");
+    let app = &broken["status"]["containerStatuses"][0];
+    assert_eq!(app["state"]["terminated"]["exitCode"], 3, "{app}");
+    assert_eq!(app["restartCount"], 0);
+
+    let flaky = agent.wait_for("flaky restarted", || {
+        agent
+            .pod("flaky")
+            .filter(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64() >= Some(1))
+    });
+    assert_eq!(flaky["status"]["phase"], "Running");
+    let app = &flaky["status"]["containerStatuses"][0];
+    assert_eq!(app["lastState"]["terminated"]["exitCode"], 3, "{app}");
+    agent.wait_for("a crash-loop back-off", || {
+        agent.pod("flaky").filter(|p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        })
+    });
+    assert!(agent.terminate().success());
+}
+
+#[test]
+fn a_restart_after_sigterm_or_kill_9_adopts_mounts_and_tears_down_what_went_meanwhile() {
+    let Some(dir) = privileged_dir("a_restart_adopts_mounts") else {
+        return;
+    };
+    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
+    std::fs::write(manifests.join("keep.yaml"), KEEP).unwrap();
+    std::fs::write(manifests.join("web.yaml"), WEB).unwrap();
+    let (root_s, manifests_s) = (root.to_str().unwrap(), manifests.to_str().unwrap());
+    let log = dir.path().join("agent.log");
+    let agent = start(&args(root_s, manifests_s), &log);
+    let keep = uid(&agent.wait_for_phase("keep", "Running"));
+    let web = uid(&agent.wait_for_phase("web", "Running"));
+    let data = volume_dir(&root, &keep, "scratch").join("data");
+    std::fs::write(&data, "survives").unwrap();
+
+    // SIGTERM: exit 0, every mount left in place.
+    let before = mounts_under(&root);
+    assert_eq!(before.len(), 2);
+    assert!(agent.terminate().success());
+    assert_eq!(mounts_under(&root), before, "mounts stay after SIGTERM");
+
+    // Start again, then kill -9 while it runs; meanwhile web's manifest goes.
+    let agent = start(&args(root_s, manifests_s), &log);
+    assert_eq!(
+        uid(&agent.wait_for_phase("keep", "Running")),
+        keep,
+        "same pod"
+    );
+    agent.kill9();
+    std::fs::remove_file(manifests.join("web.yaml")).unwrap();
+
+    let agent = start(&args(root_s, manifests_s), &log);
+    agent.wait_for_phase("keep", "Running");
+    agent.wait_for("web's volumes torn down and its directory removed", || {
+        (!root.join("pods").join(&web).exists()).then_some(())
+    });
+    assert_eq!(
+        mounts_under(&root),
+        [volume_dir(&root, &keep, "scratch").to_string_lossy()],
+        "keep's tmpfs adopted, not stacked; web's gone"
+    );
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "survives");
+    assert!(agent.terminate().success());
+}
+
+#[test]
+fn a_second_agent_on_the_same_root_is_refused() {
+    let Some(dir) = privileged_dir("a_second_agent_on_the_same_root_is_refused") else {
+        return;
+    };
+    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
+    let (root_s, manifests_s) = (root.to_str().unwrap(), manifests.to_str().unwrap());
+    let agent = start(&args(root_s, manifests_s), &dir.path().join("agent.log"));
+    let mut second = args(root_s, manifests_s);
+    second.extend(["--listen", "127.0.0.1:0"]);
+    let (status, stderr) = run_to_end(&second);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("another rustlet already runs"), "{stderr}");
+    assert!(agent.terminate().success());
+}
+
+#[test]
+fn bad_flags_and_config_values_exit_2_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let config = dir.path().join("bad.yaml");
+    std::fs::write(&config, "apiQPS: fast\n").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--bogus"], "--bogus"),
+        (
+            vec!["--node-name", "n", "--root-dir", d],
+            "--local DIR or --kubeconfig FILE",
+        ),
+        (
+            vec![
+                "--node-name",
+                "n",
+                "--root-dir",
+                d,
+                "--local",
+                "/nonexistent",
+            ],
+            "--local",
+        ),
+        (
+            vec![
+                "--node-name",
+                "n",
+                "--root-dir",
+                d,
+                "--local",
+                d,
+                "--config",
+                config.to_str().unwrap(),
+            ],
+            "apiQPS",
+        ),
+        (
+            vec![
+                "--node-name",
+                "n",
+                "--root-dir",
+                d,
+                "--local",
+                d,
+                "--listen",
+                "nope",
+            ],
+            "--listen",
+        ),
+    ];
+    for (args, named) in cases {
+        let (status, stderr) = run_to_end(&args);
+        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(named),
+            "{args:?} should name {named}: {stderr}"
+        );
+    }
+    let (status, stdout_err) = run_to_end(&["--help"]);
+    assert!(status.success(), "{stdout_err}");
+}
+
+#[test]
+fn bad_manifests_and_an_unknown_volume_type_leave_the_other_pods_unharmed() {
+    let Some(dir) = privileged_dir("bad_manifests_leave_the_other_pods_unharmed") else {
+        return;
+    };
+    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
+    std::fs::write(manifests.join("web.yaml"), WEB).unwrap();
+    std::fs::write(manifests.join("truncated.yaml"), &WEB[..WEB.len() / 2]).unwrap();
+    std::fs::write(manifests.join("garbage.json"), "{\"kind\": ").unwrap();
+    std::fs::write(
+        manifests.join("hostile.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: evil, namespace: default}\ndata: {\"../escape\": x}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        manifests.join("nfs.yaml"),
+        WEB.replace("name: web", "name: nfs")
+            .replace("emptyDir: {}", "nfs: {server: example.invalid, path: /x}"),
+    )
+    .unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = start(
+        &args(root.to_str().unwrap(), manifests.to_str().unwrap()),
+        &log,
+    );
+    agent.wait_for_phase("web", "Running");
+    let nfs = agent.wait_for("the nfs pod reported", || agent.pod("nfs"));
+    assert_eq!(nfs["status"]["phase"], "Pending", "{nfs}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    for file in ["truncated.yaml", "garbage.json", "hostile.yaml"] {
+        assert!(text.contains(file), "{file} reported: {text}");
+    }
+    assert!(agent.pod("evil").is_none());
+    assert!(agent.terminate().success());
+}

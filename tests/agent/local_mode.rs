@@ -1,10 +1,10 @@
 //! Local mode: a manifest directory in, real mounts and statuses out.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use rustlet_mount::testing::privileged_dir;
+use rustlet_mount::testing::{PrivilegedDir, privileged_dir};
 
-use crate::harness::{condition, mounts_under, run_to_end, start};
+use crate::harness::{Agent, condition, mounts_under, run_to_end, start};
 
 const WEB: &str = "apiVersion: v1
 kind: Pod
@@ -43,6 +43,40 @@ spec:
       medium: Memory
 ";
 
+/// A privileged temp dir with a root directory and a manifest directory for one test.
+struct Local {
+    dir: PrivilegedDir,
+    root: PathBuf,
+    manifests: PathBuf,
+}
+
+impl Local {
+    /// `None` (the test is skipped) without the privileges to mount.
+    fn new(test: &str, files: &[(&str, &str)]) -> Option<Self> {
+        let dir = privileged_dir(test)?;
+        let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
+        for (name, text) in files {
+            std::fs::write(manifests.join(name), text).unwrap();
+        }
+        Some(Self {
+            dir,
+            root,
+            manifests,
+        })
+    }
+
+    fn args(&self) -> Vec<&str> {
+        args(
+            self.root.to_str().unwrap(),
+            self.manifests.to_str().unwrap(),
+        )
+    }
+
+    fn start(&self) -> Agent {
+        start(&self.args(), &self.dir.path().join("agent.log"))
+    }
+}
+
 fn args<'a>(root: &'a str, manifests: &'a str) -> Vec<&'a str> {
     vec![
         "--node-name",
@@ -64,15 +98,12 @@ fn volume_dir(root: &Path, uid: &str, name: &str) -> std::path::PathBuf {
 
 #[test]
 fn a_manifest_pod_runs_with_its_volumes_and_is_deleted_when_its_manifest_goes() {
-    let Some(dir) = privileged_dir("a_manifest_pod_runs_with_its_volumes") else {
+    let Some(local) = Local::new("a_manifest_pod_runs_with_its_volumes", &[("web.yaml", WEB)])
+    else {
         return;
     };
-    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
-    std::fs::write(manifests.join("web.yaml"), WEB).unwrap();
-    let agent = start(
-        &args(root.to_str().unwrap(), manifests.to_str().unwrap()),
-        &dir.path().join("agent.log"),
-    );
+    let (root, manifests) = (&local.root, &local.manifests);
+    let agent = local.start();
     let pod = agent.wait_for_phase("web", "Running");
     for type_ in [
         "PodScheduled",
@@ -98,10 +129,10 @@ fn a_manifest_pod_runs_with_its_volumes_and_is_deleted_when_its_manifest_goes() 
     assert_eq!(server["ready"], true);
     assert!(server["state"]["running"].is_object(), "{server}");
     let uid = uid(&pod);
-    let scratch = volume_dir(&root, &uid, "scratch");
-    assert!(volume_dir(&root, &uid, "cache").is_dir());
+    let scratch = volume_dir(root, &uid, "scratch");
+    assert!(volume_dir(root, &uid, "cache").is_dir());
     assert_eq!(
-        mounts_under(&root),
+        mounts_under(root),
         [scratch.to_string_lossy()],
         "the Memory emptyDir is a tmpfs, mounted once"
     );
@@ -113,24 +144,22 @@ fn a_manifest_pod_runs_with_its_volumes_and_is_deleted_when_its_manifest_goes() 
     agent.wait_for("its directory removed", || {
         (!root.join("pods").join(&uid).exists()).then_some(())
     });
-    assert!(mounts_under(&root).is_empty(), "nothing left mounted");
+    assert!(mounts_under(root).is_empty(), "nothing left mounted");
     assert!(agent.terminate().success(), "SIGTERM exits 0");
 }
 
 #[test]
 fn restart_policies_end_in_their_phases_and_a_crash_loop_counts_restarts() {
-    let Some(dir) = privileged_dir("restart_policies_end_in_their_phases") else {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let read = |file: &str| std::fs::read_to_string(examples.join(file)).unwrap();
+    let (job, crashloop) = (read("job.yaml"), read("crashloop.yaml"));
+    let Some(local) = Local::new(
+        "restart_policies_end_in_their_phases",
+        &[("job.yaml", &job), ("crashloop.yaml", &crashloop)],
+    ) else {
         return;
     };
-    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-    for file in ["job.yaml", "crashloop.yaml"] {
-        std::fs::copy(examples.join(file), manifests.join(file)).unwrap();
-    }
-    let agent = start(
-        &args(root.to_str().unwrap(), manifests.to_str().unwrap()),
-        &dir.path().join("agent.log"),
-    );
+    let agent = local.start();
     let once = agent.wait_for_phase("once", "Succeeded");
     let init = &once["status"]["initContainerStatuses"][0];
     assert_eq!(init["state"]["terminated"]["reason"], "Completed", "{init}");
@@ -161,28 +190,27 @@ fn restart_policies_end_in_their_phases_and_a_crash_loop_counts_restarts() {
 
 #[test]
 fn a_restart_after_sigterm_or_kill_9_adopts_mounts_and_tears_down_what_went_meanwhile() {
-    let Some(dir) = privileged_dir("a_restart_adopts_mounts") else {
+    let Some(local) = Local::new(
+        "a_restart_adopts_mounts",
+        &[("keep.yaml", KEEP), ("web.yaml", WEB)],
+    ) else {
         return;
     };
-    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
-    std::fs::write(manifests.join("keep.yaml"), KEEP).unwrap();
-    std::fs::write(manifests.join("web.yaml"), WEB).unwrap();
-    let (root_s, manifests_s) = (root.to_str().unwrap(), manifests.to_str().unwrap());
-    let log = dir.path().join("agent.log");
-    let agent = start(&args(root_s, manifests_s), &log);
+    let (root, manifests) = (&local.root, &local.manifests);
+    let agent = local.start();
     let keep = uid(&agent.wait_for_phase("keep", "Running"));
     let web = uid(&agent.wait_for_phase("web", "Running"));
-    let data = volume_dir(&root, &keep, "scratch").join("data");
+    let data = volume_dir(root, &keep, "scratch").join("data");
     std::fs::write(&data, "survives").unwrap();
 
     // SIGTERM: exit 0, every mount left in place.
-    let before = mounts_under(&root);
+    let before = mounts_under(root);
     assert_eq!(before.len(), 2);
     assert!(agent.terminate().success());
-    assert_eq!(mounts_under(&root), before, "mounts stay after SIGTERM");
+    assert_eq!(mounts_under(root), before, "mounts stay after SIGTERM");
 
     // Start again, then kill -9 while it runs; meanwhile web's manifest goes.
-    let agent = start(&args(root_s, manifests_s), &log);
+    let agent = local.start();
     assert_eq!(
         uid(&agent.wait_for_phase("keep", "Running")),
         keep,
@@ -191,14 +219,14 @@ fn a_restart_after_sigterm_or_kill_9_adopts_mounts_and_tears_down_what_went_mean
     agent.kill9();
     std::fs::remove_file(manifests.join("web.yaml")).unwrap();
 
-    let agent = start(&args(root_s, manifests_s), &log);
+    let agent = local.start();
     agent.wait_for_phase("keep", "Running");
     agent.wait_for("web's volumes torn down and its directory removed", || {
         (!root.join("pods").join(&web).exists()).then_some(())
     });
     assert_eq!(
-        mounts_under(&root),
-        [volume_dir(&root, &keep, "scratch").to_string_lossy()],
+        mounts_under(root),
+        [volume_dir(root, &keep, "scratch").to_string_lossy()],
         "keep's tmpfs adopted, not stacked; web's gone"
     );
     assert_eq!(std::fs::read_to_string(&data).unwrap(), "survives");
@@ -207,13 +235,11 @@ fn a_restart_after_sigterm_or_kill_9_adopts_mounts_and_tears_down_what_went_mean
 
 #[test]
 fn a_second_agent_on_the_same_root_is_refused() {
-    let Some(dir) = privileged_dir("a_second_agent_on_the_same_root_is_refused") else {
+    let Some(local) = Local::new("a_second_agent_on_the_same_root_is_refused", &[]) else {
         return;
     };
-    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
-    let (root_s, manifests_s) = (root.to_str().unwrap(), manifests.to_str().unwrap());
-    let agent = start(&args(root_s, manifests_s), &dir.path().join("agent.log"));
-    let mut second = args(root_s, manifests_s);
+    let agent = local.start();
+    let mut second = local.args();
     second.extend(["--listen", "127.0.0.1:0"]);
     let (status, stderr) = run_to_end(&second);
     assert_eq!(status.code(), Some(1), "{stderr}");
@@ -285,29 +311,26 @@ fn bad_flags_and_config_values_exit_2_with_one_clear_line() {
 
 #[test]
 fn bad_manifests_and_an_unknown_volume_type_leave_the_other_pods_unharmed() {
-    let Some(dir) = privileged_dir("bad_manifests_leave_the_other_pods_unharmed") else {
+    let nfs = WEB
+        .replace("name: web", "name: nfs")
+        .replace("emptyDir: {}", "nfs: {server: example.invalid, path: /x}");
+    let Some(local) = Local::new(
+        "bad_manifests_leave_the_other_pods_unharmed",
+        &[
+            ("web.yaml", WEB),
+            ("truncated.yaml", &WEB[..WEB.len() / 2]),
+            ("garbage.json", "{\"kind\": "),
+            (
+                "hostile.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: evil, namespace: default}\ndata: {\"../escape\": x}\n",
+            ),
+            ("nfs.yaml", &nfs),
+        ],
+    ) else {
         return;
     };
-    let (root, manifests) = (dir.mkdir("root"), dir.mkdir("manifests"));
-    std::fs::write(manifests.join("web.yaml"), WEB).unwrap();
-    std::fs::write(manifests.join("truncated.yaml"), &WEB[..WEB.len() / 2]).unwrap();
-    std::fs::write(manifests.join("garbage.json"), "{\"kind\": ").unwrap();
-    std::fs::write(
-        manifests.join("hostile.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: evil, namespace: default}\ndata: {\"../escape\": x}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        manifests.join("nfs.yaml"),
-        WEB.replace("name: web", "name: nfs")
-            .replace("emptyDir: {}", "nfs: {server: example.invalid, path: /x}"),
-    )
-    .unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start(
-        &args(root.to_str().unwrap(), manifests.to_str().unwrap()),
-        &log,
-    );
+    let log = local.dir.path().join("agent.log");
+    let agent = local.start();
     agent.wait_for_phase("web", "Running");
     let nfs = agent.wait_for("the nfs pod reported", || agent.pod("nfs"));
     assert_eq!(nfs["status"]["phase"], "Pending", "{nfs}");

@@ -145,27 +145,39 @@ fn test(root: &Path) -> Result<()> {
     }
 }
 
+/// Every benchmark recorded in `docs/BENCHMARKS.md`, each printing its figures beside the
+/// baseline measured in the same run: the mount pairs (vs the raw syscalls), the status manager
+/// (vs upstream's shape), the volume manager (vs the polling shape and raw mounts).
+const BENCHES: &[(&str, &str)] = &[
+    ("rustlet-mount", "mount_pairs"),
+    ("rustlet-status", "status"),
+    ("rustlet-volume", "volume"),
+];
+
 fn bench(root: &Path) -> Result<()> {
     if !is_root() {
         bail!("the mount benchmarks need root (they mount in a private mount namespace)");
     }
-    run(
-        root,
-        "unshare",
-        &[
-            "-m",
-            "--propagation",
-            "private",
-            "env",
-            "RUSTLET_PRIVATE_MOUNT_NS=1",
-            "cargo",
-            "bench",
-            "-p",
-            "rustlet-mount",
-            "--features",
-            "test-util",
-            "--bench",
-            "mount_pairs",
-        ],
-    )
+    for (package, bench) in BENCHES {
+        run(
+            root,
+            "unshare",
+            &[
+                "-m",
+                "--propagation",
+                "private",
+                "env",
+                "RUSTLET_PRIVATE_MOUNT_NS=1",
+                "cargo",
+                "bench",
+                "-p",
+                package,
+                "--features",
+                "test-util",
+                "--bench",
+                bench,
+            ],
+        )?;
+    }
+    Ok(())
 }

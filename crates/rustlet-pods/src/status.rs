@@ -20,7 +20,7 @@ use rustlet_core::generate::{
 };
 use rustlet_core::pod::{PodPhase, condition_type, is_static_pod, pod_condition_by_kubelet};
 
-use crate::runtime::{ContainerInstance, InstanceState, RuntimePodStatus};
+use crate::runtime::{ContainerInstance, ContainerKind, InstanceState, RuntimePodStatus};
 
 /// A waiting reason the workers impose on a container (upstream's reason cache, S12):
 /// `CrashLoopBackOff` while a restart backs off.
@@ -91,7 +91,7 @@ fn container_status(
     input: &StatusInput<'_>,
     name: &str,
     image: &str,
-    init: bool,
+    kind: ContainerKind,
     old: Option<&ContainerStatus>,
 ) -> ContainerStatus {
     let has_init = input
@@ -157,7 +157,7 @@ fn container_status(
     // B10 without probe workers.
     let state = status.state.clone().unwrap_or_default();
     let running = state.running.is_some();
-    if init {
+    if kind == ContainerKind::Init {
         status.ready = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
         status.started = Some(running);
     } else {
@@ -260,39 +260,30 @@ pub fn generate_api_status(input: &StatusInput<'_>) -> PodStatus {
     let pod = input.pod;
     let spec = pod.spec.clone().unwrap_or_default();
     let old = input.old;
-    let old_named = |list: &Option<Vec<ContainerStatus>>, name: &str| {
-        list.as_ref()
-            .and_then(|l| l.iter().find(|s| s.name == name).cloned())
+    let statuses = |containers: &[k8s_openapi::api::core::v1::Container],
+                    old_list: &Option<Vec<ContainerStatus>>,
+                    kind: ContainerKind| {
+        containers
+            .iter()
+            .map(|c| {
+                let o = old_list
+                    .as_ref()
+                    .and_then(|l| l.iter().find(|s| s.name == c.name));
+                let image = c.image.as_deref().unwrap_or_default();
+                container_status(input, &c.name, image, kind, o)
+            })
+            .collect::<Vec<ContainerStatus>>()
     };
-    let init: Vec<ContainerStatus> = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| {
-            let o = old_named(&old.init_container_statuses, &c.name);
-            container_status(
-                input,
-                &c.name,
-                c.image.as_deref().unwrap_or_default(),
-                true,
-                o.as_ref(),
-            )
-        })
-        .collect();
-    let mut regular: Vec<ContainerStatus> = spec
-        .containers
-        .iter()
-        .map(|c| {
-            let o = old_named(&old.container_statuses, &c.name);
-            container_status(
-                input,
-                &c.name,
-                c.image.as_deref().unwrap_or_default(),
-                false,
-                o.as_ref(),
-            )
-        })
-        .collect();
+    let init = statuses(
+        spec.init_containers.as_deref().unwrap_or_default(),
+        &old.init_container_statuses,
+        ContainerKind::Init,
+    );
+    let mut regular = statuses(
+        &spec.containers,
+        &old.container_statuses,
+        ContainerKind::Regular,
+    );
     regular.sort_by(|a, b| a.name.cmp(&b.name));
 
     // S4, S5.

@@ -1,1 +1,367 @@
-//! Tests of the pod workers, status generation and the simulated runtime.
+//! Tests of API status generation (S4-S12) and the simulated runtime. The workers are tested
+//! through the binary (`tests/agent`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod, PodStatus,
+};
+use rustlet_core::FeatureGates;
+use rustlet_core::pod::PodPhase;
+
+use crate::runtime::{ContainerKind, InstanceState, Runtime, RuntimePodStatus};
+use crate::simulated::{SimulatedConfig, SimulatedRuntime, simulated_exit};
+use crate::status::{StatusInput, WaitingReason, generate_api_status, get_phase};
+
+fn pod(restart_policy: &str, init: &[&str], containers: &[&str]) -> Pod {
+    let list = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| serde_json::json!({"name": n, "image": "busybox"}))
+            .collect::<Vec<_>>()
+    };
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-p",
+                     "annotations": {}},
+        "spec": {"restartPolicy": restart_policy,
+                 "initContainers": list(init),
+                 "containers": list(containers)}
+    }))
+    .unwrap()
+}
+
+fn running(name: &str) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn exited(name: &str, code: i32) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn waiting(name: &str, last_exit: Option<i32>) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..Default::default()
+        }),
+        last_state: last_exit.map(|code| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn s4_get_phase_follows_upstreams_table() {
+    let p = pod("Always", &[], &["a", "b"]);
+    assert_eq!(
+        get_phase(&p, &[], &[running("a"), running("b")], false),
+        PodPhase::Running
+    );
+    assert_eq!(
+        get_phase(&p, &[], &[running("a")], false),
+        PodPhase::Pending,
+        "b unknown"
+    );
+    assert_eq!(
+        get_phase(&p, &[], &[running("a"), waiting("b", None)], false),
+        PodPhase::Pending,
+        "running can revert to pending"
+    );
+    assert_eq!(
+        get_phase(&p, &[], &[exited("a", 1), waiting("b", Some(1))], false),
+        PodPhase::Running,
+        "Always: stopped containers restart"
+    );
+    assert_eq!(
+        get_phase(&p, &[], &[exited("a", 0), exited("b", 1)], true),
+        PodPhase::Failed,
+        "terminal: Failed unless every container succeeded"
+    );
+    let never = pod("Never", &[], &["a"]);
+    assert_eq!(
+        get_phase(&never, &[], &[exited("a", 0)], false),
+        PodPhase::Succeeded
+    );
+    assert_eq!(
+        get_phase(&never, &[], &[exited("a", 2)], false),
+        PodPhase::Failed
+    );
+    let on_failure = pod("OnFailure", &[], &["a"]);
+    assert_eq!(
+        get_phase(&on_failure, &[], &[exited("a", 2)], false),
+        PodPhase::Running
+    );
+    assert_eq!(
+        get_phase(&on_failure, &[], &[exited("a", 0)], false),
+        PodPhase::Succeeded
+    );
+}
+
+#[test]
+fn s4_init_containers_hold_the_pod_pending_and_a_failed_one_fails_a_never_pod() {
+    let p = pod("Always", &["i"], &["a"]);
+    assert_eq!(get_phase(&p, &[], &[], false), PodPhase::Pending);
+    assert_eq!(
+        get_phase(&p, &[running("i")], &[waiting("a", None)], false),
+        PodPhase::Pending
+    );
+    assert_eq!(
+        get_phase(&p, &[exited("i", 0)], &[running("a")], false),
+        PodPhase::Running
+    );
+    let never = pod("Never", &["i"], &["a"]);
+    assert_eq!(
+        get_phase(&never, &[exited("i", 1)], &[waiting("a", None)], false),
+        PodPhase::Failed
+    );
+    assert_eq!(
+        get_phase(&p, &[exited("i", 1)], &[waiting("a", None)], false),
+        PodPhase::Pending,
+        "Always: the init container is retried"
+    );
+}
+
+fn input<'a>(
+    pod: &'a Pod,
+    runtime: &'a RuntimePodStatus,
+    old: &'a PodStatus,
+    waiting: &'a HashMap<String, WaitingReason>,
+    gates: &'a FeatureGates,
+) -> StatusInput<'a> {
+    StatusInput {
+        pod,
+        runtime,
+        old,
+        pod_is_terminal: false,
+        host_ips: &[],
+        waiting,
+        gates,
+    }
+}
+
+#[test]
+fn s9_containers_wait_in_container_creating_or_pod_initializing_before_the_runtime_has_them() {
+    let gates = FeatureGates::default();
+    let (runtime, old, none) = (
+        RuntimePodStatus::default(),
+        PodStatus::default(),
+        HashMap::new(),
+    );
+    let plain = pod("Always", &[], &["a"]);
+    let status = generate_api_status(&input(&plain, &runtime, &old, &none, &gates));
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    let reason = |s: &PodStatus, list: fn(&PodStatus) -> &Option<Vec<ContainerStatus>>| {
+        list(s).as_ref().unwrap()[0]
+            .state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .clone()
+    };
+    assert_eq!(
+        reason(&status, |s| &s.container_statuses).as_deref(),
+        Some("ContainerCreating")
+    );
+    let with_init = pod("Always", &["i"], &["a"]);
+    let status = generate_api_status(&input(&with_init, &runtime, &old, &none, &gates));
+    assert_eq!(
+        reason(&status, |s| &s.container_statuses).as_deref(),
+        Some("PodInitializing")
+    );
+    assert_eq!(
+        reason(&status, |s| &s.init_container_statuses).as_deref(),
+        Some("PodInitializing")
+    );
+    let types: Vec<_> = status
+        .conditions
+        .unwrap()
+        .iter()
+        .map(|c| (c.type_.clone(), c.status.clone()))
+        .collect();
+    assert!(
+        types.contains(&("PodScheduled".into(), "True".into())),
+        "{types:?}"
+    );
+    assert!(
+        types.contains(&("Ready".into(), "False".into())),
+        "{types:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn s11_s12_a_crash_loop_shows_the_exit_as_last_state_under_crash_loop_back_off() {
+    let runtime = SimulatedRuntime::new(SimulatedConfig::default());
+    let mut p = pod("Always", &[], &["a"]);
+    p.metadata.annotations = Some(
+        [
+            ("rustlet.io/simulate-exit-after".to_owned(), "1".to_owned()),
+            ("rustlet.io/simulate-exit-code".to_owned(), "3".to_owned()),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let container = p.spec.as_ref().unwrap().containers[0].clone();
+    runtime.run_pod_sandbox(&p).await.unwrap();
+    runtime
+        .start_container(&p, &container, ContainerKind::Regular)
+        .await
+        .unwrap();
+    let uid = rustlet_core::PodUid::of(&p);
+    let due = runtime.next_change(&uid).expect("an exit is scheduled");
+    tokio::time::sleep_until(due).await;
+    let status = runtime.pod_status(&uid).await;
+    assert!(matches!(
+        status.containers[0].state,
+        InstanceState::Exited { exit_code: 3, .. }
+    ));
+    assert_eq!(runtime.next_change(&uid), None);
+
+    let gates = FeatureGates::default();
+    let old = PodStatus::default();
+    let waiting: HashMap<String, WaitingReason> = [(
+        "a".to_owned(),
+        WaitingReason {
+            reason: "CrashLoopBackOff".into(),
+            message: "back-off 10s".into(),
+        },
+    )]
+    .into_iter()
+    .collect();
+    let api = generate_api_status(&input(&p, &status, &old, &waiting, &gates));
+    let a = &api.container_statuses.unwrap()[0];
+    assert_eq!(
+        a.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("CrashLoopBackOff")
+    );
+    assert_eq!(
+        a.last_state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        3
+    );
+    assert!(!a.ready);
+    assert_eq!(
+        api.phase.as_deref(),
+        Some("Running"),
+        "a restarting pod runs"
+    );
+
+    // The restart: a second instance, the first becomes lastState; two are kept per name.
+    for _ in 0..3 {
+        runtime
+            .start_container(&p, &container, ContainerKind::Regular)
+            .await
+            .unwrap();
+    }
+    let status = runtime.pod_status(&uid).await;
+    assert_eq!(status.containers.len(), 2);
+    assert_eq!(status.containers[0].attempt, 3);
+}
+
+#[test]
+fn s5_a_terminal_phase_never_goes_back() {
+    let gates = FeatureGates::default();
+    let runtime = RuntimePodStatus::default();
+    let old = PodStatus {
+        phase: Some("Failed".into()),
+        container_statuses: Some(vec![exited("a", 1)]),
+        ..Default::default()
+    };
+    let none = HashMap::new();
+    let p = pod("Always", &[], &["a"]);
+    let status = generate_api_status(&input(&p, &runtime, &old, &none, &gates));
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+}
+
+#[test]
+fn simulated_exit_annotations_are_checked() {
+    let mut p = pod("Never", &[], &["a"]);
+    assert_eq!(simulated_exit(&p), Ok(None));
+    let annotations = p.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert("rustlet.io/simulate-exit-after".into(), "2.5".into());
+    assert_eq!(
+        simulated_exit(&p),
+        Ok(Some((Duration::from_millis(2500), 0)))
+    );
+    for (key, value) in [
+        ("rustlet.io/simulate-exit-after", "soon"),
+        ("rustlet.io/simulate-exit-after", "-1"),
+        ("rustlet.io/simulate-exit-code", "x"),
+    ] {
+        let mut bad = p.clone();
+        bad.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(key.into(), value.into());
+        let err = simulated_exit(&bad).unwrap_err();
+        assert!(err.contains(key), "{err}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_stops_every_container_and_the_sandbox() {
+    let runtime = SimulatedRuntime::new(SimulatedConfig::default());
+    let p = pod("Always", &["i"], &["a"]);
+    let spec = p.spec.clone().unwrap();
+    let sandbox = runtime.run_pod_sandbox(&p).await.unwrap();
+    assert_eq!(sandbox.ip.as_deref(), Some("10.88.0.2"));
+    runtime
+        .start_container(&p, &spec.init_containers.unwrap()[0], ContainerKind::Init)
+        .await
+        .unwrap();
+    runtime
+        .start_container(&p, &spec.containers[0], ContainerKind::Regular)
+        .await
+        .unwrap();
+    let uid = rustlet_core::PodUid::of(&p);
+    assert!(runtime.pod_status(&uid).await.any_running());
+    runtime.kill_pod(&p, Duration::from_secs(30)).await.unwrap();
+    let status = runtime.pod_status(&uid).await;
+    assert!(!status.any_running());
+    assert!(!status.sandbox.unwrap().ready);
+    let err = runtime
+        .start_container(&p, &spec.containers[0], ContainerKind::Regular)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no ready sandbox"), "{err}");
+}

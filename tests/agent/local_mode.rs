@@ -137,6 +137,21 @@ fn a_manifest_pod_runs_with_its_volumes_and_is_deleted_when_its_manifest_goes() 
         "the Memory emptyDir is a tmpfs, mounted once"
     );
 
+    assert_eq!(agent.get("/healthz"), Some((200, "ok".to_owned())));
+    let metrics = agent.wait_for("volume counts in /metrics", || {
+        let (code, text) = agent.get("/metrics")?;
+        (code == 200 && text.contains("volume_manager_total_volumes{")).then_some(text)
+    });
+    for name in [
+        "pod_status_sync_duration_seconds_count",
+        "status_api_requests_total{verb=\"patch\",code=\"200\"}",
+        "storage_operation_duration_seconds",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+    ] {
+        assert!(metrics.contains(name), "{name} in /metrics:\n{metrics}");
+    }
+
     std::fs::remove_file(manifests.join("web.yaml")).unwrap();
     agent.wait_for("the pod deleted", || {
         agent.pod("web").is_none().then_some(())

@@ -356,3 +356,83 @@ fn bad_manifests_and_an_unknown_volume_type_leave_the_other_pods_unharmed() {
     assert!(agent.pod("evil").is_none());
     assert!(agent.terminate().success());
 }
+
+const FIXED: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: fixed
+  namespace: default
+  uid: 6d1a5e36-0c4b-4c59-9a43-5a2f0f1c7d01
+spec:
+  containers:
+  - name: server
+    image: busybox
+    volumeMounts:
+    - {name: scratch, mountPath: /scratch}
+  volumes:
+  - name: scratch
+    emptyDir:
+      medium: Memory
+";
+
+/// Issue 10 item 17, both sequences: a pod without a UID of its own that is edited, or
+/// removed and restored, comes back as a new pod with a fresh UID (never the terminating one);
+/// a manifest that carries its UID comes back under it once the old incarnation is finished,
+/// with fresh volumes.
+#[test]
+fn an_edited_or_restored_manifest_is_a_new_incarnation() {
+    let Some(local) = Local::new(
+        "an_edited_or_restored_manifest_is_a_new_incarnation",
+        &[("web.yaml", WEB), ("fixed.yaml", FIXED)],
+    ) else {
+        return;
+    };
+    let (root, manifests) = (&local.root, &local.manifests);
+    let agent = local.start();
+    let first = uid(&agent.wait_for_phase("web", "Running"));
+
+    // An edit of the spec: the old pod terminates, then the new one runs.
+    std::fs::write(
+        manifests.join("web.yaml"),
+        WEB.replace("busybox", "busybox:2"),
+    )
+    .unwrap();
+    let second = agent.wait_for("web edited and running again", || {
+        agent
+            .pod("web")
+            .filter(|p| uid(p) != first && p["status"]["phase"] == "Running")
+    });
+    let second = uid(&second);
+    agent.wait_for("the first incarnation's directory removed", || {
+        (!root.join("pods").join(&first).exists()).then_some(())
+    });
+
+    // Removed, then restored as soon as its pod terminates.
+    std::fs::remove_file(manifests.join("web.yaml")).unwrap();
+    agent.wait_for("web terminating or gone", || match agent.pod("web") {
+        None => Some(()),
+        Some(p) => {
+            (!p["metadata"]["deletionTimestamp"].is_null() || uid(&p) != second).then_some(())
+        }
+    });
+    std::fs::write(manifests.join("web.yaml"), WEB).unwrap();
+    let third = agent.wait_for("web restored and running", || {
+        agent
+            .pod("web")
+            .filter(|p| uid(p) != second && p["status"]["phase"] == "Running")
+    });
+    assert_ne!(uid(&third), first, "never a UID seen before");
+
+    // A UID written in the manifest comes back under the same UID, with fresh volumes.
+    let fixed = uid(&agent.wait_for_phase("fixed", "Running"));
+    let data = volume_dir(root, &fixed, "scratch").join("data");
+    std::fs::write(&data, "old incarnation").unwrap();
+    std::fs::remove_file(manifests.join("fixed.yaml")).unwrap();
+    agent.wait_for("fixed gone", || agent.pod("fixed").is_none().then_some(()));
+    std::fs::write(manifests.join("fixed.yaml"), FIXED).unwrap();
+    let back = agent.wait_for_phase("fixed", "Running");
+    assert_eq!(uid(&back), fixed);
+    assert!(volume_dir(root, &fixed, "scratch").is_dir());
+    assert!(!data.exists(), "the new incarnation's emptyDir is fresh");
+    assert!(agent.terminate().success());
+}

@@ -446,8 +446,20 @@ impl Context<'_> {
         Ok(object)
     }
 
+    /// As the API server: the UID (and the other server-set metadata) a create carries is
+    /// ignored; the server assigns its own.
     fn create(&self, kind: Kind, namespace: &str) -> Answer {
-        let object = self.object_for(kind, namespace)?;
+        let mut object = self.object_for(kind, namespace)?;
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            for field in [
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+            ] {
+                meta.remove(field);
+            }
+        }
         stored(self.store.create(object), StatusCode::CREATED)
     }
 

@@ -224,6 +224,16 @@ impl PodWorkers {
         }
     }
 
+    /// A pod present with the UID of a finished worker whose status the status manager has
+    /// already dropped (it deleted the old incarnation), not being deleted: the same UID came
+    /// back (a manifest with its own UID, restored). A finished pod that stays in the API
+    /// (Succeeded, not deleted) keeps its status and is not restarted.
+    fn is_new_incarnation(&self, uid: &PodUid, pod: &Pod) -> bool {
+        self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished)
+            && pod.metadata.deletion_timestamp.is_none()
+            && self.shared.status.get_pod_status(uid).is_none()
+    }
+
     /// Follows the pod source until `cancel` fires: a worker per new UID, the newest pod to
     /// each worker, and housekeeping. On cancellation the workers stop where they are: nothing
     /// is killed or unmounted (a restart adopts it).
@@ -237,6 +247,12 @@ impl PodWorkers {
             for pod in pods {
                 let uid = PodUid::of(&pod);
                 present.insert(uid.clone());
+                if workers.contains_key(&uid) && self.is_new_incarnation(&uid, &pod) {
+                    // W4/W19: the UID came back after its old incarnation was finished and
+                    // deleted: a new worker starts it.
+                    info!(%uid, "pod re-created with the UID of a finished one: starting it again");
+                    workers.remove(&uid);
+                }
                 match workers.get(&uid) {
                     Some(tx) => {
                         tx.send_if_modified(|current| {

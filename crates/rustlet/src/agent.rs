@@ -76,7 +76,10 @@ async fn connect(config: &AgentConfig, cancel: &CancellationToken) -> Result<Api
     let kube_config = match &config.mode {
         Mode::Local(dir) => {
             let store = Arc::new(Store::default());
-            let mut manifests = DirectorySync::new(dir, &config.node_name, store.clone());
+            // Pods without a UID of their own keep theirs across restarts through this file,
+            // so a restart adopts their mounts.
+            let mut manifests = DirectorySync::new(dir, &config.node_name, store.clone())
+                .with_uid_state(config.root_dir.join("local-pod-uids.json"))?;
             // The first scan before anything reads the store, so the pod source is complete
             // when it says it is ready.
             let report = manifests.sync();

@@ -3,9 +3,14 @@
 //! store knows. [`DirectorySync::sync`] applies what changed since the last call:
 //!
 //! * a new or changed document is created or updated; pods get `spec.nodeName` of this node and,
-//!   without `metadata.uid`, a UID that is a function of the file, namespace, name and spec
-//!   (stable across restarts, new when the spec changes, like a kubelet static pod; a pod whose
-//!   UID changes is replaced);
+//!   without `metadata.uid`, a fresh random UID when they are created, as the API server gives
+//!   one. The UID is remembered per (file, namespace, name, spec) in a small state file
+//!   ([`DirectorySync::with_uid_state`], written atomically), so a restart gives the same pods
+//!   the same UIDs and adopts their mounts; a spec change, or a document removed and restored,
+//!   is a new pod with a new UID. A UID written in the manifest is kept.
+//! * a new incarnation of a pod (another UID under the same name) is created only once the old
+//!   one is gone: the old one is deleted gracefully and the document waits, as a create waits
+//!   for a terminating pod of the same name in the API server (409 until then);
 //! * a pod whose document disappeared gets a `deletionTimestamp` (it is not dropped: the status
 //!   manager deletes it once its volumes are gone); other objects are removed;
 //! * a file that fails to parse is reported with its name and position and skipped: what it
@@ -73,6 +78,14 @@ pub enum ManifestError {
         /// Why.
         source: Box<StoreError>,
     },
+    /// The UID state file could not be read or written.
+    #[error("UID state {}: {message}", path.display())]
+    State {
+        /// The state file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
     /// The store refused a write.
     #[error("apply {reference} from {}: {source}", path.display())]
     Apply {
@@ -129,8 +142,49 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
 }
 
 struct Applied {
+    /// The content hash; empty while a document of the file waits, so it is read again.
     hash: Vec<u8>,
     objects: BTreeSet<ObjectRef>,
+    /// The UID-state keys of its pods without a UID of their own.
+    uid_keys: BTreeSet<String>,
+}
+
+/// The manifest-to-UID memory (see the module doc).
+#[derive(Debug, Default)]
+struct UidState {
+    path: Option<PathBuf>,
+    uids: BTreeMap<String, String>,
+    dirty: bool,
+}
+
+/// What applying one document did.
+enum Applied1 {
+    Unchanged,
+    Changed,
+    /// The old incarnation is still terminating.
+    Waiting,
+}
+
+/// A random (version 4) UUID, as the API server gives a new object.
+fn random_uid() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        // No system randomness: a UID unique to this moment and process still.
+        let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+        return uid_from(seed.as_bytes());
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
 /// What one [`DirectorySync::sync`] did.
@@ -142,6 +196,8 @@ pub struct SyncReport {
     pub terminating: Vec<ObjectRef>,
     /// Other objects whose document disappeared, removed.
     pub removed: Vec<ObjectRef>,
+    /// Pods whose new incarnation waits for the old one (another UID, same name) to be gone.
+    pub waiting: Vec<ObjectRef>,
     /// Files (or documents) skipped, with why.
     pub errors: Vec<ManifestError>,
 }
@@ -152,6 +208,7 @@ pub struct DirectorySync {
     node_name: String,
     store: Arc<Store>,
     files: BTreeMap<PathBuf, Applied>,
+    uids: UidState,
 }
 
 impl std::fmt::Debug for DirectorySync {
@@ -180,16 +237,48 @@ impl DirectorySync {
             node_name: node_name.into(),
             store,
             files: BTreeMap::new(),
+            uids: UidState::default(),
         }
     }
 
-    /// The deterministic UID of a pod document from `file` (relative to the directory).
-    pub fn pod_uid(file: &Path, namespace: &str, name: &str, spec: &Value) -> String {
+    /// Remembers the UIDs given to pods in `path` (read now if it exists, written atomically
+    /// after every scan that changes it). A file that cannot be read is reported and replaced.
+    pub fn with_uid_state(mut self, path: impl Into<PathBuf>) -> Result<Self, ManifestError> {
+        let path = path.into();
+        let uids = match std::fs::read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => {
+                return Err(ManifestError::State {
+                    path,
+                    message: e.to_string(),
+                });
+            }
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| ManifestError::State {
+                path: path.clone(),
+                message: format!("not a map of UIDs: {e}"),
+            })?,
+        };
+        self.uids = UidState {
+            path: Some(path),
+            uids,
+            dirty: false,
+        };
+        Ok(self)
+    }
+
+    /// The UID-state key of a pod document from `file` (relative to the directory).
+    pub fn pod_key(file: &Path, namespace: &str, name: &str, spec: &Value) -> String {
         let seed = format!("{}\0{namespace}\0{name}\0{spec}", file.display());
         uid_from(seed.as_bytes())
     }
 
-    fn prepare(&self, file: &Path, mut object: Value, reference: &ObjectRef) -> Value {
+    fn prepare(
+        &mut self,
+        file: &Path,
+        mut object: Value,
+        reference: &ObjectRef,
+        uid_keys: &mut BTreeSet<String>,
+    ) -> Value {
         if reference.kind == Kind::Pod {
             if !object["spec"].is_object() {
                 object["spec"] = serde_json::json!({});
@@ -201,12 +290,22 @@ impl DirectorySync {
                 .is_none_or(str::is_empty);
             if uid_missing {
                 let relative = file.strip_prefix(&self.dir).unwrap_or(file);
-                let uid = Self::pod_uid(
+                let key = Self::pod_key(
                     relative,
                     &reference.namespace,
                     &reference.name,
                     &object["spec"],
                 );
+                let uids = &mut self.uids;
+                let uid = uids
+                    .uids
+                    .entry(key.clone())
+                    .or_insert_with(|| {
+                        uids.dirty = true;
+                        random_uid()
+                    })
+                    .clone();
+                uid_keys.insert(key);
                 object["metadata"]["uid"] = Value::String(uid);
             }
             // The status belongs to the node agent, not to the manifest.
@@ -220,26 +319,72 @@ impl DirectorySync {
         object
     }
 
-    /// Create or update one object; a pod whose UID changed is replaced.
-    fn apply(&self, object: Value, reference: &ObjectRef) -> Result<bool, StoreError> {
+    /// Create or update one object. A pod under another UID is a new incarnation: the old one
+    /// is deleted gracefully and the new one created once it is gone; a document whose pod is
+    /// terminating (withdrawn, then restored) waits too.
+    fn apply(&self, object: Value, reference: &ObjectRef) -> Result<Applied1, StoreError> {
         let Ok(stored) = self.store.get(reference) else {
             self.store.create(object)?;
-            return Ok(true);
+            return Ok(Applied1::Changed);
         };
+        let is_pod = reference.kind == Kind::Pod;
+        let terminating = !stored["metadata"]["deletionTimestamp"].is_null();
         let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
         let stored_uid = stored.pointer("/metadata/uid").and_then(Value::as_str);
+        if is_pod && terminating {
+            return Ok(Applied1::Waiting);
+        }
         if uid.is_some() && uid != stored_uid {
-            let replace = DeleteOptions {
-                grace_period_seconds: Some(0),
-                ..DeleteOptions::default()
+            if !is_pod {
+                let replace = DeleteOptions {
+                    grace_period_seconds: Some(0),
+                    ..DeleteOptions::default()
+                };
+                self.store.delete(reference, &replace)?;
+                self.store.create(object)?;
+                return Ok(Applied1::Changed);
+            }
+            return match self.store.delete(reference, &DeleteOptions::default())? {
+                Deleted::Terminating(_) => Ok(Applied1::Waiting),
+                Deleted::Removed(_) => {
+                    self.store.create(object)?;
+                    Ok(Applied1::Changed)
+                }
             };
-            self.store.delete(reference, &replace)?;
-            self.store.create(object)?;
-            return Ok(true);
         }
         let before = stored["metadata"]["resourceVersion"].clone();
         let updated = self.store.update(object)?;
-        Ok(updated["metadata"]["resourceVersion"] != before)
+        Ok(if updated["metadata"]["resourceVersion"] != before {
+            Applied1::Changed
+        } else {
+            Applied1::Unchanged
+        })
+    }
+
+    /// Forgets the UIDs of documents no file provides any more, and writes the state file
+    /// (a temporary file renamed over it) if anything changed.
+    fn save_uids(&mut self, report: &mut SyncReport) {
+        let provided: BTreeSet<&String> = self.files.values().flat_map(|a| &a.uid_keys).collect();
+        let before = self.uids.uids.len();
+        self.uids.uids.retain(|key, _| provided.contains(key));
+        if self.uids.uids.len() != before {
+            self.uids.dirty = true;
+        }
+        let Some(path) = self.uids.path.clone() else {
+            return;
+        };
+        if !self.uids.dirty {
+            return;
+        }
+        let tmp = path.with_extension("tmp");
+        let written = serde_json::to_vec_pretty(&self.uids.uids)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| std::fs::write(&tmp, bytes).map_err(|e| e.to_string()))
+            .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| e.to_string()));
+        match written {
+            Ok(()) => self.uids.dirty = false,
+            Err(message) => report.errors.push(ManifestError::State { path, message }),
+        }
     }
 
     fn withdraw(&self, reference: &ObjectRef, report: &mut SyncReport) {
@@ -310,14 +455,17 @@ impl DirectorySync {
                 }
             };
             let mut objects = BTreeSet::new();
+            let mut uid_keys = BTreeSet::new();
+            let mut waiting = false;
             for document in documents {
                 let reference = Store::reference_of(&document).expect("validated by parse");
-                let object = self.prepare(path, document, &reference);
+                let object = self.prepare(path, document, &reference, &mut uid_keys);
                 match self.apply(object, &reference) {
-                    Ok(changed) => {
-                        if changed {
-                            report.applied.push(reference.clone());
-                        }
+                    Ok(Applied1::Changed) => report.applied.push(reference.clone()),
+                    Ok(Applied1::Unchanged) => {}
+                    Ok(Applied1::Waiting) => {
+                        waiting = true;
+                        report.waiting.push(reference.clone());
                     }
                     Err(source) => report.errors.push(ManifestError::Apply {
                         path: path.clone(),
@@ -327,7 +475,15 @@ impl DirectorySync {
                 }
                 objects.insert(reference);
             }
-            let old = self.files.insert(path.clone(), Applied { hash, objects });
+            let hash = if waiting { Vec::new() } else { hash };
+            let old = self.files.insert(
+                path.clone(),
+                Applied {
+                    hash,
+                    objects,
+                    uid_keys,
+                },
+            );
             dropped.extend(old.into_iter().flat_map(|a| a.objects));
         }
         let gone: Vec<PathBuf> = self
@@ -348,6 +504,7 @@ impl DirectorySync {
         for reference in &withdrawn {
             self.withdraw(reference, &mut report);
         }
+        self.save_uids(&mut report);
         report
     }
 

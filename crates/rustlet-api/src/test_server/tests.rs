@@ -872,3 +872,19 @@ async fn a_strategic_patch_of_a_whole_object_is_refused_not_misapplied() {
         .unwrap();
     assert_eq!(patched.metadata.labels.unwrap()["a"], "b");
 }
+
+/// Issue 10 item 17: the server assigns the UID of a created object, whatever the request
+/// carries, as the API server does.
+#[tokio::test]
+async fn a_create_gets_a_server_assigned_uid_whatever_the_request_carries() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    let server = server().await;
+    let api: Api<Pod> = Api::namespaced(server.client().await.unwrap(), "ns");
+    let mut body: Pod = serde_json::from_value(pod("web", "node-a")).unwrap();
+    body.metadata.uid = Some("chosen-by-the-client".into());
+    let created = api.create(&PostParams::default(), &body).await.unwrap();
+    let uid = created.metadata.uid.unwrap();
+    assert_ne!(uid, "chosen-by-the-client");
+    assert!(!uid.is_empty());
+}

@@ -1,10 +1,11 @@
-//! The manifest directory: parsing, deterministic pod UIDs, changes, withdrawals and bad files.
+//! The manifest directory: parsing, pod UIDs (fresh, remembered in the state file), changes,
+//! new incarnations, withdrawals and bad files.
 
 use std::sync::Arc;
 
 use serde_json::json;
 
-use super::super::store::{Kind, ObjectRef, Store};
+use super::super::store::{DeleteOptions, Kind, ObjectRef, Store};
 use super::{DirectorySync, ManifestError, parse_documents};
 
 fn setup() -> (tempfile::TempDir, Arc<Store>, DirectorySync) {
@@ -38,8 +39,11 @@ fn web() -> ObjectRef {
 }
 
 #[test]
-fn documents_are_applied_with_node_name_and_a_deterministic_uid() {
-    let (dir, store, mut sync) = setup();
+fn documents_are_applied_with_node_name_and_a_uid_remembered_across_restarts() {
+    let (dir, store, sync) = setup();
+    let state = dir.path().join("state").join("uids.json");
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    let mut sync = sync.with_uid_state(&state).unwrap();
     std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
     let report = sync.sync();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
@@ -47,22 +51,52 @@ fn documents_are_applied_with_node_name_and_a_deterministic_uid() {
     let pod = store.get(&web()).unwrap();
     assert_eq!(pod["spec"]["nodeName"], "node-a");
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    assert_eq!(uid.len(), 36);
+    assert_eq!(&uid[14..15], "4", "a random (v4) UUID: {uid}");
     assert_eq!(
         store
             .get(&ObjectRef::new(Kind::ConfigMap, "ns", "web-config"))
             .unwrap()["data"]["k"],
         "v"
     );
-    // The same file in a fresh store (a restart) gives the same UID.
+    // A restart (a fresh store) with the state file gives the pod the same UID...
     let store2 = Arc::new(Store::default());
-    DirectorySync::new(dir.path(), "node-a", store2.clone()).sync();
+    DirectorySync::new(dir.path(), "node-a", store2.clone())
+        .with_uid_state(&state)
+        .unwrap()
+        .sync();
     assert_eq!(store2.get(&web()).unwrap()["metadata"]["uid"], uid.as_str());
+    // ... and without it, the API server's way: a new object, a new UID.
+    let store3 = Arc::new(Store::default());
+    DirectorySync::new(dir.path(), "node-a", store3.clone()).sync();
+    assert_ne!(store3.get(&web()).unwrap()["metadata"]["uid"], uid.as_str());
     // Nothing changed: nothing applied.
     assert_eq!(sync.sync().applied, vec![]);
+    assert!(!state.with_extension("tmp").exists(), "written by rename");
 }
 
 #[test]
-fn a_changed_spec_replaces_the_pod_with_a_new_uid_and_keeps_status_otherwise() {
+fn a_corrupt_uid_state_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("uids.json");
+    std::fs::write(&state, "not json").unwrap();
+    let err = DirectorySync::new(dir.path(), "node-a", Arc::new(Store::default()))
+        .with_uid_state(&state)
+        .unwrap_err();
+    assert!(err.to_string().contains("uids.json"), "{err}");
+}
+
+fn finish(store: &Store) {
+    // What the status manager does once the old incarnation is reclaimed.
+    let force = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..DeleteOptions::default()
+    };
+    store.delete(&web(), &force).unwrap();
+}
+
+#[test]
+fn a_changed_spec_is_a_new_incarnation_created_once_the_old_one_is_gone() {
     let (dir, store, mut sync) = setup();
     std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
     sync.sync();
@@ -88,13 +122,43 @@ fn a_changed_spec_replaces_the_pod_with_a_new_uid_and_keeps_status_otherwise() {
         ),
         (old_uid.clone(), json!("Running"))
     );
-    // An image change is a new pod.
+    // An image change is a new pod: the old one terminates first, the new one waits.
     std::fs::write(dir.path().join("web.yaml"), WEB.replace("nginx", "nginx:2")).unwrap();
-    sync.sync();
+    assert_eq!(sync.sync().waiting, vec![web()]);
+    let pod = store.get(&web()).unwrap();
+    assert_eq!(pod["metadata"]["uid"], old_uid);
+    assert!(!pod["metadata"]["deletionTimestamp"].is_null());
+    assert_eq!(sync.sync().waiting, vec![web()], "still waiting");
+    finish(&store);
+    assert_eq!(sync.sync().applied, vec![web()]);
     let pod = store.get(&web()).unwrap();
     assert_ne!(pod["metadata"]["uid"], old_uid);
     // A new pod starts Pending, as the API server creates it; the old status is not carried.
     assert_eq!(pod["status"], json!({"phase": "Pending"}));
+}
+
+/// Issue 10 item 17: removing a manifest and restoring it while its pod still terminates
+/// never brings back the terminating UID.
+#[test]
+fn a_manifest_removed_and_restored_within_the_grace_period_is_a_new_pod() {
+    let (dir, store, mut sync) = setup();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    sync.sync();
+    let old_uid = store.get(&web()).unwrap()["metadata"]["uid"].clone();
+    store
+        .patch_status(&web(), &json!({"status":{"phase":"Running"}}))
+        .unwrap();
+    std::fs::remove_file(dir.path().join("web.yaml")).unwrap();
+    assert_eq!(sync.sync().terminating, vec![web()]);
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    assert_eq!(sync.sync().waiting, vec![web()]);
+    assert_eq!(store.get(&web()).unwrap()["metadata"]["uid"], old_uid);
+    finish(&store);
+    sync.sync();
+    let pod = store.get(&web()).unwrap();
+    assert_ne!(pod["metadata"]["uid"], old_uid, "a fresh UID");
+    assert_eq!(pod["status"], json!({"phase": "Pending"}));
+    assert!(pod["metadata"]["deletionTimestamp"].is_null());
 }
 
 #[test]

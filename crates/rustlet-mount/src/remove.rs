@@ -5,6 +5,11 @@
 //! from the same filesystem included, and reports it; nothing beneath a mount point is read,
 //! unlinked or modified. Symlinks are unlinked, never followed.
 //!
+//! The walk is iterative (no recursion: a container can make a tree 20,000 levels deep) and
+//! keeps at most [`MAX_OPEN_DIRS`] directory fds open: an older directory's fd is closed and,
+//! when the walk comes back to it, reopened as `..` of its child and checked to be the same
+//! directory (device and inode) before anything in it is unlinked.
+//!
 //! Each directory is opened from its parent's fd with `openat2(RESOLVE_NO_XDEV |
 //! RESOLVE_NO_SYMLINKS)`, so entering another mount fails with EXDEV in the kernel itself; on a
 //! kernel without `openat2` the walk opens with `O_NOFOLLOW` and compares each directory against
@@ -28,7 +33,8 @@ use crate::safe_path::Resolver;
 
 enum Guard {
     Kernel,
-    MountTable(HashSet<PathBuf>),
+    /// The mount points, and the length of the longest (a longer path is none of them).
+    MountTable(HashSet<PathBuf>, usize),
 }
 
 fn dir_flags() -> OFlag {
@@ -43,8 +49,8 @@ fn open_dir(parent: &OwnedFd, name: &OsStr, path: &Path, guard: &Guard) -> Resul
                 .resolve(ResolveFlag::RESOLVE_NO_XDEV | ResolveFlag::RESOLVE_NO_SYMLINKS);
             openat2(parent.as_fd(), name, how)
         }
-        Guard::MountTable(points) => {
-            if points.contains(path) {
+        Guard::MountTable(points, longest) => {
+            if path.as_os_str().len() <= *longest && points.contains(path) {
                 Err(Errno::EXDEV)
             } else {
                 openat(parent.as_fd(), name, dir_flags(), Mode::empty())
@@ -62,53 +68,137 @@ fn open_dir(parent: &OwnedFd, name: &OsStr, path: &Path, guard: &Guard) -> Resul
     })
 }
 
-fn remove_children(dir: OwnedFd, path: &Path, guard: &Guard) -> Result<()> {
-    let mut entries: Vec<(Vec<u8>, Option<Type>)> = Vec::new();
-    {
-        let mut listing = Dir::from_fd(dir.try_clone().map_err(|error| Error::Remove {
-            path: path.to_owned(),
-            error,
-        })?)
-        .map_err(|e| Error::Remove {
-            path: path.to_owned(),
-            error: io_err(e),
-        })?;
-        for entry in listing.iter() {
-            let entry = entry.map_err(|e| Error::Remove {
-                path: path.to_owned(),
-                error: io_err(e),
-            })?;
-            let name = entry.file_name().to_bytes();
-            if name != b"." && name != b".." {
-                entries.push((name.to_vec(), entry.file_type()));
-            }
+/// At most this many directory fds are open at once during a walk, however deep the tree.
+pub const MAX_OPEN_DIRS: usize = 16;
+
+fn remove_err(path: &Path) -> impl Fn(Errno) -> Error + '_ {
+    move |e| Error::Remove {
+        path: path.to_owned(),
+        error: io_err(e),
+    }
+}
+
+/// The entries of a directory (without `.` and `..`), read at once.
+fn list(dir: &OwnedFd, path: &Path) -> Result<Vec<(Vec<u8>, Option<Type>)>> {
+    let fd = dir.try_clone().map_err(|error| Error::Remove {
+        path: path.to_owned(),
+        error,
+    })?;
+    let mut listing = Dir::from_fd(fd).map_err(remove_err(path))?;
+    let mut entries = Vec::new();
+    for entry in listing.iter() {
+        let entry = entry.map_err(remove_err(path))?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            entries.push((name.to_vec(), entry.file_type()));
         }
     }
-    for (name, file_type) in entries {
-        let name = OsStr::from_bytes(&name);
-        let child = path.join(name);
+    Ok(entries)
+}
+
+fn identity(fd: &OwnedFd, path: &Path) -> Result<(u64, u64)> {
+    let st = nix::sys::stat::fstat(fd.as_fd()).map_err(remove_err(path))?;
+    Ok((st.st_dev as u64, st.st_ino as u64))
+}
+
+/// One directory of the walk.
+struct Frame {
+    /// Closed for all but the deepest [`MAX_OPEN_DIRS`] frames; reopened through `..` of its
+    /// child when the walk comes back to it.
+    fd: Option<OwnedFd>,
+    /// Its name in its parent.
+    name: Vec<u8>,
+    /// `(st_dev, st_ino)`, checked when it is reopened through `..`.
+    identity: (u64, u64),
+    /// Entries not yet removed.
+    entries: Vec<(Vec<u8>, Option<Type>)>,
+}
+
+/// Reopens a closed directory as the `..` of its (open) child, and makes sure it is the very
+/// directory the walk came from (nothing moved it meanwhile).
+fn reopen_parent(child: &OwnedFd, expected: (u64, u64), path: &Path) -> Result<OwnedFd> {
+    let fd = openat(child.as_fd(), "..", dir_flags(), Mode::empty()).map_err(remove_err(path))?;
+    if identity(&fd, path)? != expected {
+        return Err(Error::Remove {
+            path: path.to_owned(),
+            error: std::io::Error::other("the directory was moved during the removal"),
+        });
+    }
+    Ok(fd)
+}
+
+/// Empties the directory `dir` (at `path`), depth first, without recursion: a tree as deep as
+/// the filesystem allows needs no stack and at most [`MAX_OPEN_DIRS`] fds.
+fn remove_children(dir: OwnedFd, path: &Path, guard: &Guard) -> Result<()> {
+    let mut current = path.to_owned();
+    let mut stack = vec![Frame {
+        identity: identity(&dir, path)?,
+        entries: list(&dir, path)?,
+        fd: Some(dir),
+        name: Vec::new(),
+    }];
+    // Frames below this index have their fd closed.
+    let mut first_open = 0;
+    loop {
+        let depth = stack.len();
+        let top = stack
+            .last_mut()
+            .expect("the root frame stays until the end");
+        let Some((name, file_type)) = top.entries.pop() else {
+            // `top` is empty: unlink it from its parent (reopened if its fd was closed).
+            let done = stack.pop().expect("non-empty");
+            let parent_index = stack.len().wrapping_sub(1);
+            let Some(parent) = stack.last_mut() else {
+                return Ok(());
+            };
+            let child_fd = done.fd.expect("the deepest frame is open");
+            if parent.fd.is_none() {
+                current.pop();
+                parent.fd = Some(reopen_parent(&child_fd, parent.identity, &current)?);
+                current.push(OsStr::from_bytes(&done.name));
+                first_open = parent_index;
+            }
+            drop(child_fd);
+            let parent_fd = parent.fd.as_ref().expect("reopened above");
+            unlinkat(
+                parent_fd.as_fd(),
+                OsStr::from_bytes(&done.name),
+                UnlinkatFlags::RemoveDir,
+            )
+            .map_err(remove_err(&current))?;
+            current.pop();
+            continue;
+        };
+        let fd = top.fd.as_ref().expect("the deepest frame is open");
+        let os_name = OsStr::from_bytes(&name);
+        // `current` is the child's path while it is worked on (no copy per entry: a deep
+        // tree's paths are long).
+        current.push(os_name);
         let is_dir = match file_type {
             Some(t) => t == Type::Directory,
-            None => nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            None => nix::sys::stat::fstatat(fd.as_fd(), os_name, AtFlags::AT_SYMLINK_NOFOLLOW)
                 .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-                .map_err(|e| Error::Remove {
-                    path: child.clone(),
-                    error: io_err(e),
-                })?,
+                .map_err(remove_err(&current))?,
         };
-        if is_dir {
-            let child_fd = open_dir(&dir, name, &child, guard)?;
-            remove_children(child_fd, &child, guard)?;
-            unlinkat(dir.as_fd(), name, UnlinkatFlags::RemoveDir)
-        } else {
-            unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
+        if !is_dir {
+            unlinkat(fd.as_fd(), os_name, UnlinkatFlags::NoRemoveDir)
+                .map_err(remove_err(&current))?;
+            current.pop();
+            continue;
         }
-        .map_err(|e| Error::Remove {
-            path: child.clone(),
-            error: io_err(e),
-        })?;
+        let child_fd = open_dir(fd, os_name, &current, guard)?;
+        let frame = Frame {
+            identity: identity(&child_fd, &current)?,
+            entries: list(&child_fd, &current)?,
+            fd: Some(child_fd),
+            name,
+        };
+        if depth + 1 - first_open > MAX_OPEN_DIRS {
+            stack[first_open].fd = None;
+            first_open += 1;
+        }
+        stack.push(frame);
     }
-    Ok(())
 }
 
 /// Removes `path` and everything beneath it, on its own mount only. A missing path is success.
@@ -141,12 +231,18 @@ pub fn remove_all_one_filesystem_with(path: &Path, resolver: Resolver) -> Result
     }
     let guard = match resolver {
         Resolver::Openat2 => Guard::Kernel,
-        Resolver::Walk => Guard::MountTable(
-            mountinfo::read(Path::new(SELF_MOUNTINFO))?
+        Resolver::Walk => {
+            let points: HashSet<PathBuf> = mountinfo::read(Path::new(SELF_MOUNTINFO))?
                 .into_iter()
                 .map(|m| m.mount_point)
-                .collect(),
-        ),
+                .collect();
+            let longest = points
+                .iter()
+                .map(|p| p.as_os_str().len())
+                .max()
+                .unwrap_or(0);
+            Guard::MountTable(points, longest)
+        }
     };
     let parent_path = path.parent().unwrap_or(Path::new("/"));
     let name = path.file_name().unwrap_or_default();

@@ -94,3 +94,90 @@ fn removal_stops_at_a_tmpfs_and_at_a_same_filesystem_bind() {
         assert!(pv.join("claim-data").exists());
     }
 }
+
+/// Builds `levels` nested directories `d/d/d/...` under `base` (with a file every 1000 levels)
+/// through fds, since the path soon exceeds PATH_MAX; returns the path of level `mark` (if
+/// asked), short enough to mount on.
+fn deep_tree(base: &Path, levels: usize, mark: Option<usize>) -> Option<std::path::PathBuf> {
+    use nix::fcntl::{OFlag, open, openat};
+    use nix::sys::stat::{Mode, mkdirat};
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut fd = open(base, flags, Mode::empty()).unwrap();
+    let mut marked = None;
+    let mut path = base.to_owned();
+    for level in 0..levels {
+        mkdirat(&fd, "d", Mode::from_bits_truncate(0o755)).unwrap();
+        if level % 1000 == 0 {
+            let file = openat(
+                &fd,
+                "f",
+                OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o644),
+            )
+            .unwrap();
+            drop(file);
+        }
+        if Some(level) == mark {
+            mkdirat(&fd, "m", Mode::from_bits_truncate(0o755)).unwrap();
+            marked = Some(path.join("m"));
+        }
+        if path.as_os_str().len() < 3000 {
+            path.push("d");
+        }
+        fd = openat(&fd, "d", flags, Mode::empty()).unwrap();
+    }
+    marked
+}
+
+/// The old removal recursed once per level with an fd open per level: past a few thousand
+/// levels it overflowed the thread's stack (an abort) or ran out of fds. The fd limit is
+/// raised here so that only the stack could stop it.
+#[test]
+fn issue10_a_tree_deeper_than_20000_levels_is_removed_with_bounded_stack_and_fds() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if soft < 30_000 && hard >= 30_000 {
+        setrlimit(Resource::RLIMIT_NOFILE, 30_000, hard).unwrap();
+    }
+    for resolver in [Resolver::Openat2, Resolver::Walk] {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let victim = base.join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        deep_tree(&victim, 25_000, None);
+        // A small stack, as a blocking-pool thread has: the walk must not need one per level.
+        let handle = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || remove_all_one_filesystem_with(&victim, resolver).map(|()| victim))
+            .unwrap();
+        let victim = handle.join().expect("no stack overflow").unwrap();
+        assert!(!victim.exists(), "{resolver:?}");
+    }
+}
+
+#[test]
+fn issue10_a_mount_point_deep_inside_a_deep_tree_stops_the_removal_and_keeps_its_data() {
+    let Some(t) = privileged_dir("a_mount_point_deep_inside_a_deep_tree") else {
+        return;
+    };
+    for resolver in [Resolver::Openat2, Resolver::Walk] {
+        let victim = t.mkdir(&format!("victim-{resolver:?}"));
+        let mounted = deep_tree(&victim, 21_000, Some(1_200)).unwrap();
+        t.mounter.tmpfs(&mounted, TmpfsOptions::default()).unwrap();
+        std::fs::write(mounted.join("user-data"), "do not delete").unwrap();
+        let err = remove_all_one_filesystem_with(&victim, resolver).unwrap_err();
+        assert!(
+            matches!(&err, Error::CrossesMountPoint { path } if *path == mounted),
+            "{resolver:?}: {err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(mounted.join("user-data")).unwrap(),
+            "do not delete"
+        );
+        t.mounter
+            .unmount(&mounted, crate::mounter::UnmountMode::Normal)
+            .unwrap();
+        remove_all_one_filesystem_with(&victim, resolver).unwrap();
+        assert!(!victim.exists());
+    }
+}

@@ -225,7 +225,11 @@ impl OperationExecutor {
                 Err((prefix, err)) => {
                     match &err {
                         VolumeError::Uncertain(_) => {
-                            let _ = asw.mark_volume_mount_as_uncertain(opts(VolumeMountState::Uncertain));
+                            // V55: only a volume not mounted becomes uncertain; an entry already
+                            // mounted is never downgraded by a failed remount.
+                            if !asw.pod_exists_in_volume(&volume.pod_name, &volume.volume_name).is_mounted() {
+                                let _ = asw.mark_volume_mount_as_uncertain(opts(VolumeMountState::Uncertain));
+                            }
                         }
                         VolumeError::Final(_) => {
                             // V55: a final error forgets a failed first mount, but a reconstructed

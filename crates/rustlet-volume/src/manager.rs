@@ -155,6 +155,7 @@ pub struct VolumeManager {
     asw: Arc<ActualStateOfWorld>,
     populator: Populator,
     pods: Arc<dyn PodSource>,
+    states: Arc<dyn PodStateProvider>,
     reconciler: Reconciler,
     executor: Arc<OperationExecutor>,
     host: VolumeHost,
@@ -186,7 +187,12 @@ impl VolumeManager {
                 .with_metrics(metrics.clone())
                 .with_node_status(deps.node),
         );
-        let populator = Populator::new(dsw.clone(), asw.clone(), deps.pods.clone(), deps.states);
+        let populator = Populator::new(
+            dsw.clone(),
+            asw.clone(),
+            deps.pods.clone(),
+            deps.states.clone(),
+        );
         let reconciler = Reconciler::new(
             dsw.clone(),
             asw.clone(),
@@ -198,6 +204,7 @@ impl VolumeManager {
             asw,
             populator,
             pods: deps.pods,
+            states: deps.states,
             reconciler,
             executor,
             host,
@@ -264,7 +271,7 @@ impl VolumeManager {
             .map(|p| PodUid::of(p))
             .chain(self.dsw.pods().into_iter().map(|p| PodUid::new(p.as_str())))
             .collect();
-        cleanup_orphaned_pod_dirs(&self.host, &self.asw, &known)
+        cleanup_orphaned_pod_dirs(&self.host, &self.asw, &known, &*self.states)
     }
 
     /// Runs until `cancel` fires: reconstruction first, then a pass whenever pods change, an
@@ -274,6 +281,9 @@ impl VolumeManager {
         let mut failed = report.failed;
         let mut needs_pass = self.executor.subscribe_needs_pass();
         let mut populate = true;
+        // A deadline that events do not push back: on a busy node (every pod event, this
+        // agent's own status patches included, wakes the loop) housekeeping still runs.
+        let mut next_resync = tokio::time::Instant::now() + self.config.resync_period;
         loop {
             if populate {
                 self.sync_once();
@@ -299,7 +309,8 @@ impl VolumeManager {
                         None => std::future::pending().await,
                     }
                 } => false,
-                () = tokio::time::sleep(self.config.resync_period) => {
+                () = tokio::time::sleep_until(next_resync) => {
+                    next_resync = tokio::time::Instant::now() + self.config.resync_period;
                                         self.update_volume_counts();
                     for kept in self.housekeeping() {
                         debug!(?kept, "orphaned pod directory kept");

@@ -127,6 +127,8 @@ pub fn reconstruct(
 /// Why an orphaned pod directory was kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OrphanKept {
+    /// The pod workers say its containers could still run (a force-deleted pod being killed).
+    ContainersMayRun(PodUid),
     /// The volume manager still has mounted or uncertain volumes for it.
     VolumesInUse(PodUid),
     /// Something under `volumes/` is a mount point (or the check failed).
@@ -135,12 +137,14 @@ pub enum OrphanKept {
     RemoveFailed(PodUid, String),
 }
 
-/// V80: removes `pods/<uid>` directories of pods that are neither `known` nor have volumes,
-/// never recursively across a mount point. Returns what was kept and why.
+/// V80: removes `pods/<uid>` directories of pods that are neither `known`, nor possibly running
+/// (upstream asks the pod workers, `states`), nor have volumes, never recursively across a
+/// mount point. Returns what was kept and why.
 pub fn cleanup_orphaned_pod_dirs(
     host: &VolumeHost,
     asw: &Arc<ActualStateOfWorld>,
     known: &BTreeSet<PodUid>,
+    states: &dyn crate::populator::PodStateProvider,
 ) -> Vec<OrphanKept> {
     let mut kept = Vec::new();
     let pods_dir = host.root_dir.join("pods");
@@ -148,6 +152,10 @@ pub fn cleanup_orphaned_pod_dirs(
     for uid in read_dir_names(&pods_dir) {
         let uid = PodUid::new(uid);
         if known.contains(&uid) {
+            continue;
+        }
+        if !states.should_pod_runtime_be_removed(&uid) {
+            kept.push(OrphanKept::ContainersMayRun(uid));
             continue;
         }
         if !asw

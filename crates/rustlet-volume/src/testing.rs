@@ -43,6 +43,8 @@ pub struct Calls {
     pub set_up: AtomicUsize,
     /// TearDown calls.
     pub tear_down: AtomicUsize,
+    /// From now on every SetUp times out (an uncertain outcome), whatever the volume's name.
+    pub time_out_set_ups: std::sync::atomic::AtomicBool,
 }
 
 impl Calls {
@@ -70,6 +72,9 @@ impl VolumeMounter for FakeVolume {
 
     fn set_up(&self) -> Result<(), VolumeError> {
         self.calls.set_up.fetch_add(1, Ordering::SeqCst);
+        if self.calls.time_out_set_ups.load(Ordering::SeqCst) {
+            return Err(VolumeError::Uncertain("mount timed out: fake error".into()));
+        }
         match self.name.as_str() {
             FAIL_ON_SETUP => Err(VolumeError::Final("mount failed: fake error".into())),
             TIMEOUT_ON_SETUP => Err(VolumeError::Uncertain("mount timed out: fake error".into())),

@@ -32,11 +32,16 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(FakePlugin::default())
+}
+
+/// A world whose one plugin serves emptyDirs, with `plugin`'s other settings.
+fn world_with(plugin: FakePlugin) -> World {
     let root = tempfile::tempdir().unwrap();
     let plugin = FakePlugin {
         name: "kubernetes.io/empty-dir",
         serves: Serves::EmptyDir,
-        ..FakePlugin::default()
+        ..plugin
     };
     let plugins = PluginManager::new(vec![Arc::new(plugin.clone())]);
     let host = VolumeHost {
@@ -311,4 +316,28 @@ async fn an_idle_pass_is_skipped_until_either_state_changes() {
     w.asw
         .mark_volume_as_unmounted(&UniquePodName::new("p1"), &vol);
     assert_eq!(w.pass().await.mounts, 1);
+}
+
+/// Issue 10 item 15 (V55, upstream `SuccessAndTimeoutSetupVolumeName`): a volume mounted once
+/// whose remount times out stays mounted; only a volume not mounted becomes uncertain.
+#[tokio::test(start_paused = true)]
+async fn v55_a_remount_that_times_out_never_downgrades_a_mounted_volume() {
+    let w = world_with(FakePlugin {
+        requires_remount: true,
+        ..FakePlugin::default()
+    });
+    let pod_name = UniquePodName::new("p1");
+    let vol = w.add("p1", "v");
+    w.pass().await;
+    assert!(w.asw.pod_exists_in_volume(&pod_name, &vol).is_mounted());
+    w.asw.mark_remount_required(&pod_name);
+    w.plugin
+        .calls
+        .time_out_set_ups
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    w.pass().await;
+    assert_eq!(w.plugin.calls.set_ups(), 2, "the remount ran and timed out");
+    let state = w.asw.pod_exists_in_volume(&pod_name, &vol);
+    assert!(state.is_mounted(), "still mounted, not uncertain: {state:?}");
+    assert_eq!(w.asw.mounted_volumes_for_pod(&pod_name).len(), 1);
 }

@@ -486,3 +486,27 @@ async fn test_wait_for_all_pods_unmount() {
         .unwrap();
     r.stop().await;
 }
+
+/// Issue 10 item 13: the resync (and its housekeeping) has a deadline that pod events do not
+/// push back; under an event every 100 ms an orphaned pod directory still goes.
+#[tokio::test(start_paused = true)]
+async fn housekeeping_runs_on_time_under_a_steady_stream_of_pod_events() {
+    let root = tempfile::tempdir().unwrap();
+    let orphan = root.path().join("pods/orphan/volumes");
+    std::fs::create_dir_all(&orphan).unwrap();
+    let r = start(
+        root.path(),
+        Arc::new(FakeMounter::new()),
+        Duration::from_secs(10),
+    );
+    r.pods.set_runtime_removed("orphan");
+    for _ in 0..30 {
+        r.manager.pod_updated();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !root.path().join("pods/orphan").exists(),
+        "housekeeping ran within 3 s of events every 100 ms"
+    );
+    r.stop().await;
+}

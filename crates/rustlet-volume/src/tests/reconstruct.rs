@@ -116,11 +116,38 @@ fn v80_orphaned_pod_dirs_go_unless_something_is_mounted() {
         TmpfsOptions::default(),
     )
     .unwrap();
-    let kept = cleanup_orphaned_pod_dirs(&h, &asw, &BTreeSet::from([PodUid::new("known")]));
+    let states = FakePods::default();
+    for uid in ["gone", "busy"] {
+        states.set_runtime_removed(uid);
+    }
+    let kept = cleanup_orphaned_pod_dirs(
+        &h,
+        &asw,
+        &BTreeSet::from([PodUid::new("known")]),
+        &states,
+    );
     assert_eq!(kept, [OrphanKept::MountedOnDisk(PodUid::new("busy"))]);
     assert!(!root.path().join("pods/gone").exists());
     assert!(root.path().join("pods/busy").exists());
     assert!(root.path().join("pods/known").exists());
+}
+
+/// Issue 10 item 14 (V80): a pod gone from the source (force-deleted) whose containers may
+/// still run keeps its directory, as upstream asks the pod workers.
+#[test]
+fn v80_a_pod_whose_containers_may_still_run_keeps_its_directory() {
+    let root = tempfile::tempdir().unwrap();
+    let h = host(root.path(), Arc::new(FakeMounter::new()));
+    let asw = Arc::new(ActualStateOfWorld::new(builtin_plugins()));
+    std::fs::create_dir_all(root.path().join("pods/forced/volumes")).unwrap();
+    std::fs::write(root.path().join("pods/forced/etc-hosts"), "").unwrap();
+    let states = FakePods::default();
+    let kept = cleanup_orphaned_pod_dirs(&h, &asw, &BTreeSet::new(), &states);
+    assert_eq!(kept, [OrphanKept::ContainersMayRun(PodUid::new("forced"))]);
+    assert!(root.path().join("pods/forced/etc-hosts").exists());
+    states.set_runtime_removed("forced");
+    assert!(cleanup_orphaned_pod_dirs(&h, &asw, &BTreeSet::new(), &states).is_empty());
+    assert!(!root.path().join("pods/forced").exists());
 }
 
 #[test]
@@ -133,7 +160,9 @@ fn v80_a_volume_dir_with_data_is_never_emptied_by_orphan_clean_up() {
         .join("pods/gone/volumes/kubernetes.io~empty-dir/v");
     std::fs::create_dir_all(&volume).unwrap();
     std::fs::write(volume.join("data"), "x").unwrap();
-    let kept = cleanup_orphaned_pod_dirs(&h, &asw, &BTreeSet::new());
+    let states = FakePods::default();
+    states.set_runtime_removed("gone");
+    let kept = cleanup_orphaned_pod_dirs(&h, &asw, &BTreeSet::new(), &states);
     assert!(
         matches!(&kept[..], [OrphanKept::RemoveFailed(uid, msg)] if uid.as_str() == "gone" && msg.contains("failed to rmdir() volume"))
     );

@@ -37,6 +37,10 @@ pub struct VolumeManagerConfig {
     pub resync_period: Duration,
     /// How long `wait_for_attach_and_mount` and `wait_for_unmount` wait (upstream 2 min 3 s).
     pub wait_timeout: Duration,
+    /// How often every pod is processed again, so volumes whose plugin requires a periodic
+    /// remount (content volumes) are set up again (upstream: every pod sync, `syncFrequency`
+    /// 1 min, through `ReprocessPod`).
+    pub remount_period: Duration,
     /// Node allocatable memory, the size of a Memory emptyDir in a pod without limits.
     pub node_allocatable_memory: Option<u64>,
 }
@@ -48,6 +52,7 @@ impl VolumeManagerConfig {
             root_dir: root_dir.into(),
             resync_period: Duration::from_secs(1),
             wait_timeout: Duration::from_secs(123),
+            remount_period: Duration::from_secs(60),
             node_allocatable_memory: None,
         }
     }
@@ -284,6 +289,7 @@ impl VolumeManager {
         // A deadline that events do not push back: on a busy node (every pod event, this
         // agent's own status patches included, wakes the loop) housekeeping still runs.
         let mut next_resync = tokio::time::Instant::now() + self.config.resync_period;
+        let mut next_remount = tokio::time::Instant::now() + self.config.remount_period;
         loop {
             if populate {
                 self.sync_once();
@@ -309,6 +315,14 @@ impl VolumeManager {
                         None => std::future::pending().await,
                     }
                 } => false,
+                () = tokio::time::sleep_until(next_remount) => {
+                    // Issue 10 item 16: V19's remount marking, for pods nothing else reprocesses.
+                    next_remount = tokio::time::Instant::now() + self.config.remount_period;
+                    for pod in self.dsw.pods() {
+                        self.populator.reprocess_pod(&pod);
+                    }
+                    true
+                }
                 () = tokio::time::sleep_until(next_resync) => {
                     next_resync = tokio::time::Instant::now() + self.config.resync_period;
                                         self.update_volume_counts();
@@ -362,7 +376,8 @@ impl VolumeManager {
         }
         let pod_name = pod_name_of(pod);
         // Already mounted: done, without a reprocess (deviation from V3: volumes that need a
-        // periodic remount are refreshed by the resync pass instead of by every wait).
+        // periodic remount are refreshed every `remount_period` by `run` instead of by every
+        // wait).
         let mut early_errors = self.dsw.pop_pod_errors(&pod_name);
         if early_errors.is_empty() && expected.is_subset(&self.mounted_outer_names(&pod_name).1) {
             return Ok(());

@@ -338,6 +338,9 @@ async fn v55_a_remount_that_times_out_never_downgrades_a_mounted_volume() {
     w.pass().await;
     assert_eq!(w.plugin.calls.set_ups(), 2, "the remount ran and timed out");
     let state = w.asw.pod_exists_in_volume(&pod_name, &vol);
-    assert!(state.is_mounted(), "still mounted, not uncertain: {state:?}");
+    assert!(
+        state.is_mounted(),
+        "still mounted, not uncertain: {state:?}"
+    );
     assert_eq!(w.asw.mounted_volumes_for_pod(&pod_name).len(), 1);
 }

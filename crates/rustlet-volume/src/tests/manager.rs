@@ -510,3 +510,49 @@ async fn housekeeping_runs_on_time_under_a_steady_stream_of_pod_events() {
     );
     r.stop().await;
 }
+
+/// Issue 10 item 16: a volume whose plugin requires a periodic remount is set up again every
+/// remount period, though no wait reprocesses its pod; others are left alone.
+#[tokio::test(start_paused = true)]
+async fn volumes_that_require_remount_are_set_up_again_every_remount_period() {
+    use crate::plugin::PluginManager;
+    use crate::testing::{FakePlugin, Serves};
+    let root = tempfile::tempdir().unwrap();
+    let plugin = FakePlugin {
+        name: "kubernetes.io/empty-dir",
+        serves: Serves::EmptyDir,
+        requires_remount: true,
+        ..FakePlugin::default()
+    };
+    let pods = Arc::new(FakePods::default());
+    let manager = Arc::new(VolumeManager::new(
+        VolumeManagerDeps {
+            pods: pods.clone(),
+            states: pods.clone(),
+            mounter: Arc::new(FakeMounter::new()),
+            plugins: PluginManager::new(vec![Arc::new(plugin.clone())]),
+            events: Arc::new(FakeRecorder::default()),
+            node: Arc::new(crate::node::NothingAttached),
+        },
+        VolumeManagerConfig::new(root.path()),
+    ));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    let pod = pod_with_volumes("p1", vec![empty_dir("v", None)]);
+    pods.add(pod.clone());
+    manager.pod_updated();
+    manager.wait_for_attach_and_mount(&pod).await.unwrap();
+    assert_eq!(plugin.calls.set_ups(), 1);
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert_eq!(plugin.calls.set_ups(), 1, "not before the period");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        plugin.calls.set_ups(),
+        2,
+        "remounted once the period passed"
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(plugin.calls.set_ups(), 3);
+    cancel.cancel();
+    task.await.unwrap();
+}

@@ -120,12 +120,8 @@ fn v80_orphaned_pod_dirs_go_unless_something_is_mounted() {
     for uid in ["gone", "busy"] {
         states.set_runtime_removed(uid);
     }
-    let kept = cleanup_orphaned_pod_dirs(
-        &h,
-        &asw,
-        &BTreeSet::from([PodUid::new("known")]),
-        &states,
-    );
+    let kept =
+        cleanup_orphaned_pod_dirs(&h, &asw, &BTreeSet::from([PodUid::new("known")]), &states);
     assert_eq!(kept, [OrphanKept::MountedOnDisk(PodUid::new("busy"))]);
     assert!(!root.path().join("pods/gone").exists());
     assert!(root.path().join("pods/busy").exists());

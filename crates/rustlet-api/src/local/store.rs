@@ -425,8 +425,10 @@ impl Store {
     /// An empty store using `clock` for timestamps.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
+            // Never 0, which means "any" to a watch: an empty store lists at "1", as etcd's
+            // revisions start above 0.
             inner: Mutex::new(Inner {
-                resource_version: 0,
+                resource_version: 1,
                 objects: BTreeMap::new(),
                 history: VecDeque::with_capacity(HISTORY),
             }),
@@ -740,7 +742,9 @@ impl Store {
     }
 
     /// Watch `selection` from `resource_version` (exclusive): past events still in the history
-    /// come first, then live ones. `0` means "from now".
+    /// come first, then live ones. `0` means "any": as the API server, the watch starts with an
+    /// ADDED event for every current object, then goes on live, so nothing created between a
+    /// list and this watch is lost.
     pub fn watch(&self, selection: Selection, resource_version: u64) -> Result<Watch, StoreError> {
         let inner = self.lock();
         let live = self.events.subscribe();
@@ -758,12 +762,31 @@ impl Store {
         } else {
             resource_version
         };
-        let replay = inner
-            .history
-            .iter()
-            .filter(|e| e.resource_version > from)
-            .cloned()
-            .collect();
+        let replay = if resource_version == 0 {
+            inner
+                .objects
+                .iter()
+                .filter(|(r, o)| selection.matches(r, o))
+                .map(|(reference, object)| {
+                    Arc::new(WatchEvent {
+                        type_: EventType::Added,
+                        reference: reference.clone(),
+                        object: object.clone(),
+                        previous: None,
+                        resource_version: field(object, "/metadata/resourceVersion")
+                            .and_then(|rv| rv.parse().ok())
+                            .unwrap_or(from),
+                    })
+                })
+                .collect()
+        } else {
+            inner
+                .history
+                .iter()
+                .filter(|e| e.resource_version > from)
+                .cloned()
+                .collect()
+        };
         Ok(Watch {
             selection,
             replay,

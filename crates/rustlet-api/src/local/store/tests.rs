@@ -294,10 +294,32 @@ async fn a_watch_resumes_from_a_resource_version_and_sees_live_changes() {
         )
         .unwrap();
     assert_eq!(watch.next().await.unwrap().type_, EventType::Deleted);
-    // From "now": only later events.
-    let mut later = store.watch(Selection::all(Kind::Pod), 0).unwrap();
+    // From "0" (any): the current objects as ADDED first, as the API server starts such a
+    // watch, then live events (issue 10 item 19).
+    let mut any = store.watch(Selection::all(Kind::Pod), 0).unwrap();
     store.create(pod("c")).unwrap();
-    assert_eq!(later.next().await.unwrap().reference, pod_ref("c"));
+    let current = store.list(&Selection::all(Kind::Pod)).0.len() - 1;
+    let mut seen = Vec::new();
+    for _ in 0..current {
+        let event = any.next().await.unwrap();
+        assert_eq!(event.type_, EventType::Added);
+        seen.push(event.reference.name.clone());
+    }
+    assert!(seen.contains(&"b".to_owned()), "{seen:?}");
+    assert_eq!(any.next().await.unwrap().reference, pod_ref("c"));
+}
+
+/// Issue 10 item 19: an empty store never lists at "0" (which a watch reads as "any"), so a
+/// list-then-watch never loses an object created in between.
+#[tokio::test]
+async fn an_empty_store_lists_above_zero_and_list_then_watch_loses_nothing() {
+    let store = store();
+    let (items, rv) = store.list(&Selection::all(Kind::Pod));
+    assert!(items.is_empty());
+    assert_ne!(rv, 0);
+    store.create(pod("between")).unwrap();
+    let mut watch = store.watch(Selection::all(Kind::Pod), rv).unwrap();
+    assert_eq!(watch.next().await.unwrap().reference, pod_ref("between"));
 }
 
 #[test]
@@ -334,6 +356,7 @@ async fn an_object_that_stops_or_starts_matching_a_field_selector_is_deleted_or_
         fields: FieldSelector::parse("data.owner=a").unwrap(),
     };
     let mut watch = store.watch(selection, 0).unwrap();
+    assert_eq!(watch.next().await.unwrap().type_, EventType::Added, "the current object");
     let mut cm = store
         .get(&ObjectRef::new(Kind::ConfigMap, "ns", "cm"))
         .unwrap();

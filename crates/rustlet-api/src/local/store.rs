@@ -702,17 +702,53 @@ impl Store {
             .get(reference)
             .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
         Self::check(reference, stored, &options.preconditions)?;
-        let grace = options.grace_period_seconds.unwrap_or_else(|| {
+        let mut grace = options.grace_period_seconds.unwrap_or_else(|| {
             stored
                 .pointer("/spec/terminationGracePeriodSeconds")
                 .and_then(Value::as_i64)
                 .unwrap_or(30)
         });
-        if reference.kind == Kind::Pod && grace > 0 {
-            let mut object = stored.clone();
-            if object.pointer("/metadata/deletionTimestamp").is_some() {
+        // Upstream's pod strategy (`CheckGracefulDelete`): a pod never scheduled, or already
+        // Succeeded or Failed, has nothing to stop and goes at once.
+        let unscheduled = stored
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty);
+        let finished = matches!(
+            stored.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
+        if unscheduled || finished {
+            grace = 0;
+        }
+        if reference.kind == Kind::Pod && stored.pointer("/metadata/deletionTimestamp").is_some() {
+            // Already terminating (upstream `BeforeDelete`): a delete may only shorten the grace
+            // period; 0 removes the pod now.
+            let current = stored
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let shorter = options.grace_period_seconds.is_some() || unscheduled || finished;
+            if !shorter || grace >= current {
+                return Ok(Deleted::Terminating(stored.clone()));
+            }
+            if grace > 0 {
+                let mut object = stored.clone();
+                let since = stored
+                    .pointer("/metadata/deletionTimestamp")
+                    .and_then(Value::as_str)
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .unwrap_or_else(|| self.clock.now());
+                let at =
+                    since - SignedDuration::from_secs(current) + SignedDuration::from_secs(grace);
+                let meta = metadata_mut(&mut object);
+                meta.insert("deletionTimestamp".into(), Value::String(at.to_string()));
+                meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                self.write_modified(&mut inner, reference, &mut object);
                 return Ok(Deleted::Terminating(object));
             }
+        } else if reference.kind == Kind::Pod && grace > 0 {
+            let mut object = stored.clone();
             let at = self.clock.now() + SignedDuration::from_secs(grace);
             let meta = metadata_mut(&mut object);
             meta.insert(

@@ -356,7 +356,11 @@ async fn an_object_that_stops_or_starts_matching_a_field_selector_is_deleted_or_
         fields: FieldSelector::parse("data.owner=a").unwrap(),
     };
     let mut watch = store.watch(selection, 0).unwrap();
-    assert_eq!(watch.next().await.unwrap().type_, EventType::Added, "the current object");
+    assert_eq!(
+        watch.next().await.unwrap().type_,
+        EventType::Added,
+        "the current object"
+    );
     let mut cm = store
         .get(&ObjectRef::new(Kind::ConfigMap, "ns", "cm"))
         .unwrap();
@@ -371,4 +375,64 @@ async fn an_object_that_stops_or_starts_matching_a_field_selector_is_deleted_or_
         .remove("resourceVersion");
     store.update(cm).unwrap();
     assert_eq!(watch.next().await.unwrap().type_, EventType::Added);
+}
+
+/// Issue 10 item 20: as the API server's pod strategy, a pod never scheduled or already
+/// finished goes at once whatever the grace period, and a later delete may shorten the grace of
+/// a terminating pod (never lengthen it).
+#[test]
+fn unscheduled_and_finished_pods_go_at_once_and_a_later_delete_shortens_the_grace() {
+    let store = store();
+    let mut unscheduled = pod("unscheduled");
+    unscheduled["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("nodeName");
+    store.create(unscheduled).unwrap();
+    assert!(matches!(
+        store.delete(&pod_ref("unscheduled"), &DeleteOptions::default()),
+        Ok(Deleted::Removed(_))
+    ));
+    store.create(pod("done")).unwrap();
+    store
+        .patch_status(&pod_ref("done"), &json!({"status":{"phase":"Succeeded"}}))
+        .unwrap();
+    assert!(matches!(
+        store.delete(&pod_ref("done"), &DeleteOptions::default()),
+        Ok(Deleted::Removed(_))
+    ));
+
+    let mut slow = pod("slow");
+    slow["spec"]["terminationGracePeriodSeconds"] = json!(60);
+    store.create(slow).unwrap();
+    let grace = |seconds| DeleteOptions {
+        grace_period_seconds: Some(seconds),
+        ..DeleteOptions::default()
+    };
+    store
+        .delete(&pod_ref("slow"), &DeleteOptions::default())
+        .unwrap();
+    let Ok(Deleted::Terminating(longer)) = store.delete(&pod_ref("slow"), &grace(120)) else {
+        panic!("still terminating");
+    };
+    assert_eq!(
+        longer["metadata"]["deletionGracePeriodSeconds"], 60,
+        "never lengthened"
+    );
+    assert_eq!(
+        longer["metadata"]["deletionTimestamp"],
+        "2026-12-02T10:01:00Z"
+    );
+    let Ok(Deleted::Terminating(shorter)) = store.delete(&pod_ref("slow"), &grace(10)) else {
+        panic!("still terminating");
+    };
+    assert_eq!(shorter["metadata"]["deletionGracePeriodSeconds"], 10);
+    assert_eq!(
+        shorter["metadata"]["deletionTimestamp"],
+        "2026-12-02T10:00:10Z"
+    );
+    assert!(matches!(
+        store.delete(&pod_ref("slow"), &grace(0)),
+        Ok(Deleted::Removed(_))
+    ));
 }

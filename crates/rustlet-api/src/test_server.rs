@@ -26,8 +26,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::local::store::{
-    DeleteOptions, Deleted, FieldSelector, Kind, ObjectRef, Preconditions, Selection, Store,
-    StoreError, json_merge,
+    DeleteOptions, Deleted, FieldSelector, Kind, ObjectRef, PatchKind, Preconditions, Selection,
+    Store, StoreError, json_merge,
 };
 
 /// What a fault does to the requests it matches.
@@ -410,10 +410,19 @@ impl Context<'_> {
             ),
             (&Method::PUT, Some(name), None) => self.replace(kind, &namespace, name),
             (&Method::PATCH, Some(name), None) => self.patch(kind, &namespace, name),
-            (&Method::PATCH | &Method::PUT, Some(name), Some("status")) => {
-                self.body_json().and_then(|patch| {
-                    let reference = ObjectRef::new(kind, &namespace, name);
-                    stored(self.store.patch_status(&reference, &patch), StatusCode::OK)
+            (&Method::PATCH, Some(name), Some("status")) => {
+                self.patch_status(&ObjectRef::new(kind, &namespace, name))
+            }
+            (&Method::PUT, Some(name), Some("status")) => {
+                self.object_for(kind, &namespace).and_then(|object| {
+                    if object.pointer("/metadata/name").and_then(Value::as_str) != Some(name) {
+                        return Err(status_body(
+                            400,
+                            "BadRequest",
+                            "metadata.name does not match the path",
+                        ));
+                    }
+                    stored(self.store.update_status(object), StatusCode::OK)
                 })
             }
             (&Method::DELETE, Some(name), None) => self.delete(kind, &namespace, name),
@@ -473,6 +482,31 @@ impl Context<'_> {
             ));
         }
         stored(self.store.update(object), StatusCode::OK)
+    }
+
+    /// PATCH of the status subresource by its `Content-Type`, as the API server: strategic
+    /// merge, JSON merge and JSON patch; anything else (server-side apply included) 415.
+    fn patch_status(&self, reference: &ObjectRef) -> Answer {
+        let media = self.content_type.split(';').next().unwrap_or("").trim();
+        let kind = match media {
+            "application/strategic-merge-patch+json" => PatchKind::StrategicMerge,
+            "application/merge-patch+json" => PatchKind::Merge,
+            "application/json-patch+json" => PatchKind::Json,
+            other => {
+                return Err(status_body(
+                    415,
+                    "UnsupportedMediaType",
+                    &format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {other:?})"
+                    ),
+                ));
+            }
+        };
+        let patch = self.body_json()?;
+        stored(
+            self.store.patch_status_as(reference, &patch, kind),
+            StatusCode::OK,
+        )
     }
 
     /// JSON merge patches of the object (what Rustlet sends outside `status`: kube-runtime's

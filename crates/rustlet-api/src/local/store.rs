@@ -267,6 +267,18 @@ pub struct WatchEvent {
     pub resource_version: u64,
 }
 
+/// A patch type (the request's `Content-Type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchKind {
+    /// `application/strategic-merge-patch+json`: lists with a merge key merge by it (pod
+    /// status); other kinds' status fields merge as JSON merge.
+    StrategicMerge,
+    /// `application/merge-patch+json` (RFC 7386): lists are replaced.
+    Merge,
+    /// `application/json-patch+json` (RFC 6902): a list of operations.
+    Json,
+}
+
 /// Equality field selectors, as the API accepts them: `a.b=x,c.d==y,e!=z`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FieldSelector(pub(crate) Vec<(String, bool, String)>);
@@ -653,6 +665,56 @@ impl Store {
     /// JSON merge patch. `metadata.uid` and `metadata.resourceVersion` in the patch are
     /// preconditions; nothing outside `status` changes.
     pub fn patch_status(&self, reference: &ObjectRef, patch: &Value) -> Result<Value, StoreError> {
+        let kind = if reference.kind == Kind::Pod {
+            PatchKind::StrategicMerge
+        } else {
+            PatchKind::Merge
+        };
+        self.patch_status_as(reference, patch, kind)
+    }
+
+    /// PUT of the status subresource: the body's `status` replaces the stored one; nothing else
+    /// changes; `metadata.uid` and `metadata.resourceVersion` in the body are preconditions.
+    pub fn update_status(&self, object: Value) -> Result<Value, StoreError> {
+        let reference = Self::reference_of(&object)?;
+        if !reference.kind.has_status() {
+            return Err(StoreError::Invalid(format!(
+                "{} has no status subresource",
+                reference.kind.name()
+            )));
+        }
+        let preconditions = Preconditions::from_body(&object);
+        let mut inner = self.lock();
+        let stored = inner
+            .objects
+            .get(&reference)
+            .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
+        Self::check(&reference, stored, &preconditions)?;
+        let mut updated = stored.clone();
+        match object.get("status") {
+            Some(status) => updated["status"] = status.clone(),
+            None => {
+                if let Some(o) = updated.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+        if updated == *stored {
+            return Ok(updated);
+        }
+        check_decodes(&reference, &updated)?;
+        self.write_modified(&mut inner, &reference, &mut updated);
+        Ok(updated)
+    }
+
+    /// PATCH of the status subresource with the given patch type (the `Content-Type`): only
+    /// the status of the result is kept. A JSON patch (RFC 6902) applies to the whole object.
+    pub fn patch_status_as(
+        &self,
+        reference: &ObjectRef,
+        patch: &Value,
+        kind: PatchKind,
+    ) -> Result<Value, StoreError> {
         if !reference.kind.has_status() {
             return Err(StoreError::Invalid(format!(
                 "{} has no status subresource",
@@ -665,18 +727,57 @@ impl Store {
             .objects
             .get(reference)
             .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
-        Self::check(reference, stored, &preconditions)?;
+        // A patch has no storage preconditions: as the API server, the resourceVersion in the
+        // body is compared first (409), then validation finds an immutable UID changed (422).
+        Self::check(
+            reference,
+            stored,
+            &Preconditions {
+                uid: None,
+                resource_version: preconditions.resource_version.clone(),
+            },
+        )?;
+        if let Some(uid) = &preconditions.uid
+            && field(stored, "/metadata/uid") != Some(uid.as_str())
+        {
+            return Err(StoreError::Invalid(format!(
+                "{} {:?} is invalid: metadata.uid: Invalid value: {uid:?}: field is immutable",
+                reference.kind.name(),
+                reference.name
+            )));
+        }
         let mut object = stored.clone();
-        if let Some(status_patch) = patch.get("status") {
-            let status = object
-                .as_object_mut()
-                .ok_or_else(|| StoreError::Invalid(format!("{reference} is not an object")))?
-                .entry("status")
-                .or_insert_with(|| json!({}));
-            if reference.kind == Kind::Pod {
-                apply_status_patch(status, status_patch);
-            } else {
-                json_merge(status, status_patch);
+        match kind {
+            PatchKind::Json => {
+                let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+                    .map_err(|e| StoreError::Invalid(format!("a JSON patch: {e}")))?;
+                let mut patched = stored.clone();
+                json_patch::patch(&mut patched, &ops)
+                    .map_err(|e| StoreError::Invalid(format!("the JSON patch failed: {e}")))?;
+                match patched.get("status") {
+                    Some(status) => object["status"] = status.clone(),
+                    None => {
+                        if let Some(o) = object.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+            }
+            PatchKind::StrategicMerge | PatchKind::Merge => {
+                if let Some(status_patch) = patch.get("status") {
+                    let status = object
+                        .as_object_mut()
+                        .ok_or_else(|| {
+                            StoreError::Invalid(format!("{reference} is not an object"))
+                        })?
+                        .entry("status")
+                        .or_insert_with(|| json!({}));
+                    if kind == PatchKind::StrategicMerge && reference.kind == Kind::Pod {
+                        apply_status_patch(status, status_patch);
+                    } else {
+                        json_merge(status, status_patch);
+                    }
+                }
             }
         }
         if object == *stored {

@@ -38,7 +38,7 @@ async fn get_patch_and_delete_keep_api_semantics() {
         )
         .await
         .unwrap_err();
-    assert!(conflict.is_conflict(), "{conflict}");
+    assert!(conflict.is_uid_mismatch(), "{conflict}");
     assert!(
         client
             .delete_pod("ns", "p", "old")

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::http::Method;
 use rustlet_core::PodUid;
 use rustlet_status::{PodManager, PodStatusClient};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Fault, FaultAction, TestApiServer};
 use crate::local::store::{Kind, ObjectRef, Store};
@@ -50,7 +50,10 @@ async fn the_status_client_gets_patches_and_deletes_with_preconditions() {
         )
         .await
         .unwrap_err();
-    assert!(err.is_conflict(), "{err}");
+    assert!(
+        err.is_uid_mismatch(),
+        "422 on metadata.uid, as the API server: {err}"
+    );
     assert!(
         client
             .delete_pod("ns", "web", "other")
@@ -308,7 +311,8 @@ fn conformance_table() -> Vec<Step> {
                 "p",
                 json!({"metadata":{"uid":"wrong"},"status":{"phase":"Failed"}}),
             ),
-            409,
+            // A patch's UID is checked by validation, after the resourceVersion: 422.
+            422,
             None,
         ),
         (
@@ -887,4 +891,110 @@ async fn a_create_gets_a_server_assigned_uid_whatever_the_request_carries() {
     let uid = created.metadata.uid.unwrap();
     assert_ne!(uid, "chosen-by-the-client");
     assert!(!uid.is_empty());
+}
+
+/// Issue 10 item 21: `PATCH .../status` honours its content type (strategic merge, JSON
+/// merge, JSON patch; others 415) and `PUT .../status` replaces the status under its
+/// resourceVersion precondition, so an adapter that sends the wrong patch type fails here as it
+/// would against a cluster.
+#[tokio::test]
+async fn the_status_subresource_honours_the_patch_type_and_put_replaces() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let server = server().await;
+    let client = server.client().await.unwrap();
+    let api: Api<Pod> = Api::namespaced(client.clone(), "ns");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("web", "node-a")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let conditions = |pod: &Pod| -> Vec<String> {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .map(|c| c.iter().map(|c| c.type_.clone()).collect())
+            .unwrap_or_default()
+    };
+    let with = |type_: &str| json!({"status": {"conditions": [{"type": type_, "status": "True"}]}});
+    let params = PatchParams::default();
+    api.patch_status("web", &params, &Patch::Strategic(with("A")))
+        .await
+        .unwrap();
+    let strategic = api
+        .patch_status("web", &params, &Patch::Strategic(with("B")))
+        .await
+        .unwrap();
+    assert_eq!(conditions(&strategic), ["A", "B"], "merged by type");
+    let merged = api
+        .patch_status("web", &params, &Patch::Merge(with("C")))
+        .await
+        .unwrap();
+    assert_eq!(
+        conditions(&merged),
+        ["C"],
+        "a JSON merge patch replaces lists"
+    );
+
+    let raw = |method: &str, content_type: &str, body: Value| {
+        http::Request::builder()
+            .method(method)
+            .uri("/api/v1/namespaces/ns/pods/web/status")
+            .header("content-type", content_type)
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap()
+    };
+    let patched: Pod = client
+        .request(raw(
+            "PATCH",
+            "application/json-patch+json",
+            json!([
+                {"op": "replace", "path": "/status/phase", "value": "Running"},
+                {"op": "replace", "path": "/spec/nodeName", "value": "elsewhere"}
+            ]),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.status.as_ref().unwrap().phase.as_deref(),
+        Some("Running")
+    );
+    assert_eq!(
+        patched.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("node-a"),
+        "the status subresource changes nothing else"
+    );
+    let err = client
+        .request::<Pod>(raw("PATCH", "application/apply-patch+yaml", json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("415") || err.to_string().contains("nsupported"),
+        "{err}"
+    );
+
+    // PUT: a whole status under the resourceVersion precondition.
+    let mut put = patched.clone();
+    put.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        phase: Some("Succeeded".into()),
+        ..Default::default()
+    });
+    let mut stale = put.clone();
+    stale.metadata.resource_version = Some("1".into());
+    let err = api
+        .replace_status("web", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("409") || err.to_string().contains("onflict"),
+        "{err}"
+    );
+    let replaced = api
+        .replace_status("web", &PostParams::default(), &put)
+        .await
+        .unwrap();
+    let status = replaced.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    assert!(status.conditions.is_none(), "replaced whole, not merged");
 }

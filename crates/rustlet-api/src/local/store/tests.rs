@@ -136,11 +136,9 @@ fn uid_and_resource_version_preconditions_conflict_on_mismatch() {
             &json!({"metadata":{"uid":"other"},"status":{"phase":"Running"}}),
         )
         .unwrap_err();
-    assert_eq!(err.code(), 409);
-    assert!(
-        err.to_string().contains("UID in the precondition (other)"),
-        "{err}"
-    );
+    // A patch's UID is validated (immutable field), after the resourceVersion: 422.
+    assert_eq!(err.code(), 422);
+    assert!(err.to_string().contains("metadata.uid"), "{err}");
     let stale = json!({"metadata":{"resourceVersion":"0"},"status":{"phase":"Running"}});
     assert_eq!(
         store

@@ -107,3 +107,99 @@ fn kube_mode_registers_runs_reports_and_deletes_with_the_uid() {
     assert!(agent.terminate().success());
     drop(server);
 }
+
+const PROXY: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: proxy
+  namespace: kube-system
+spec:
+  containers:
+  - name: c
+    image: busybox
+    volumeMounts:
+    - {name: scratch, mountPath: /s}
+  volumes:
+  - name: scratch
+    emptyDir:
+      medium: Memory
+";
+
+/// `--pod-manifest-path` in kube mode: the static pod runs from its file, its mirror pod in
+/// the API carries its status, a deleted mirror is re-created without stopping the pod, and a
+/// removed manifest stops the pod and deletes its mirror.
+#[test]
+fn static_pods_run_from_their_files_and_report_through_mirror_pods() {
+    let Some(dir) = privileged_dir("static_pods_run_from_their_files") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = Arc::new(Store::default());
+    let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let (root, statics) = (dir.mkdir("root"), dir.mkdir("static"));
+    std::fs::write(statics.join("proxy.yaml"), PROXY).unwrap();
+    // A new mirror gets its status from the full batch: a short period keeps the test short.
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "statusSyncPeriodSeconds: 1\n").unwrap();
+    let agent = start(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--node-name",
+            "node-a",
+            "--root-dir",
+            root.to_str().unwrap(),
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--pod-manifest-path",
+            statics.to_str().unwrap(),
+        ],
+        &dir.path().join("agent.log"),
+    );
+    let mirror_ref = ObjectRef::new(Kind::Pod, "kube-system", "proxy-node-a");
+    let mirror = agent.wait_for("the mirror pod Running in the API", || {
+        let stored = store.get(&mirror_ref).ok()?;
+        (stored["status"]["phase"] == "Running").then_some(stored)
+    });
+    let static_uid = agent.pod("proxy-node-a").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"],
+        static_uid.as_str()
+    );
+    assert_eq!(mirror["metadata"]["ownerReferences"][0]["kind"], "Node");
+    assert_ne!(mirror["metadata"]["uid"], static_uid.as_str());
+    let scratch = root.join(format!(
+        "pods/{static_uid}/volumes/kubernetes.io~empty-dir/scratch"
+    ));
+    assert!(scratch.is_dir());
+
+    // A user deletes the mirror: it comes back; the static pod never stopped.
+    let client = rt.block_on(server.client()).unwrap();
+    let api: Api<Pod> = Api::namespaced(client, "kube-system");
+    rt.block_on(api.delete("proxy-node-a", &DeleteParams::default()))
+        .unwrap();
+    let old_mirror_uid = mirror["metadata"]["uid"].clone();
+    agent.wait_for("a new mirror", || {
+        let stored = store.get(&mirror_ref).ok()?;
+        (stored["metadata"]["uid"] != old_mirror_uid && stored["status"]["phase"] == "Running")
+            .then_some(())
+    });
+    assert!(scratch.is_dir(), "the static pod kept its volume");
+
+    // The manifest goes: the pod stops, its mirror is deleted, its directory removed.
+    std::fs::remove_file(statics.join("proxy.yaml")).unwrap();
+    agent.wait_for("the mirror deleted", || {
+        store.get(&mirror_ref).err().filter(|e| e.code() == 404)
+    });
+    agent.wait_for("the static pod's directory removed", || {
+        (!root.join("pods").join(&static_uid).exists()).then_some(())
+    });
+    assert!(agent.pod("proxy-node-a").is_none());
+    assert!(agent.terminate().success());
+    drop(server);
+}

@@ -25,6 +25,8 @@
 //! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`;
 //!   [`client::build_client`] builds that client (rate limit, and kube's own retries on or off).
 //! * [`events::KubeEventRecorder`]: events.k8s.io/v1 through kube-runtime's recorder.
+//! * [`static_pods`]: static pods from a manifest directory (`--pod-manifest-path`) into the
+//!   pod cache, and their mirror pods in the API.
 //! * [`node::NodeRegistrar`]: registers the Node when absent, writes `status.volumesInUse`, and
 //!   renews the `kube-node-lease` Lease every 10 s.
 //! * [`local`]: local mode. [`local::store::Store`] keeps objects with the API server's
@@ -50,6 +52,7 @@ pub mod node_cache;
 pub mod objects;
 pub mod pod_cache;
 pub mod rate_limit;
+pub mod static_pods;
 #[cfg(feature = "test-util")]
 pub mod test_server;
 

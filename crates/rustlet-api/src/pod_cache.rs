@@ -3,8 +3,13 @@
 //! (`rustlet_status::PodManager`) and the volume manager's `PodSource`, indexed by UID, with
 //! static/mirror translation and a change signal the managers react to.
 //!
-//! Static pods come from the agent's own manifests, not from the API; [`PodCache::upsert_static`]
-//! adds them. Mirror pods (the API copies of static pods) come from the watch.
+//! Static pods come from the agent's own manifests, not from the API:
+//! [`PodCache::set_static_pods`] replaces the whole static set after each read of the
+//! directory (so a withdrawn or edited manifest's old pod goes), and a cache made
+//! [`PodCache::with_static_source`] is ready only once both the API list and the static source
+//! have been read. Mirror pods (the API copies of static pods) come from the watch. Every pod
+//! from the API is marked `kubernetes.io/config.source: api`, as upstream's config layer does,
+//! so a user's pod annotated `file` is never taken for a static pod.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -34,6 +39,9 @@ struct Pods {
     relist: Option<Vec<Pod>>,
     /// The first full list has arrived.
     synced: bool,
+    /// A static source exists; `static_synced` says it was read once.
+    static_expected: bool,
+    static_synced: bool,
 }
 
 fn full_name(pod: &Pod) -> FullName {
@@ -41,6 +49,18 @@ fn full_name(pod: &Pod) -> FullName {
         pod.metadata.namespace.clone().unwrap_or_default(),
         pod.metadata.name.clone().unwrap_or_default(),
     )
+}
+
+/// Upstream's config layer: a pod from the API server has source `api`.
+fn from_api(mut pod: Pod) -> Pod {
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            crate::static_pods::CONFIG_SOURCE.to_owned(),
+            "api".to_owned(),
+        );
+    pod
 }
 
 impl Pods {
@@ -106,11 +126,11 @@ impl PodCache {
         {
             let mut pods = self.write();
             match event {
-                watcher::Event::Apply(pod) => pods.insert(pod),
-                watcher::Event::Delete(pod) => pods.remove(&pod),
+                watcher::Event::Apply(pod) => pods.insert(from_api(pod)),
+                watcher::Event::Delete(pod) => pods.remove(&from_api(pod)),
                 watcher::Event::Init => pods.relist = Some(Vec::new()),
                 watcher::Event::InitApply(pod) => {
-                    pods.relist.get_or_insert_with(Vec::new).push(pod)
+                    pods.relist.get_or_insert_with(Vec::new).push(from_api(pod))
                 }
                 watcher::Event::InitDone => {
                     let listed = pods.relist.take().unwrap_or_default();
@@ -135,10 +155,67 @@ impl PodCache {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Adds or replaces a static pod (from the agent's manifests).
+    /// A cache that also has a static pod source: it is ready only once
+    /// [`Self::set_static_pods`] was called.
+    pub fn with_static_source() -> Self {
+        let cache = Self::default();
+        cache.write().static_expected = true;
+        cache
+    }
+
+    /// Adds or replaces one static pod (from the agent's manifests).
     pub fn upsert_static(&self, pod: Pod) {
         self.write().insert(pod);
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Replaces every static pod with `pods` (one read of the static source): pods no longer
+    /// there are removed, new or changed ones inserted. Signals a change only if something
+    /// changed.
+    pub fn set_static_pods(&self, pods: Vec<Pod>) {
+        let changed = {
+            let mut cache = self.write();
+            let was_synced = cache.static_synced;
+            cache.static_synced = true;
+            let old: HashMap<PodUid, Arc<Pod>> = cache
+                .by_uid
+                .iter()
+                .filter(|(_, p)| is_static_pod(p))
+                .map(|(u, p)| (u.clone(), p.clone()))
+                .collect();
+            let same = old.len() == pods.len()
+                && pods
+                    .iter()
+                    .all(|p| old.get(&PodUid::of(p)).is_some_and(|o| **o == *p));
+            if !same {
+                for uid in old.keys() {
+                    cache.by_uid.remove(uid);
+                }
+                cache.statics.clear();
+                for pod in pods {
+                    cache.insert(pod);
+                }
+            }
+            !same || !was_synced
+        };
+        if changed {
+            self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// The static pods.
+    pub fn static_pods(&self) -> Vec<Arc<Pod>> {
+        self.read()
+            .by_uid
+            .values()
+            .filter(|p| is_static_pod(p))
+            .cloned()
+            .collect()
+    }
+
+    /// The mirror pods (the API's copies of static pods).
+    pub fn mirror_pods(&self) -> Vec<Arc<Pod>> {
+        self.read().mirrors.values().cloned().collect()
     }
 
     /// Runs the watch of the pods bound to `node_name` until the stream ends, feeding the
@@ -204,7 +281,8 @@ impl rustlet_volume::populator::PodSource for PodCache {
     }
 
     fn all_sources_ready(&self) -> bool {
-        self.read().synced
+        let pods = self.read();
+        pods.synced && (!pods.static_expected || pods.static_synced)
     }
 }
 

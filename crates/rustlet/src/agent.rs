@@ -14,6 +14,7 @@ use rustlet_api::local::events::LocalEventRecorder;
 use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::Store;
 use rustlet_api::node::{NodeConfig, NodeRegistrar};
+use rustlet_api::static_pods::{MirrorPods, StaticPodSource};
 use rustlet_api::{
     Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries, NodeCache,
     PodCache, build_client,
@@ -70,6 +71,8 @@ struct Api {
     events: Arc<dyn EventRecorder>,
     /// Cluster mode: registers the Node, renews its Lease, reports `volumesInUse`.
     registrar: Option<Arc<NodeRegistrar>>,
+    /// Cluster mode: the client mirror pods are written with.
+    client: Option<kube::Client>,
 }
 
 async fn connect(config: &AgentConfig, cancel: &CancellationToken) -> Result<Api> {
@@ -97,6 +100,7 @@ async fn connect(config: &AgentConfig, cancel: &CancellationToken) -> Result<Api
                     &config.node_name,
                 )),
                 registrar: None,
+                client: None,
             });
         }
         Mode::Kubeconfig(path) => {
@@ -130,8 +134,13 @@ async fn connect(config: &AgentConfig, cancel: &CancellationToken) -> Result<Api
     Ok(Api {
         backend: Backend::Cluster(client.clone()),
         status_client: Arc::new(KubePodStatusClient::new(client.clone())),
-        events: Arc::new(KubeEventRecorder::new(client, "kubelet", &config.node_name)),
+        events: Arc::new(KubeEventRecorder::new(
+            client.clone(),
+            "kubelet",
+            &config.node_name,
+        )),
         registrar: Some(registrar),
+        client: Some(client),
     })
 }
 
@@ -172,7 +181,10 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         .with_context(|| format!("--listen {}", config.listen))?;
     let api = connect(&config, &cancel).await?;
 
-    let pods = Arc::new(PodCache::new());
+    let pods = Arc::new(match config.pod_manifest_path {
+        Some(_) => PodCache::with_static_source(),
+        None => PodCache::new(),
+    });
     let nodes = Arc::new(NodeCache::new());
     let lifecycles = Arc::new(PodLifecycles::new());
     let runtime = match config.runtime {
@@ -231,6 +243,16 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         let (nodes, backend, node) = (nodes.clone(), api.backend.clone(), config.node_name.clone());
         let task = tokio::spawn(async move { nodes.run(&backend, &node).await });
         tasks.push(supervise("the node watch", &health, &cancel, task));
+    }
+    if let Some(dir) = &config.pod_manifest_path {
+        let source = StaticPodSource::new(dir, &config.node_name);
+        let task = tokio::spawn(source.run(pods.clone(), cancel.clone()));
+        tasks.push(supervise("the static pod source", &health, &cancel, task));
+        if let Some(client) = &api.client {
+            let mirrors = MirrorPods::new(client.clone(), &config.node_name);
+            let task = tokio::spawn(mirrors.run(pods.clone(), cancel.clone()));
+            tasks.push(supervise("the mirror pods", &health, &cancel, task));
+        }
     }
     if let Some(registrar) = &api.registrar {
         let (lease, c) = (registrar.clone(), cancel.clone());

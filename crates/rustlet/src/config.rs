@@ -42,7 +42,8 @@ pub struct Cli {
     /// Log format on stderr.
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Kube mode: static pods from this directory (not supported yet: refused).
+    /// Static pods: one pod per manifest file in DIR, run on this node whatever the API says
+    /// (as the kubelet's); in kube mode each gets a mirror pod in the API that carries its status.
     #[arg(long, value_name = "DIR")]
     pub pod_manifest_path: Option<PathBuf>,
 }
@@ -122,6 +123,8 @@ pub struct AgentConfig {
     pub mode: Mode,
     /// The HTTP endpoints' address.
     pub listen: SocketAddr,
+    /// The static pod directory.
+    pub pod_manifest_path: Option<PathBuf>,
     /// The runtime.
     pub runtime: RuntimeKind,
     /// The log format.
@@ -250,10 +253,14 @@ impl AgentConfig {
                 ));
             }
         };
-        if cli.pod_manifest_path.or(file.pod_manifest_path).is_some() {
-            return Err(bad(
-                "--pod-manifest-path: static pods are not supported yet (see the user guide)",
-            ));
+        let pod_manifest_path = cli.pod_manifest_path.or(file.pod_manifest_path);
+        if let Some(dir) = &pod_manifest_path
+            && !dir.is_dir()
+        {
+            return Err(bad(format!(
+                "--pod-manifest-path {}: not a directory",
+                dir.display()
+            )));
         }
         let listen = match (cli.listen, file.listen) {
             (Some(addr), _) => addr,
@@ -295,6 +302,7 @@ impl AgentConfig {
             root_dir,
             mode,
             listen,
+            pod_manifest_path,
             runtime: cli.runtime.or(file.runtime).unwrap_or_default(),
             log_format: cli.log_format.or(file.log_format).unwrap_or_default(),
             node_ip,

@@ -155,3 +155,64 @@ async fn the_watch_lists_only_this_nodes_pods() {
     assert!(cache.pod_by_uid(&PodUid::new("uid-a")).is_some());
     runner.abort();
 }
+
+/// Issue 10 item 18: a pod from the API is never static, whatever it is annotated with
+/// (upstream's config layer sets the source to `api`).
+#[test]
+fn a_user_pod_annotated_file_is_not_taken_for_a_static_pod() {
+    let cache = PodCache::new();
+    cache.apply(Event::Apply(pod(
+        "sneaky",
+        "uid-s",
+        &[(CONFIG_SOURCE_ANNOTATION, "file")],
+    )));
+    let stored = cache.pod_by_uid(&PodUid::new("uid-s")).unwrap();
+    assert!(!rustlet_core::pod::is_static_pod(&stored));
+    assert!(cache.static_pods().is_empty());
+    assert!(cache.uid_translations().pod_to_mirror.is_empty());
+}
+
+/// Issue 10 item 18: each read of the static source replaces the static set, so a withdrawn
+/// or edited manifest's old pod goes; an unchanged read signals nothing.
+#[test]
+fn the_static_set_is_replaced_by_each_read_of_the_source() {
+    let cache = PodCache::new();
+    let a = pod("a", "static-a", &[(CONFIG_SOURCE_ANNOTATION, "file")]);
+    let b = pod("b", "static-b", &[(CONFIG_SOURCE_ANNOTATION, "file")]);
+    cache.apply(Event::Apply(pod("api", "uid-api", &[])));
+    cache.set_static_pods(vec![a.clone(), b.clone()]);
+    assert_eq!(cache.static_pods().len(), 2);
+    let mut changes = cache.subscribe();
+    changes.mark_unchanged();
+    cache.set_static_pods(vec![a.clone(), b.clone()]);
+    assert!(!changes.has_changed().unwrap(), "nothing changed");
+    let b2 = pod("b", "static-b2", &[(CONFIG_SOURCE_ANNOTATION, "file")]);
+    cache.set_static_pods(vec![b2]);
+    assert!(changes.has_changed().unwrap());
+    let mut uids: Vec<_> = cache
+        .pods()
+        .iter()
+        .map(|p| p.metadata.uid.clone().unwrap())
+        .collect();
+    uids.sort();
+    assert_eq!(
+        uids,
+        ["static-b2", "uid-api"],
+        "a withdrawn, b replaced, API pod kept"
+    );
+}
+
+/// Issue 10 item 18: with a static source, the sources are ready only once it was read too
+/// (else, after a restart, the volumes of running static pods could be torn down).
+#[test]
+fn with_a_static_source_the_sources_are_ready_only_once_it_was_read() {
+    let cache = PodCache::with_static_source();
+    cache.apply(Event::Init);
+    cache.apply(Event::InitDone);
+    assert!(
+        !cache.all_sources_ready(),
+        "the static source was not read yet"
+    );
+    cache.set_static_pods(Vec::new());
+    assert!(cache.all_sources_ready());
+}

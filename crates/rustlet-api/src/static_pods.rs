@@ -1,0 +1,469 @@
+//! Static pods: pods from the agent's own manifest directory (`--pod-manifest-path`; upstream
+//! `pkg/kubelet/config/file.go` and `common.go` `applyDefaults`, spec W28-W29), and their mirror
+//! pods in the API (upstream `mirror_client.go`, W30).
+//!
+//! * One pod per file (`*.yaml`, `*.yml`, `*.json`; dotfiles ignored; at most
+//!   [`crate::local::manifests::MAX_MANIFEST_BYTES`]), decoded, defaulted and validated as the
+//!   API server would (`local::admission`). A file that does not hold exactly one valid pod is
+//!   reported (path, position) and skipped.
+//! * Defaults: name `<name>-<node>`, namespace `default` if empty, `spec.nodeName` = the node,
+//!   the `{operator: Exists, effect: NoExecute}` toleration, phase Pending, and without a UID
+//!   one derived from the file, the node and the decoded pod (so an edit is a new pod and a
+//!   restart keeps it; deviation: SHA-256 where upstream hashes with MD5, so the UIDs differ
+//!   from a kubelet's). Annotations `kubernetes.io/config.hash` = the UID and
+//!   `kubernetes.io/config.source: file` (no `config.seen`, which would change every scan).
+//! * [`MirrorPods`] keeps one mirror pod in the API per static pod: a copy with
+//!   `kubernetes.io/config.mirror` = the static pod's hash and a controller owner reference to
+//!   the Node; a mirror being deleted, with another hash, or without a static pod is deleted
+//!   (grace 0, its UID as precondition). Deleting a mirror never stops the static pod.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use ring::digest::{SHA256, digest};
+use rustlet_status::ClientError;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::kube_status::client_error;
+use crate::local::admission::{Operation, admit};
+use crate::local::manifests::{MAX_MANIFEST_BYTES, ManifestError, parse_documents};
+use crate::local::store::{Kind, ObjectRef, StoreError, uid_from};
+use crate::pod_cache::PodCache;
+
+/// `kubernetes.io/config.source`: where a pod comes from (`api` or `file`).
+pub const CONFIG_SOURCE: &str = rustlet_core::pod::CONFIG_SOURCE_ANNOTATION;
+/// `kubernetes.io/config.hash`: a static pod's UID.
+pub const CONFIG_HASH: &str = "kubernetes.io/config.hash";
+/// `kubernetes.io/config.mirror`: on a mirror pod, the hash of its static pod.
+pub const CONFIG_MIRROR: &str = rustlet_core::pod::CONFIG_MIRROR_ANNOTATION;
+
+/// How often the directory is read again.
+pub const STATIC_SCAN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The static pods of one directory.
+#[derive(Clone, Debug)]
+pub struct StaticPodSource {
+    dir: PathBuf,
+    node_name: String,
+}
+
+fn is_manifest(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+    let ext = path.extension().and_then(|e| e.to_str());
+    !name.starts_with('.') && matches!(ext, Some("yaml" | "yml" | "json")) && path.is_file()
+}
+
+impl StaticPodSource {
+    /// The static pods in `dir` for the node `node_name`.
+    pub fn new(dir: impl Into<PathBuf>, node_name: impl Into<String>) -> Self {
+        Self {
+            dir: dir.into(),
+            node_name: node_name.into(),
+        }
+    }
+
+    /// Reads every manifest: the pods, and the files skipped with why.
+    pub fn scan(&self) -> (Vec<Pod>, Vec<ManifestError>) {
+        let mut pods = BTreeMap::new();
+        let mut errors = Vec::new();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                errors.push(ManifestError::Read {
+                    path: self.dir.clone(),
+                    message: e.to_string(),
+                });
+                return (Vec::new(), errors);
+            }
+        };
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| is_manifest(p))
+            .collect();
+        paths.sort();
+        for path in paths {
+            match self.read(&path) {
+                Ok(pod) => {
+                    let key = (
+                        pod.metadata.namespace.clone().unwrap_or_default(),
+                        pod.metadata.name.clone().unwrap_or_default(),
+                    );
+                    if pods.contains_key(&key) {
+                        errors.push(invalid(
+                            &path,
+                            format!("another file already defines pod {}/{}", key.0, key.1),
+                        ));
+                    } else {
+                        pods.insert(key, pod);
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        (pods.into_values().collect(), errors)
+    }
+
+    fn read(&self, path: &Path) -> Result<Pod, ManifestError> {
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        if size > MAX_MANIFEST_BYTES {
+            return Err(ManifestError::TooLarge {
+                path: path.to_owned(),
+                size,
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| ManifestError::Read {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let mut documents = parse_documents(path, &text)?;
+        if documents.len() != 1 {
+            return Err(invalid(
+                path,
+                format!(
+                    "a static pod manifest holds one pod, this one {} documents",
+                    documents.len()
+                ),
+            ));
+        }
+        static_pod(path, documents.remove(0), &self.node_name)
+    }
+
+    /// Reads the directory every [`STATIC_SCAN_INTERVAL`] into `cache` until cancelled (the
+    /// first read marks the static source ready).
+    pub async fn run(self, cache: Arc<PodCache>, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(STATIC_SCAN_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut reported: Vec<String> = Vec::new();
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tick.tick() => {
+                    let (pods, errors) = self.scan();
+                    let now: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                    if now != reported {
+                        for error in &now {
+                            warn!("static pod manifest skipped: {error}");
+                        }
+                        reported = now;
+                    }
+                    cache.set_static_pods(pods);
+                }
+            }
+        }
+    }
+}
+
+fn invalid(path: &Path, message: String) -> ManifestError {
+    ManifestError::Invalid {
+        path: path.to_owned(),
+        document: 1,
+        source: Box::new(StoreError::Invalid(message)),
+    }
+}
+
+/// W29 for one decoded document.
+fn static_pod(path: &Path, mut object: Value, node_name: &str) -> Result<Pod, ManifestError> {
+    if object["kind"] != "Pod" {
+        return Err(invalid(
+            path,
+            format!(
+                "a static pod manifest holds a Pod, not a {}",
+                object["kind"]
+            ),
+        ));
+    }
+    let node = node_name.to_lowercase();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if name.is_empty() {
+        return Err(invalid(path, "metadata.name: Required value".into()));
+    }
+    let namespace = match object["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => ns.to_owned(),
+        _ => "default".to_owned(),
+    };
+    object["metadata"]["name"] = Value::String(format!("{name}-{node}"));
+    object["metadata"]["namespace"] = Value::String(namespace.clone());
+    if !object["spec"].is_object() {
+        object["spec"] = serde_json::json!({});
+    }
+    object["spec"]["nodeName"] = Value::String(node_name.to_owned());
+    if let Some(o) = object.as_object_mut() {
+        o.remove("status");
+    }
+    let reference = ObjectRef::new(Kind::Pod, &namespace, &format!("{name}-{node}"));
+    let admitted =
+        admit(&reference, object, Operation::Create).map_err(|source| ManifestError::Invalid {
+            path: path.to_owned(),
+            document: 1,
+            source: Box::new(source),
+        })?;
+    let mut pod: Pod =
+        serde_json::from_value(admitted).map_err(|e| invalid(path, e.to_string()))?;
+    let uid = match pod.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => uid.to_owned(),
+        _ => {
+            let seed = format!(
+                "{}\0host:{node_name}\0file:{}",
+                serde_json::to_string(&pod).unwrap_or_default(),
+                path.display()
+            );
+            uid_from(digest(&SHA256, seed.as_bytes()).as_ref())
+        }
+    };
+    pod.metadata.uid = Some(uid.clone());
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(CONFIG_HASH.into(), uid);
+    annotations.insert(CONFIG_SOURCE.into(), "file".into());
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    let no_execute = Toleration {
+        operator: Some("Exists".into()),
+        effect: Some("NoExecute".into()),
+        ..Default::default()
+    };
+    let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+    if !tolerations.contains(&no_execute) {
+        tolerations.push(no_execute);
+    }
+    Ok(pod)
+}
+
+/// Keeps the API's mirror pods in step with the static pods (cluster mode).
+#[derive(Clone)]
+pub struct MirrorPods {
+    pods: Api<Pod>,
+    nodes: Api<Node>,
+    node_name: String,
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn full_name(pod: &Pod) -> (String, String) {
+    (
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl MirrorPods {
+    /// Mirror pods of `node_name`'s static pods, through `client`.
+    pub fn new(client: kube::Client, node_name: impl Into<String>) -> Self {
+        Self {
+            pods: Api::all(client.clone()),
+            nodes: Api::all(client),
+            node_name: node_name.into(),
+        }
+    }
+
+    /// Upstream `CreateMirrorPod`: a copy of the static pod with the mirror annotation and a
+    /// controller reference to the Node.
+    pub async fn create(&self, static_pod: &Pod) -> Result<Pod, ClientError> {
+        let node = self
+            .nodes
+            .get(&self.node_name)
+            .await
+            .map_err(client_error)?;
+        let mut annotations = static_pod.metadata.annotations.clone().unwrap_or_default();
+        let hash = annotation(static_pod, CONFIG_HASH)
+            .unwrap_or_default()
+            .to_owned();
+        annotations.insert(CONFIG_MIRROR.into(), hash);
+        let mirror = Pod {
+            metadata: ObjectMeta {
+                name: static_pod.metadata.name.clone(),
+                namespace: static_pod.metadata.namespace.clone(),
+                labels: static_pod.metadata.labels.clone(),
+                annotations: Some(annotations),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: self.node_name.clone(),
+                    uid: node.metadata.uid.unwrap_or_default(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: static_pod.spec.clone(),
+            status: None,
+        };
+        let namespace = static_pod
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default");
+        Api::<Pod>::namespaced(self.pods.clone().into_client(), namespace)
+            .create(&PostParams::default(), &mirror)
+            .await
+            .map_err(client_error)
+    }
+
+    /// Upstream `DeleteMirrorPod`: grace 0 with the mirror's UID as precondition.
+    pub async fn delete(&self, mirror: &Pod) -> Result<(), ClientError> {
+        let (namespace, name) = full_name(mirror);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: mirror.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match Api::<Pod>::namespaced(self.pods.clone().into_client(), &namespace)
+            .delete(&name, &params)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => match client_error(e) {
+                ClientError::NotFound(_) => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// One pass: a mirror for every static pod, none for pods that are gone or changed.
+    pub async fn reconcile(&self, cache: &PodCache) -> Vec<ClientError> {
+        let statics = cache.static_pods();
+        let mirrors = cache.mirror_pods();
+        let mut errors = Vec::new();
+        for mirror in &mirrors {
+            let wanted = statics.iter().find(|s| full_name(s) == full_name(mirror));
+            let current = wanted.is_some_and(|s| {
+                annotation(mirror, CONFIG_MIRROR) == annotation(s, CONFIG_HASH)
+                    && mirror.metadata.deletion_timestamp.is_none()
+            });
+            if !current {
+                info!(pod = ?full_name(mirror), "deleting the mirror pod of a static pod that changed or went");
+                if let Err(e) = self.delete(mirror).await {
+                    errors.push(e);
+                }
+            }
+        }
+        for static_pod in &statics {
+            if !mirrors
+                .iter()
+                .any(|m| full_name(m) == full_name(static_pod))
+            {
+                info!(pod = ?full_name(static_pod), "creating the mirror pod of a static pod");
+                match self.create(static_pod).await {
+                    Ok(_) => {}
+                    Err(ClientError::Conflict(_)) => {} // created meanwhile; the watch brings it
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        errors
+    }
+
+    /// Reconciles after every change of the pod cache and every 10 s, until cancelled.
+    pub async fn run(self, cache: Arc<PodCache>, cancel: CancellationToken) {
+        let mut changes = cache.subscribe();
+        loop {
+            for error in self.reconcile(&cache).await {
+                warn!("mirror pods: {error}");
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                changed = changes.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(Duration::from_secs(10)) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROXY: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: proxy
+spec:
+  containers:
+  - name: c
+    image: busybox
+";
+
+    #[test]
+    fn w29_a_static_pod_gets_its_name_namespace_node_uid_and_annotations() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("proxy.yaml"), PROXY).unwrap();
+        let source = StaticPodSource::new(dir.path(), "Node-A");
+        let (pods, errors) = source.scan();
+        assert!(errors.is_empty(), "{errors:?}");
+        let pod = &pods[0];
+        assert_eq!(pod.metadata.name.as_deref(), Some("proxy-node-a"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("default"));
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("Node-A"));
+        assert_eq!(
+            spec.restart_policy.as_deref(),
+            Some("Always"),
+            "API defaults"
+        );
+        assert!(spec.tolerations.as_ref().unwrap().iter().any(|t| {
+            t.operator.as_deref() == Some("Exists") && t.effect.as_deref() == Some("NoExecute")
+        }));
+        let uid = pod.metadata.uid.clone().unwrap();
+        assert_eq!(annotation(pod, CONFIG_HASH), Some(uid.as_str()));
+        assert_eq!(annotation(pod, CONFIG_SOURCE), Some("file"));
+        assert!(rustlet_core::pod::is_static_pod(pod));
+        assert_eq!(
+            source.scan().0[0].metadata.uid.as_deref(),
+            Some(uid.as_str()),
+            "stable"
+        );
+        std::fs::write(
+            dir.path().join("proxy.yaml"),
+            PROXY.replace("busybox", "busybox:2"),
+        )
+        .unwrap();
+        assert_ne!(
+            source.scan().0[0].metadata.uid.as_deref(),
+            Some(uid.as_str()),
+            "an edit is a new pod"
+        );
+    }
+
+    #[test]
+    fn w28_files_that_are_not_exactly_one_valid_pod_are_reported_and_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ok.yaml"), PROXY).unwrap();
+        std::fs::write(dir.path().join("two.yaml"), format!("{PROXY}---\n{PROXY}")).unwrap();
+        std::fs::write(
+            dir.path().join("cm.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("bad.yaml"),
+            PROXY.replace("name: proxy", "name: Bad_Name"),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(".hidden.yaml"), "garbage: [").unwrap();
+        let (pods, errors) = StaticPodSource::new(dir.path(), "n").scan();
+        assert_eq!(pods.len(), 1);
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 3, "{text:?}");
+        for file in ["two.yaml", "cm.yaml", "bad.yaml"] {
+            assert!(text.iter().any(|t| t.contains(file)), "{file}: {text:?}");
+        }
+    }
+}

@@ -203,3 +203,129 @@ fn static_pods_run_from_their_files_and_report_through_mirror_pods() {
     assert!(agent.terminate().success());
     drop(server);
 }
+
+/// Faults on every path the agent uses (500, 409, 429 on status writes and deletes, latency,
+/// cut pod watches): the final statuses in the API are still right, and each pod is still
+/// deleted with its UID once reclaimed.
+#[test]
+fn api_faults_delay_but_never_corrupt_the_final_statuses() {
+    use std::time::Duration;
+
+    use rustlet_api::test_server::{Fault, FaultAction};
+    let Some(dir) = privileged_dir("api_faults_delay_but_never_corrupt") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = Arc::new(Store::default());
+    let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
+    let fault = |method: Option<Method>, path: &str, action: FaultAction, times: usize| Fault {
+        method,
+        path_contains: path.to_owned(),
+        action,
+        times: Some(times),
+    };
+    server.inject(fault(
+        Some(Method::PATCH),
+        "/status",
+        FaultAction::Status(500),
+        3,
+    ));
+    server.inject(fault(
+        Some(Method::PATCH),
+        "/status",
+        FaultAction::Status(409),
+        2,
+    ));
+    server.inject(fault(
+        Some(Method::PATCH),
+        "/status",
+        FaultAction::Status(429),
+        2,
+    ));
+    server.inject(fault(
+        Some(Method::PATCH),
+        "/status",
+        FaultAction::Delay(Duration::from_millis(700)),
+        3,
+    ));
+    server.inject(fault(
+        Some(Method::GET),
+        "/api/v1/pods",
+        FaultAction::CutWatchAfter(2),
+        3,
+    ));
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "statusSyncPeriodSeconds: 1\n").unwrap();
+    let root = dir.mkdir("root");
+    let agent = start(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--node-name",
+            "node-a",
+            "--root-dir",
+            root.to_str().unwrap(),
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ],
+        &dir.path().join("agent.log"),
+    );
+    let client = rt.block_on(server.client()).unwrap();
+    let api: Api<Pod> = Api::namespaced(client, "default");
+    let names = ["a", "b", "c", "d"];
+    for name in names {
+        rt.block_on(api.create(&PostParams::default(), &pod(name, "node-a")))
+            .unwrap();
+    }
+    for name in names {
+        let reference = ObjectRef::new(Kind::Pod, "default", name);
+        agent.wait_for(&format!("{name} Running in the API"), || {
+            let stored = store.get(&reference).ok()?;
+            let ready = stored["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            (stored["status"]["phase"] == "Running" && ready).then_some(())
+        });
+    }
+    for name in names {
+        rt.block_on(api.delete(name, &DeleteParams::default()))
+            .unwrap();
+    }
+    // The agent's final DELETEs: the first one fails.
+    server.inject(fault(
+        Some(Method::DELETE),
+        "/pods/",
+        FaultAction::Status(500),
+        1,
+    ));
+    for name in names {
+        let reference = ObjectRef::new(Kind::Pod, "default", name);
+        agent.wait_for(&format!("{name} deleted"), || {
+            store.get(&reference).err().filter(|e| e.code() == 404)
+        });
+    }
+    let agent_deletes = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::DELETE && r.body.contains("\"uid\""))
+        .count();
+    assert!(agent_deletes >= names.len(), "every deletion carried a UID");
+    assert!(
+        server.count(&Method::PATCH, "/status") >= names.len() + 3,
+        "the failed status writes were retried"
+    );
+    assert!(
+        server.count(&Method::DELETE, "/pods/") > 2 * names.len(),
+        "the failed final DELETE was retried"
+    );
+    assert!(mounts_under_root_are_gone(&root));
+    assert!(agent.terminate().success());
+    drop(server);
+}
+
+fn mounts_under_root_are_gone(root: &std::path::Path) -> bool {
+    crate::harness::mounts_under(root).is_empty()
+}

@@ -436,3 +436,82 @@ fn an_edited_or_restored_manifest_is_a_new_incarnation() {
     assert!(!data.exists(), "the new incarnation's emptyDir is fresh");
     assert!(agent.terminate().success());
 }
+
+fn numbered(n: usize) -> String {
+    KEEP.replace("name: keep", &format!("name: p{n}"))
+}
+
+/// The tmpfs mount points the agent should have: one per running pod, once each.
+fn expect_mounts(agent: &Agent, root: &Path, names: &[String]) {
+    agent.wait_for("every wanted pod running with exactly its tmpfs", || {
+        let pods = agent.pods();
+        let running: Vec<&serde_json::Value> = names
+            .iter()
+            .filter_map(|n| pods.iter().find(|p| p["metadata"]["name"] == n.as_str()))
+            .filter(|p| p["status"]["phase"] == "Running")
+            .collect();
+        if running.len() != names.len() || pods.len() != names.len() {
+            return None;
+        }
+        let mut want: Vec<String> = running
+            .iter()
+            .map(|p| {
+                volume_dir(root, &uid(p), "scratch")
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        want.sort();
+        let mut have = mounts_under(root);
+        have.sort();
+        // No pod directory left behind (orphans go at the next housekeeping).
+        let dirs = std::fs::read_dir(root.join("pods")).ok()?.count();
+        (have == want && dirs == names.len()).then_some(())
+    });
+}
+
+/// `kill -9` in the middle of a mount storm and in the middle of a teardown, with the desired
+/// state changed while the agent is down: it converges, each wanted tmpfs mounted once,
+/// nothing leaked.
+#[test]
+fn kill_9_in_the_middle_of_mounting_and_of_tearing_down_converges() {
+    let Some(local) = Local::new("kill_9_in_the_middle_of_mounting", &[]) else {
+        return;
+    };
+    let (root, manifests) = (&local.root, &local.manifests);
+    for n in 0..30 {
+        std::fs::write(manifests.join(format!("p{n}.yaml")), numbered(n)).unwrap();
+    }
+    let agent = local.start();
+    agent.wait_for("the first pod running", || {
+        agent
+            .pods()
+            .iter()
+            .any(|p| p["status"]["phase"] == "Running")
+            .then_some(())
+    });
+    agent.kill9();
+    // While it is down: ten go, five come.
+    for n in 0..10 {
+        std::fs::remove_file(manifests.join(format!("p{n}.yaml"))).unwrap();
+    }
+    for n in 30..35 {
+        std::fs::write(manifests.join(format!("p{n}.yaml")), numbered(n)).unwrap();
+    }
+    let agent = local.start();
+    let names: Vec<String> = (10..35).map(|n| format!("p{n}")).collect();
+    expect_mounts(&agent, root, &names);
+
+    // Now in the middle of a teardown.
+    for n in 10..25 {
+        std::fs::remove_file(manifests.join(format!("p{n}.yaml"))).unwrap();
+    }
+    agent.wait_for("a teardown under way", || {
+        (agent.pods().len() < names.len()).then_some(())
+    });
+    agent.kill9();
+    let agent = local.start();
+    let names: Vec<String> = (25..35).map(|n| format!("p{n}")).collect();
+    expect_mounts(&agent, root, &names);
+    assert!(agent.terminate().success());
+}

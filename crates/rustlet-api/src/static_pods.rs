@@ -96,13 +96,17 @@ impl StaticPodSource {
                         pod.metadata.namespace.clone().unwrap_or_default(),
                         pod.metadata.name.clone().unwrap_or_default(),
                     );
-                    if pods.contains_key(&key) {
-                        errors.push(invalid(
-                            &path,
-                            format!("another file already defines pod {}/{}", key.0, key.1),
-                        ));
-                    } else {
-                        pods.insert(key, pod);
+                    match pods.entry(key) {
+                        std::collections::btree_map::Entry::Occupied(taken) => {
+                            let (ns, name) = taken.key();
+                            errors.push(invalid(
+                                &path,
+                                format!("another file already defines pod {ns}/{name}"),
+                            ));
+                        }
+                        std::collections::btree_map::Entry::Vacant(slot) => {
+                            slot.insert(pod);
+                        }
                     }
                 }
                 Err(e) => errors.push(e),

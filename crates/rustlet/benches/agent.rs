@@ -1,0 +1,292 @@
+//! The agent as a process, end to end (real mounts, simulated runtime; run as root in a
+//! private mount namespace):
+//!
+//! ```sh
+//! cargo xtask bench
+//! # or: unshare -m --propagation private env RUSTLET_PRIVATE_MOUNT_NS=1 \
+//! #     cargo bench -p rustlet --bench agent
+//! ```
+//!
+//! For 100 and 1,000 pods, each with a disk emptyDir and a Memory emptyDir mounted by its
+//! container:
+//!
+//! 1. Local mode: the manifests appear at once; time until every pod is Running in `/pods`
+//!    (the whole, and per pod from its manifest's write to the poll that first saw it
+//!    Running: median and p99; the poll runs every 10 ms and `DirectorySync` scans every
+//!    500 ms, which bounds the per-pod figure from below), idle CPU of the agent over 10 s
+//!    with every pod running, and its peak RSS (`VmHWM`).
+//! 2. Kube mode against the test API server: API requests the agent makes per pod lifecycle
+//!    (create → Running → deleted), by verb, against upstream's shape for the same lifecycle
+//!    (a GET before every status PATCH, spec `status-manager.md` R34-R39).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustlet_api::local::store::Store;
+use rustlet_api::test_server::TestApiServer;
+use rustlet_mount::testing::privileged_dir;
+use serde_json::Value;
+
+fn manifest(i: usize) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: p{i}
+  namespace: default
+spec:
+  containers:
+  - name: c
+    image: busybox
+    volumeMounts:
+    - {{name: disk, mountPath: /disk}}
+    - {{name: mem, mountPath: /mem}}
+  volumes:
+  - name: disk
+    emptyDir: {{}}
+  - name: mem
+    emptyDir:
+      medium: Memory
+      sizeLimit: 1Mi
+"
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response.split_once("\r\n\r\n")?.1.to_owned())
+}
+
+fn running(port: u16) -> Vec<String> {
+    get(port, "/pods")
+        .and_then(|body| serde_json::from_str::<Value>(&body).ok())
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Running")
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn start(args: &[&str], port: u16) -> Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_rustlet"))
+        .args(args)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting rustlet");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(port, "/healthz").as_deref() != Some("ok") {
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not become healthy"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+fn stop(mut child: Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = child.wait();
+}
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(14) + ticks(15)) / 100.0
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn local_mode(dir: &Path, pods: usize) {
+    let root = dir.join(format!("root-{pods}"));
+    let manifests = dir.join(format!("manifests-{pods}"));
+    std::fs::create_dir_all(&manifests).unwrap();
+    let port = free_port();
+    let child = start(
+        &[
+            "--node-name",
+            "bench",
+            "--root-dir",
+            root.to_str().unwrap(),
+            "--local",
+            manifests.to_str().unwrap(),
+        ],
+        port,
+    );
+    let pid = child.id();
+    let start = Instant::now();
+    let mut written = Vec::with_capacity(pods);
+    for i in 0..pods {
+        std::fs::write(manifests.join(format!("p{i}.yaml")), manifest(i)).unwrap();
+        written.push(start.elapsed());
+    }
+    let mut seen: Vec<Option<Duration>> = vec![None; pods];
+    let mut left = pods;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while left > 0 {
+        assert!(Instant::now() < deadline, "not every pod ran within 120 s");
+        let now = start.elapsed();
+        for name in running(port) {
+            if let Some(i) = name.strip_prefix('p').and_then(|n| n.parse::<usize>().ok())
+                && i < pods
+                && seen[i].is_none()
+            {
+                seen[i] = Some(now - written[i]);
+                left -= 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let whole = start.elapsed();
+    let mut per_pod: Vec<Duration> = seen.into_iter().flatten().collect();
+    per_pod.sort();
+    let cpu_before = cpu_seconds(pid);
+    let idle = Duration::from_secs(10);
+    std::thread::sleep(idle);
+    let cpu = cpu_seconds(pid) - cpu_before;
+    let rss = peak_rss_mib(pid);
+    stop(child);
+    println!(
+        "local mode, {pods:>5} pods: all Running in {:>7.1} ms; per pod median {:>6.1} ms, p99 {:>6.1} ms; idle CPU {:.2} % of a core over {} s; peak RSS {:.1} MiB",
+        whole.as_secs_f64() * 1e3,
+        percentile(&per_pod, 0.5).as_secs_f64() * 1e3,
+        percentile(&per_pod, 0.99).as_secs_f64() * 1e3,
+        cpu / idle.as_secs_f64() * 100.0,
+        idle.as_secs(),
+        rss,
+    );
+    // Clean up this run's mounts before the next (the agent leaves them in place).
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<&str> = table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(root.to_str().unwrap()))
+        .collect();
+    points.reverse();
+    for point in points {
+        let _ = nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+fn kube_mode(dir: &Path, pods: usize) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, PostParams};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = Arc::new(Store::default());
+    let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let root = dir.join("root-kube");
+    let port = free_port();
+    let child = start(
+        &[
+            "--node-name",
+            "bench",
+            "--root-dir",
+            root.to_str().unwrap(),
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ],
+        port,
+    );
+    let api: Api<Pod> = Api::namespaced(rt.block_on(server.client()).unwrap(), "default");
+    let before = server.requests().len();
+    for i in 0..pods {
+        let mut pod: Value = serde_saphyr::from_str(&manifest(i)).unwrap();
+        pod["spec"]["nodeName"] = "bench".into();
+        rt.block_on(api.create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        ))
+        .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while running(port).len() < pods {
+        assert!(Instant::now() < deadline, "not every pod ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for i in 0..pods {
+        rt.block_on(api.delete(&format!("p{i}"), &DeleteParams::default()))
+            .unwrap();
+    }
+    let all = rustlet_api::local::store::Selection::all(rustlet_api::local::store::Kind::Pod);
+    while !store.list(&all).0.is_empty() {
+        assert!(Instant::now() < deadline, "not every pod was deleted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let requests: Vec<_> = server.requests()[before..]
+        .iter()
+        .filter(|r| r.path.contains("/pods/p"))
+        .cloned()
+        .collect();
+    let count = |method: &str, status: bool| {
+        requests
+            .iter()
+            .filter(|r| r.method.as_str() == method && r.path.ends_with("/status") == status)
+            .count() as f64
+            / pods as f64
+    };
+    let patches = count("PATCH", true);
+    let gets = count("GET", false);
+    // The user's own DELETE is in the log too: one per pod.
+    let deletes = count("DELETE", false) - 1.0;
+    stop(child);
+    println!(
+        "kube mode, {pods:>5} pods: agent requests per pod lifecycle: {:.2} (PATCH status {patches:.2}, GET {gets:.2}, DELETE {deletes:.2}); upstream's shape: {:.2} (a GET before each of the {patches:.2} PATCHes, and the DELETE)",
+        patches + gets + deletes,
+        2.0 * patches + deletes,
+    );
+    drop(server);
+}
+
+fn main() {
+    let Some(dir) = privileged_dir("agent benchmark") else {
+        return;
+    };
+    for pods in [100, 1_000] {
+        local_mode(dir.path(), pods);
+    }
+    kube_mode(dir.path(), 100);
+}

@@ -147,37 +147,38 @@ fn test(root: &Path) -> Result<()> {
 
 /// Every benchmark recorded in `docs/BENCHMARKS.md`, each printing its figures beside the
 /// baseline measured in the same run: the mount pairs (vs the raw syscalls), the status manager
-/// (vs upstream's shape), the volume manager (vs the polling shape and raw mounts).
-const BENCHES: &[(&str, &str)] = &[
-    ("rustlet-mount", "mount_pairs"),
-    ("rustlet-status", "status"),
-    ("rustlet-volume", "volume"),
+/// (vs upstream's shape), the volume manager (vs the polling shape and raw mounts), the agent
+/// as a process (vs upstream's request count, and the targets).
+/// `(package, bench, needs the package's test-util feature)`.
+const BENCHES: &[(&str, &str, bool)] = &[
+    ("rustlet-mount", "mount_pairs", true),
+    ("rustlet-status", "status", true),
+    ("rustlet-volume", "volume", true),
+    ("rustlet", "agent", false),
 ];
 
 fn bench(root: &Path) -> Result<()> {
     if !is_root() {
         bail!("the mount benchmarks need root (they mount in a private mount namespace)");
     }
-    for (package, bench) in BENCHES {
-        run(
-            root,
-            "unshare",
-            &[
-                "-m",
-                "--propagation",
-                "private",
-                "env",
-                "RUSTLET_PRIVATE_MOUNT_NS=1",
-                "cargo",
-                "bench",
-                "-p",
-                package,
-                "--features",
-                "test-util",
-                "--bench",
-                bench,
-            ],
-        )?;
+    for (package, bench, test_util) in BENCHES {
+        let mut args = vec![
+            "-m",
+            "--propagation",
+            "private",
+            "env",
+            "RUSTLET_PRIVATE_MOUNT_NS=1",
+            "cargo",
+            "bench",
+            "-p",
+            package,
+            "--bench",
+            bench,
+        ];
+        if *test_util {
+            args.extend(["--features", "test-util"]);
+        }
+        run(root, "unshare", &args)?;
     }
     Ok(())
 }

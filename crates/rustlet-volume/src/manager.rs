@@ -15,7 +15,7 @@ use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::cache::{ActualStateOfWorld, Attachability, DesiredStateOfWorld, PodVolumeState};
 use crate::events::EventRecorder;
@@ -297,10 +297,30 @@ impl VolumeManager {
                 self.reconcile_once();
             }
             if !failed.is_empty() && self.populator.has_added_pods().load(Ordering::Acquire) {
-                // V76: entries that could not be rebuilt are left to orphan clean-up (which
-                // keeps their pod directory while anything there is mounted); the list is cleared.
+                // V76 (`cleanOrphanVolumes`), once the desired state is complete: a volume that
+                // could not be rebuilt and is not desired is unmounted and its (empty)
+                // directory removed, so orphan clean-up can remove the pod directory. Better
+                // than upstream, whose unmount needs the missing plugin and leaks the mount
+                // forever; like upstream, nothing is removed recursively and the list is then
+                // cleared whatever happened.
                 for dir in failed.drain(..) {
-                    warn!(path = %dir.path.display(), "volume failed reconstruction and is not desired; left for orphan clean-up");
+                    let pod = UniquePodName::new(dir.pod_uid.as_str());
+                    if self.dsw.volume_exists_with_spec_name(&pod, &dir.spec_name) {
+                        continue;
+                    }
+                    match self
+                        .host
+                        .mounter
+                        .cleanup_mount_point(&dir.path, rustlet_mount::MountPointCheck::Exact)
+                    {
+                        Ok(()) => {
+                            self.metrics.force_cleaned();
+                            info!(path = %dir.path.display(), "cleaned up a volume that failed reconstruction");
+                        }
+                        Err(e) => {
+                            warn!(path = %dir.path.display(), error = %e, "could not clean up a volume that failed reconstruction; left for orphan clean-up")
+                        }
+                    }
                 }
             }
             // A retry is due when the earliest backoff ends (upstream: the next 100 ms pass).

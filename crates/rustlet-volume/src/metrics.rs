@@ -1,6 +1,7 @@
 //! Prometheus metrics with upstream's names (spec section 2.6): volumes by plugin and state,
 //! and operation durations by operation, plugin and status.
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -21,6 +22,9 @@ pub struct VolumeMetrics {
     pub total_volumes: Family<Labels, Gauge>,
     /// `storage_operation_duration_seconds{operation_name, volume_plugin, status}`.
     pub operation_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    /// `force_cleaned_failed_volume_operations_total` (upstream, V76): volumes that failed
+    /// reconstruction and were cleaned up.
+    pub force_cleaned: Counter,
 }
 
 impl Default for VolumeMetrics {
@@ -30,6 +34,7 @@ impl Default for VolumeMetrics {
             operation_duration: Family::new_with_constructor(
                 operation_histogram as fn() -> Histogram,
             ),
+            force_cleaned: Counter::default(),
         }
     }
 }
@@ -47,6 +52,16 @@ impl VolumeMetrics {
             "Duration of volume operations",
             self.operation_duration.clone(),
         );
+        registry.register(
+            "force_cleaned_failed_volume_operations",
+            "Volumes that failed reconstruction and were cleaned up",
+            self.force_cleaned.clone(),
+        );
+    }
+
+    /// Counts one volume cleaned up after a failed reconstruction (V76).
+    pub fn force_cleaned(&self) {
+        self.force_cleaned.inc();
     }
 
     /// Records one finished operation.

@@ -387,3 +387,27 @@ fn crash_in_a_storm_of_mounts_converges_without_leaks_or_double_mounts() {
         (&mut agent.task).await.unwrap();
     });
 }
+
+/// Issue 10 item 12 (V76): a volume whose plugin is unknown cannot be rebuilt; once the desired
+/// state is complete its mount is undone and its empty directory removed, so the pod
+/// directory goes too (it used to stay mounted, and the pod directory with it, forever).
+#[tokio::test(start_paused = true)]
+async fn v76_a_volume_that_failed_reconstruction_is_unmounted_and_its_pod_dir_removed() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeMounter::new();
+    let unknown = root.path().join("pods/gone/volumes/example.com~unknown/v");
+    std::fs::create_dir_all(&unknown).unwrap();
+    fake.tmpfs(&unknown, TmpfsOptions::default()).unwrap();
+    let agent = start_with(root.path(), Arc::new(fake.clone()), |pods| {
+        pods.set_runtime_removed("gone")
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!fake.is_mount_point(&unknown).unwrap_or(false), "unmounted");
+    assert!(
+        !root.path().join("pods/gone").exists(),
+        "the pod directory went"
+    );
+    assert_eq!(agent.manager.metrics().force_cleaned.get(), 1);
+    agent.cancel.cancel();
+    agent.task.await.unwrap();
+}

@@ -90,7 +90,8 @@ impl PodLifecycles {
         self.synced.store(true, Ordering::Release);
     }
 
-    fn is_synced(&self) -> bool {
+    /// Whether the sources were read once.
+    pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
 
@@ -244,6 +245,7 @@ impl PodWorkers {
         loop {
             let pods = self.shared.pods.pods();
             let mut present = HashSet::with_capacity(pods.len());
+            let mut volumes_changed = false;
             for pod in pods {
                 let uid = PodUid::of(&pod);
                 present.insert(uid.clone());
@@ -255,15 +257,25 @@ impl PodWorkers {
                 }
                 match workers.get(&uid) {
                     Some(tx) => {
+                        // Only what a worker acts on wakes it: not the status writes this agent
+                        // makes itself (each comes back through the watch).
                         tx.send_if_modified(|current| {
-                            let same = current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &pod));
-                            if !same {
+                            let wake = current.as_ref().is_none_or(|c| matters(c, &pod));
+                            if wake
+                                && current.as_ref().is_some_and(|c| {
+                                    c.metadata.deletion_timestamp != pod.metadata.deletion_timestamp
+                                })
+                            {
+                                volumes_changed = true;
+                            }
+                            if !current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &pod)) {
                                 *current = Some(pod.clone());
                             }
-                            !same
+                            wake
                         });
                     }
                     None => {
+                        volumes_changed = true;
                         let (tx, rx) = watch::channel(Some(pod.clone()));
                         workers.insert(uid.clone(), tx);
                         self.shared.lifecycles.set(&uid, Lifecycle::Syncing);
@@ -286,6 +298,7 @@ impl PodWorkers {
                 if present.contains(uid) {
                     return true;
                 }
+                volumes_changed = true;
                 if self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished) || tx.is_closed() {
                     self.shared.lifecycles.forget(uid);
                     return false;
@@ -293,10 +306,15 @@ impl PodWorkers {
                 tx.send_if_modified(|current| current.take().is_some());
                 true
             });
-            if self.shared.pods.all_sources_ready() {
+            if self.shared.pods.all_sources_ready() && !self.shared.lifecycles.is_synced() {
                 self.shared.lifecycles.mark_synced();
+                volumes_changed = true;
             }
-            self.shared.volumes.pod_updated();
+            // The volume manager needs a pass when pods come, go or start terminating, not
+            // after every status write (a pass is O(pods)).
+            if volumes_changed {
+                self.shared.volumes.pod_updated();
+            }
             tokio::select! {
                 () = cancel.cancelled() => return,
                 changed = self.changes.changed() => if changed.is_err() { return },
@@ -307,6 +325,19 @@ impl PodWorkers {
             }
         }
     }
+}
+
+/// Whether a new copy of a pod is worth a worker's pass: anything but the status and the
+/// metadata the API server bumps on every write (the agent's own status writes come back
+/// through the watch), and a terminal phase written by someone else.
+fn matters(old: &Pod, new: &Pod) -> bool {
+    old.spec != new.spec
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+        || old.metadata.deletion_grace_period_seconds != new.metadata.deletion_grace_period_seconds
+        || old.metadata.labels != new.metadata.labels
+        || old.metadata.annotations != new.metadata.annotations
+        || old.metadata.uid != new.metadata.uid
+        || api_phase_terminal(old) != api_phase_terminal(new)
 }
 
 /// Why a sync stopped short.

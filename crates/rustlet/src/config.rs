@@ -85,7 +85,8 @@ pub struct FileConfig {
     node_ip: Option<String>,
     /// Full status sync period in seconds (upstream 10).
     status_sync_period_seconds: Option<f64>,
-    /// Client-side API rate limit (kubelet `kubeAPIQPS`, 50).
+    /// Client-side API rate limit (kubelet `kubeAPIQPS`, 50; none in local mode, where there
+    /// is no API server to protect).
     #[serde(rename = "apiQPS")]
     api_qps: Option<f64>,
     /// Client-side API burst (kubelet `kubeAPIBurst`, 100).
@@ -275,8 +276,13 @@ impl AgentConfig {
                 "config key nodeIP: {node_ip:?} is not an IP address"
             )));
         }
-        let api_qps = file.api_qps.unwrap_or(50.0);
-        if !(api_qps.is_finite() && api_qps > 0.0) {
+        let api_qps = match (file.api_qps, &mode) {
+            (Some(qps), _) => qps,
+            (None, Mode::Local(_)) => f64::INFINITY,
+            (None, _) => 50.0,
+        };
+        if !(api_qps > 0.0 && !api_qps.is_nan()) || (file.api_qps.is_some() && !api_qps.is_finite())
+        {
             return Err(bad(format!(
                 "config key apiQPS: {api_qps} must be positive"
             )));

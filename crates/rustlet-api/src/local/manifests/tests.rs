@@ -335,3 +335,23 @@ fn an_oversized_file_is_reported_unread_and_its_objects_stay() {
     assert!(report.terminating.is_empty() && report.removed.is_empty());
     assert!(store.get(&web()).unwrap()["metadata"]["deletionTimestamp"].is_null());
 }
+
+/// A file's stamp is trusted only once it has settled for a second (a change within the
+/// filesystem clock's tick could keep the same stamp), and any rewrite changes it.
+#[test]
+fn a_file_stamp_is_trusted_only_once_settled() {
+    use std::time::{Duration, SystemTime};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("web.yaml");
+    std::fs::write(&path, WEB).unwrap();
+    let metadata = std::fs::metadata(&path).unwrap();
+    assert_eq!(super::stamp(&metadata, SystemTime::now()), None, "racy");
+    let later = SystemTime::now() + Duration::from_secs(2);
+    let settled = super::stamp(&metadata, later).expect("settled");
+    std::fs::write(&path, WEB.replace("nginx", "httpd")).unwrap();
+    let rewritten = std::fs::metadata(&path).unwrap();
+    assert_ne!(
+        super::stamp(&rewritten, SystemTime::now() + Duration::from_secs(2)),
+        Some(settled)
+    );
+}

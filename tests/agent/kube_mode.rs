@@ -9,9 +9,64 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use rustlet_api::local::store::{Kind, ObjectRef, Store};
 use rustlet_api::test_server::TestApiServer;
-use rustlet_mount::testing::privileged_dir;
+use rustlet_mount::testing::{PrivilegedDir, privileged_dir};
 
-use crate::harness::start;
+use crate::harness::{Agent, start};
+
+/// A test API server over a store, and a root directory for the agent, in a privileged temp
+/// dir.
+struct Cluster {
+    dir: PrivilegedDir,
+    rt: tokio::runtime::Runtime,
+    store: Arc<Store>,
+    server: TestApiServer,
+    root: std::path::PathBuf,
+}
+
+impl Cluster {
+    /// `None` (the test is skipped) without the privileges to mount.
+    fn new(test: &str) -> Option<Self> {
+        let dir = privileged_dir(test)?;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = Arc::new(Store::default());
+        let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
+        let root = dir.mkdir("root");
+        Some(Self {
+            dir,
+            rt,
+            store,
+            server,
+            root,
+        })
+    }
+
+    /// Starts `rustlet --node-name node-a` against the server, with `config` as its config
+    /// file (if any) and `extra` flags.
+    fn start(&self, config: Option<&str>, extra: &[&str]) -> Agent {
+        let kubeconfig = self.dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, self.server.kubeconfig()).unwrap();
+        let config_file = self.dir.path().join("config.yaml");
+        let mut args = vec![
+            "--node-name",
+            "node-a",
+            "--root-dir",
+            self.root.to_str().unwrap(),
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ];
+        if let Some(text) = config {
+            std::fs::write(&config_file, text).unwrap();
+            args.extend(["--config", config_file.to_str().unwrap()]);
+        }
+        args.extend(extra);
+        start(&args, &self.dir.path().join("agent.log"))
+    }
+
+    /// The pods of a namespace, through a client of the server.
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.rt.block_on(self.server.client()).unwrap(), namespace)
+    }
+}
 
 fn pod(name: &str, node: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
@@ -28,26 +83,11 @@ fn pod(name: &str, node: &str) -> Pod {
 
 #[test]
 fn kube_mode_registers_runs_reports_and_deletes_with_the_uid() {
-    let Some(dir) = privileged_dir("kube_mode_registers_runs_reports_and_deletes") else {
+    let Some(cluster) = Cluster::new("kube_mode_registers_runs_reports_and_deletes") else {
         return;
     };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let store = Arc::new(Store::default());
-    let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
-    let root = dir.mkdir("root");
-    let agent = start(
-        &[
-            "--node-name",
-            "node-a",
-            "--root-dir",
-            root.to_str().unwrap(),
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-        ],
-        &dir.path().join("agent.log"),
-    );
+    let (rt, store, server, root) = (&cluster.rt, &cluster.store, &cluster.server, &cluster.root);
+    let agent = cluster.start(None, &[]);
     agent.wait_for("the node registered with its lease", || {
         let node = store.get(&ObjectRef::new(Kind::Node, "", "node-a")).ok()?;
         store
@@ -56,8 +96,7 @@ fn kube_mode_registers_runs_reports_and_deletes_with_the_uid() {
         Some(node)
     });
 
-    let client = rt.block_on(server.client()).unwrap();
-    let api: Api<Pod> = Api::namespaced(client, "default");
+    let api = cluster.pods("default");
     let created = rt
         .block_on(api.create(&PostParams::default(), &pod("web", "node-a")))
         .unwrap();
@@ -105,7 +144,6 @@ fn kube_mode_registers_runs_reports_and_deletes_with_the_uid() {
         server.count(&Method::PUT, "/leases/node-a") + server.count(&Method::POST, "/leases") >= 1
     );
     assert!(agent.terminate().success());
-    drop(server);
 }
 
 const PROXY: &str = "apiVersion: v1
@@ -130,33 +168,16 @@ spec:
 /// removed manifest stops the pod and deletes its mirror.
 #[test]
 fn static_pods_run_from_their_files_and_report_through_mirror_pods() {
-    let Some(dir) = privileged_dir("static_pods_run_from_their_files") else {
+    let Some(cluster) = Cluster::new("static_pods_run_from_their_files") else {
         return;
     };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let store = Arc::new(Store::default());
-    let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
-    let (root, statics) = (dir.mkdir("root"), dir.mkdir("static"));
+    let (store, root) = (&cluster.store, &cluster.root);
+    let statics = cluster.dir.mkdir("static");
     std::fs::write(statics.join("proxy.yaml"), PROXY).unwrap();
     // A new mirror gets its status from the full batch: a short period keeps the test short.
-    let config = dir.path().join("config.yaml");
-    std::fs::write(&config, "statusSyncPeriodSeconds: 1\n").unwrap();
-    let agent = start(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--node-name",
-            "node-a",
-            "--root-dir",
-            root.to_str().unwrap(),
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--pod-manifest-path",
-            statics.to_str().unwrap(),
-        ],
-        &dir.path().join("agent.log"),
+    let agent = cluster.start(
+        Some("statusSyncPeriodSeconds: 1\n"),
+        &["--pod-manifest-path", statics.to_str().unwrap()],
     );
     let mirror_ref = ObjectRef::new(Kind::Pod, "kube-system", "proxy-node-a");
     let mirror = agent.wait_for("the mirror pod Running in the API", || {
@@ -179,8 +200,7 @@ fn static_pods_run_from_their_files_and_report_through_mirror_pods() {
     assert!(scratch.is_dir());
 
     // A user deletes the mirror: it comes back; the static pod never stopped.
-    let client = rt.block_on(server.client()).unwrap();
-    let api: Api<Pod> = Api::namespaced(client, "kube-system");
+    let (rt, api) = (&cluster.rt, cluster.pods("kube-system"));
     rt.block_on(api.delete("proxy-node-a", &DeleteParams::default()))
         .unwrap();
     let old_mirror_uid = mirror["metadata"]["uid"].clone();
@@ -201,7 +221,6 @@ fn static_pods_run_from_their_files_and_report_through_mirror_pods() {
     });
     assert!(agent.pod("proxy-node-a").is_none());
     assert!(agent.terminate().success());
-    drop(server);
 }
 
 /// Faults on every path the agent uses (500, 409, 429 on status writes and deletes, latency,
@@ -212,12 +231,10 @@ fn api_faults_delay_but_never_corrupt_the_final_statuses() {
     use std::time::Duration;
 
     use rustlet_api::test_server::{Fault, FaultAction};
-    let Some(dir) = privileged_dir("api_faults_delay_but_never_corrupt") else {
+    let Some(cluster) = Cluster::new("api_faults_delay_but_never_corrupt") else {
         return;
     };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let store = Arc::new(Store::default());
-    let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
+    let (rt, store, server, root) = (&cluster.rt, &cluster.store, &cluster.server, &cluster.root);
     let fault = |method: Option<Method>, path: &str, action: FaultAction, times: usize| Fault {
         method,
         path_contains: path.to_owned(),
@@ -254,26 +271,8 @@ fn api_faults_delay_but_never_corrupt_the_final_statuses() {
         FaultAction::CutWatchAfter(2),
         3,
     ));
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(&config, "statusSyncPeriodSeconds: 1\n").unwrap();
-    let root = dir.mkdir("root");
-    let agent = start(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--node-name",
-            "node-a",
-            "--root-dir",
-            root.to_str().unwrap(),
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-        ],
-        &dir.path().join("agent.log"),
-    );
-    let client = rt.block_on(server.client()).unwrap();
-    let api: Api<Pod> = Api::namespaced(client, "default");
+    let agent = cluster.start(Some("statusSyncPeriodSeconds: 1\n"), &[]);
+    let api = cluster.pods("default");
     let names = ["a", "b", "c", "d"];
     for name in names {
         rt.block_on(api.create(&PostParams::default(), &pod(name, "node-a")))
@@ -323,7 +322,6 @@ fn api_faults_delay_but_never_corrupt_the_final_statuses() {
     );
     assert!(mounts_under_root_are_gone(&root));
     assert!(agent.terminate().success());
-    drop(server);
 }
 
 fn mounts_under_root_are_gone(root: &std::path::Path) -> bool {

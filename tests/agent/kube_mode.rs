@@ -320,7 +320,7 @@ fn api_faults_delay_but_never_corrupt_the_final_statuses() {
         server.count(&Method::DELETE, "/pods/") > 2 * names.len(),
         "the failed final DELETE was retried"
     );
-    assert!(mounts_under_root_are_gone(&root));
+    assert!(mounts_under_root_are_gone(root));
     assert!(agent.terminate().success());
 }
 

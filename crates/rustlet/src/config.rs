@@ -281,8 +281,8 @@ impl AgentConfig {
             (None, Mode::Local(_)) => f64::INFINITY,
             (None, _) => 50.0,
         };
-        if !(api_qps > 0.0 && !api_qps.is_nan()) || (file.api_qps.is_some() && !api_qps.is_finite())
-        {
+        let explicit = file.api_qps.is_some();
+        if api_qps.is_nan() || api_qps <= 0.0 || (explicit && api_qps.is_infinite()) {
             return Err(bad(format!(
                 "config key apiQPS: {api_qps} must be positive"
             )));

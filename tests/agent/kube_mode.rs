@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::Method;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
-use rustlet_api::local::store::{Kind, ObjectRef, Store};
+use rustlet_api::local::store::{Kind, ObjectRef, Selection, Store};
 use rustlet_api::test_server::TestApiServer;
 use rustlet_mount::testing::{PrivilegedDir, privileged_dir};
 
@@ -87,13 +87,17 @@ fn kube_mode_registers_runs_reports_and_deletes_with_the_uid() {
         return;
     };
     let (rt, store, server, root) = (&cluster.rt, &cluster.store, &cluster.server, &cluster.root);
-    let agent = cluster.start(None, &[]);
+    let agent = cluster.start(Some("nodeLeaseRenewIntervalSeconds: 0.2\n"), &[]);
     agent.wait_for("the node registered with its lease", || {
         let node = store.get(&ObjectRef::new(Kind::Node, "", "node-a")).ok()?;
         store
             .get(&ObjectRef::new(Kind::Lease, "kube-node-lease", "node-a"))
             .ok()?;
         Some(node)
+    });
+
+    agent.wait_for("the lease renewed", || {
+        (server.count(&Method::PUT, "/leases/node-a") >= 2).then_some(())
     });
 
     let api = cluster.pods("default");
@@ -115,12 +119,28 @@ fn kube_mode_registers_runs_reports_and_deletes_with_the_uid() {
         .is_dir()
     );
     assert!(agent.pod("web").is_some() && agent.pod("elsewhere").is_none());
+    // The kubelet's events about the pod, as events.k8s.io/v1 objects in the API.
+    let reasons = || -> Vec<String> {
+        store
+            .list(&Selection::all(Kind::Event))
+            .0
+            .iter()
+            .filter(|e| e["regarding"]["name"] == "web")
+            .filter_map(|e| e["reason"].as_str().map(str::to_owned))
+            .collect()
+    };
+    agent.wait_for("Created and Started events", || {
+        let reasons = reasons();
+        (reasons.contains(&"Created".to_owned()) && reasons.contains(&"Started".to_owned()))
+            .then_some(())
+    });
 
     rt.block_on(api.delete("web", &DeleteParams::default()))
         .unwrap();
     agent.wait_for("web deleted from the API", || {
         store.get(&reference).err().filter(|e| e.code() == 404)
     });
+    assert!(reasons().contains(&"Killing".to_owned()), "{:?}", reasons());
     let deletes: Vec<_> = server
         .requests()
         .into_iter()

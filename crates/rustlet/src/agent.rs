@@ -123,6 +123,7 @@ async fn connect(config: &AgentConfig, cancel: &CancellationToken) -> Result<Api
     )
     .context("building the API client")?;
     let mut node = NodeConfig::for_host(&config.node_name);
+    node.renew_interval = config.node_lease_renew_interval;
     node.addresses.insert(
         0,
         k8s_openapi::api::core::v1::NodeAddress {

@@ -95,6 +95,8 @@ pub struct FileConfig {
     status_sync_concurrency: Option<usize>,
     /// Deadline of each API call of the status manager, in seconds (10).
     api_request_timeout_seconds: Option<f64>,
+    /// Kube mode: how often the node Lease is renewed, in seconds (kubelet 10).
+    node_lease_renew_interval_seconds: Option<f64>,
     /// How long a simulated container takes to start, in milliseconds (0).
     simulated_start_delay_millis: Option<u64>,
     /// First simulated pod IP (10.88.0.2).
@@ -142,6 +144,8 @@ pub struct AgentConfig {
     pub status_sync_concurrency: usize,
     /// Deadline of each status API call.
     pub api_request_timeout: Duration,
+    /// How often the node Lease is renewed.
+    pub node_lease_renew_interval: Duration,
     /// Simulated container start delay.
     pub simulated_start_delay: Duration,
     /// First simulated pod IP.
@@ -323,6 +327,11 @@ impl AgentConfig {
             api_request_timeout: seconds(
                 "apiRequestTimeoutSeconds",
                 file.api_request_timeout_seconds,
+                Duration::from_secs(10),
+            )?,
+            node_lease_renew_interval: seconds(
+                "nodeLeaseRenewIntervalSeconds",
+                file.node_lease_renew_interval_seconds,
                 Duration::from_secs(10),
             )?,
             simulated_start_delay: Duration::from_millis(

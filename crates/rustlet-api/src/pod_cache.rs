@@ -44,7 +44,8 @@ struct Pods {
     static_synced: bool,
 }
 
-fn full_name(pod: &Pod) -> FullName {
+/// A pod's namespace and name.
+pub(crate) fn full_name(pod: &Pod) -> FullName {
     (
         pod.metadata.namespace.clone().unwrap_or_default(),
         pod.metadata.name.clone().unwrap_or_default(),

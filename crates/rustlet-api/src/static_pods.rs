@@ -25,7 +25,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use ring::digest::{SHA256, digest};
 use rustlet_status::ClientError;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +34,7 @@ use crate::kube_status::client_error;
 use crate::local::admission::{Operation, admit};
 use crate::local::manifests::{MAX_MANIFEST_BYTES, ManifestError, parse_documents};
 use crate::local::store::{Kind, ObjectRef, StoreError, uid_from};
-use crate::pod_cache::PodCache;
+use crate::pod_cache::{PodCache, full_name};
 
 /// `kubernetes.io/config.source`: where a pod comes from (`api` or `file`).
 pub const CONFIG_SOURCE: &str = rustlet_core::pod::CONFIG_SOURCE_ANNOTATION;
@@ -222,7 +221,7 @@ fn static_pod(path: &Path, mut object: Value, node_name: &str) -> Result<Pod, Ma
                 serde_json::to_string(&pod).unwrap_or_default(),
                 path.display()
             );
-            uid_from(digest(&SHA256, seed.as_bytes()).as_ref())
+            uid_from(seed.as_bytes())
         }
     };
     pod.metadata.uid = Some(uid.clone());
@@ -256,13 +255,6 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .as_ref()
         .and_then(|a| a.get(key))
         .map(String::as_str)
-}
-
-fn full_name(pod: &Pod) -> (String, String) {
-    (
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        pod.metadata.name.clone().unwrap_or_default(),
-    )
 }
 
 impl MirrorPods {

@@ -9,6 +9,15 @@ use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use tokio::time::Instant;
 
+/// `<namespace>/<name>`, as errors and logs name a pod.
+pub(crate) fn full_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
 /// Which list of the pod spec a container comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContainerKind {

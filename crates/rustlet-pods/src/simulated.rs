@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::runtime::{
     ContainerInstance, ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus,
-    Sandbox,
+    Sandbox, full_name,
 };
 
 /// Annotation: seconds after which every regular container exits.
@@ -86,14 +86,6 @@ pub struct SimulatedRuntime {
     config: SimulatedConfig,
     state: Mutex<State>,
     epoch: (Instant, Timestamp),
-}
-
-fn full_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// The exit the annotations ask for: `Ok(None)` when the containers do not exit by themselves.

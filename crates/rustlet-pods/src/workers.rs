@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::runtime::{ContainerKind, InstanceState, Runtime, RuntimePodStatus};
+use crate::runtime::{ContainerKind, InstanceState, Runtime, RuntimePodStatus, full_name};
 use crate::status::{StatusInput, WaitingReason, generate_api_status};
 
 /// Where a pod is in its lifecycle (upstream `podSyncStatus`'s `WorkType` plus `finished`).
@@ -194,14 +194,6 @@ struct Shared {
     config: PodWorkersConfig,
 }
 
-fn full_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 fn api_phase_terminal(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -260,7 +252,8 @@ impl PodWorkers {
                         // Only what a worker acts on wakes it: not the status writes this agent
                         // makes itself (each comes back through the watch).
                         tx.send_if_modified(|current| {
-                            let wake = current.as_ref().is_none_or(|c| matters(c, &pod));
+                            let same = current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &pod));
+                            let wake = !same && current.as_ref().is_none_or(|c| matters(c, &pod));
                             if wake
                                 && current.as_ref().is_some_and(|c| {
                                     c.metadata.deletion_timestamp != pod.metadata.deletion_timestamp
@@ -268,7 +261,7 @@ impl PodWorkers {
                             {
                                 volumes_changed = true;
                             }
-                            if !current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &pod)) {
+                            if !same {
                                 *current = Some(pod.clone());
                             }
                             wake

@@ -28,7 +28,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::store::{DeleteOptions, Deleted, Kind, ObjectRef, Store, StoreError, uid_from};
+use super::store::{
+    DeleteOptions, Deleted, Kind, ObjectRef, Store, StoreError, random_uid, uid_from,
+};
 
 /// How often [`DirectorySync::run`] looks at the directory.
 pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
@@ -189,28 +191,6 @@ enum Applied1 {
     Changed,
     /// The old incarnation is still terminating.
     Waiting,
-}
-
-/// A random (version 4) UUID, as the API server gives a new object.
-fn random_uid() -> String {
-    use ring::rand::SecureRandom;
-    let mut bytes = [0u8; 16];
-    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
-        // No system randomness: a UID unique to this moment and process still.
-        let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
-        return uid_from(seed.as_bytes());
-    }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
 }
 
 /// What one [`DirectorySync::sync`] did.

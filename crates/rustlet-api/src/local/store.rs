@@ -403,6 +403,18 @@ fn now_string(clock: &dyn Clock) -> String {
         .to_string()
 }
 
+/// Gives `object` this status, or none.
+fn set_status(object: &mut Value, status: Option<&Value>) {
+    match status {
+        Some(status) => object["status"] = status.clone(),
+        None => {
+            if let Some(o) = object.as_object_mut() {
+                o.remove("status");
+            }
+        }
+    }
+}
+
 fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !object["metadata"].is_object() {
         object["metadata"] = json!({});
@@ -416,13 +428,9 @@ fn field<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
     object.pointer(pointer).and_then(Value::as_str)
 }
 
-/// A UID made from `seed` in the API's textual form (8-4-4-4-12 hex digits).
-pub fn uid_from(seed: &[u8]) -> String {
-    let hash = digest(&SHA256, seed);
-    let hex: String = hash.as_ref()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+/// 16 bytes in the API's textual UID form (8-4-4-4-12 hex digits).
+fn uuid_text(bytes: &[u8]) -> String {
+    let hex: String = bytes[..16].iter().map(|b| format!("{b:02x}")).collect();
     format!(
         "{}-{}-{}-{}-{}",
         &hex[..8],
@@ -431,6 +439,25 @@ pub fn uid_from(seed: &[u8]) -> String {
         &hex[16..20],
         &hex[20..]
     )
+}
+
+/// A UID made from `seed` in the API's textual form (8-4-4-4-12 hex digits).
+pub fn uid_from(seed: &[u8]) -> String {
+    uuid_text(digest(&SHA256, seed).as_ref())
+}
+
+/// A random (version 4) UUID, as the API server gives a new object.
+pub fn random_uid() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        // No system randomness: a UID unique to this moment and process still.
+        let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+        return uid_from(seed.as_bytes());
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    uuid_text(&bytes)
 }
 
 impl Store {
@@ -691,14 +718,7 @@ impl Store {
             .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
         Self::check(&reference, stored, &preconditions)?;
         let mut updated = stored.clone();
-        match object.get("status") {
-            Some(status) => updated["status"] = status.clone(),
-            None => {
-                if let Some(o) = updated.as_object_mut() {
-                    o.remove("status");
-                }
-            }
-        }
+        set_status(&mut updated, object.get("status"));
         if updated == *stored {
             return Ok(updated);
         }
@@ -754,14 +774,7 @@ impl Store {
                 let mut patched = stored.clone();
                 json_patch::patch(&mut patched, &ops)
                     .map_err(|e| StoreError::Invalid(format!("the JSON patch failed: {e}")))?;
-                match patched.get("status") {
-                    Some(status) => object["status"] = status.clone(),
-                    None => {
-                        if let Some(o) = object.as_object_mut() {
-                            o.remove("status");
-                        }
-                    }
-                }
+                set_status(&mut object, patched.get("status"));
             }
             PatchKind::StrategicMerge | PatchKind::Merge => {
                 if let Some(status_patch) = patch.get("status") {

@@ -347,3 +347,69 @@ fn api_faults_delay_but_never_corrupt_the_final_statuses() {
 fn mounts_under_root_are_gone(root: &std::path::Path) -> bool {
     crate::harness::mounts_under(root).is_empty()
 }
+
+/// A restart in kube mode (issue 10 item 11, V74 and V13): the reconstructed volumes wait for
+/// the Node read from the API server before anything is unmounted; then a pod force-deleted
+/// while the agent was down loses its tmpfs and directory, and a pod still bound keeps its
+/// data.
+#[test]
+fn a_restart_reads_the_node_status_then_adopts_or_tears_down() {
+    let Some(cluster) = Cluster::new("kube_mode_restart_reads_the_node_status") else {
+        return;
+    };
+    let (rt, store, root) = (&cluster.rt, &cluster.store, &cluster.root);
+    let agent = cluster.start(None, &[]);
+    let api = cluster.pods("default");
+    let mut uids = Vec::new();
+    for name in ["keep", "gone"] {
+        let created = rt
+            .block_on(api.create(&PostParams::default(), &pod(name, "node-a")))
+            .unwrap();
+        uids.push(created.metadata.uid.unwrap());
+    }
+    for name in ["keep", "gone"] {
+        let reference = ObjectRef::new(Kind::Pod, "default", name);
+        agent.wait_for("Running in the API", || {
+            let stored = store.get(&reference).ok()?;
+            (stored["status"]["phase"] == "Running").then_some(())
+        });
+    }
+    let volume = |uid: &str| {
+        root.join(format!(
+            "pods/{uid}/volumes/kubernetes.io~empty-dir/scratch"
+        ))
+    };
+    std::fs::write(volume(&uids[0]).join("data"), "survives").unwrap();
+    assert_eq!(crate::harness::mounts_under(root).len(), 2);
+    agent.kill9();
+
+    // Force-deleted while no agent runs.
+    rt.block_on(api.delete(
+        "gone",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    ))
+    .unwrap();
+    let agent = cluster.start(None, &[]);
+    agent.wait_for("the force-deleted pod's tmpfs and directory gone", || {
+        (!root.join("pods").join(&uids[1]).exists()).then_some(())
+    });
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    // Only a reconstruction with volumes (the second agent's) logs this.
+    assert!(
+        log.contains("reconstructed volumes updated from the node status"),
+        "the node status was read after the restart"
+    );
+    assert_eq!(
+        std::fs::read_to_string(volume(&uids[0]).join("data")).unwrap(),
+        "survives"
+    );
+    assert_eq!(
+        crate::harness::mounts_under(root),
+        [volume(&uids[0]).to_string_lossy()],
+        "the kept pod's tmpfs, once"
+    );
+    assert!(agent.terminate().success());
+}

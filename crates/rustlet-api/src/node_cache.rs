@@ -77,6 +77,18 @@ impl NodeStatus for NodeCache {
             })
             .collect()
     }
+
+    fn observed_volumes_attached(&self) -> Option<Vec<AttachedToNode>> {
+        if self
+            .node
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+        {
+            return None;
+        }
+        Some(self.volumes_attached())
+    }
 }
 
 #[cfg(test)]
@@ -88,6 +100,11 @@ mod tests {
     fn volumes_attached_come_from_the_node_status() {
         let cache = NodeCache::new();
         assert!(cache.volumes_attached().is_empty());
+        assert_eq!(
+            cache.observed_volumes_attached(),
+            None,
+            "not read yet (V74)"
+        );
         let node = Node {
             status: Some(K8sNodeStatus {
                 volumes_attached: Some(vec![AttachedVolume {
@@ -108,8 +125,10 @@ mod tests {
                 device_path: "/dev/xvdb".into()
             }]
         );
+        assert_eq!(cache.observed_volumes_attached().map(|v| v.len()), Some(1));
         cache.apply(watcher::Event::Delete(node));
         assert!(cache.volumes_attached().is_empty());
+        assert_eq!(cache.observed_volumes_attached(), None);
     }
 
     #[tokio::test]

@@ -91,6 +91,11 @@ impl OperationExecutor {
         self
     }
 
+    /// The node status view attach checks read.
+    pub fn node_status(&self) -> &Arc<dyn NodeStatus> {
+        &self.node
+    }
+
     /// Records operation durations into these metrics.
     pub fn with_metrics(mut self, metrics: VolumeMetrics) -> Self {
         self.metrics = metrics;

@@ -252,15 +252,22 @@ impl VolumeManager {
     /// not change: no populator pass needed).
     fn reconcile_once(&self) {
         self.reconciler.reconcile();
-        if self.populator.has_added_pods().load(Ordering::Acquire) {
+        if self.populator.has_added_pods().load(Ordering::Acquire)
+            && !self.reconciler.waits_for_node_status()
+        {
             self.synced.store(true, Ordering::Release);
         }
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// V69: rebuilds the actual state from the pod directories (before the first pass).
+    /// V69: rebuilds the actual state from the pod directories (before the first pass). The
+    /// reconstructed volumes then wait for the node status (V74): no unmount, and no
+    /// `volumesInUse` (V13), until it has been read.
     pub fn reconstruct(&self) -> ReconstructReport {
-        reconstruct(&self.asw, &self.plugins, &self.host)
+        let report = reconstruct(&self.asw, &self.plugins, &self.host);
+        self.reconciler
+            .add_volumes_needing_node_status(report.volume_names.iter().cloned());
+        report
     }
 
     /// V80: removes the directories of pods that are gone and have nothing mounted. Runs on
@@ -368,7 +375,8 @@ impl VolumeManager {
             .set_totals("actual_state_of_world", self.asw.volume_counts_by_plugin());
     }
 
-    /// V13: the reconciler has run with a complete desired state.
+    /// V13: the reconciler has run with a complete desired state, and the reconstructed volumes
+    /// were checked against the node status (V74).
     pub fn reconciler_states_has_been_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }

@@ -14,8 +14,15 @@ pub struct AttachedToNode {
 
 /// The node's view of attached volumes.
 pub trait NodeStatus: Send + Sync {
-    /// `status.volumesAttached` of the node, as last seen.
+    /// `status.volumesAttached` of the node, as last seen (empty when never seen).
     fn volumes_attached(&self) -> Vec<AttachedToNode>;
+
+    /// `status.volumesAttached`, or `None` while the node has not been read yet (upstream: the
+    /// GET of the Node failed, try again on the next pass). Reconstruction waits for this before
+    /// anything is unmounted (V74). A node agent with no API server reads an empty list at once.
+    fn observed_volumes_attached(&self) -> Option<Vec<AttachedToNode>> {
+        Some(self.volumes_attached())
+    }
 }
 
 /// A node with nothing attached (an agent with no attach/detach controller).

@@ -254,6 +254,11 @@ impl PluginManager {
         Self { plugins }
     }
 
+    /// Adds a plugin (an agent's own, next to the built-in ones).
+    pub fn register(&mut self, plugin: Arc<dyn VolumePlugin>) {
+        self.plugins.push(plugin);
+    }
+
     /// The one plugin that serves `spec` (upstream `FindPluginBySpec`).
     pub fn find_by_spec(&self, spec: &VolumeSpec) -> Result<Arc<dyn VolumePlugin>, PluginError> {
         let mut matches = self.plugins.iter().filter(|p| p.can_support(spec));

@@ -1,11 +1,14 @@
 //! The reconciler (upstream `reconciler/reconciler.go`, V42-V47): one pass brings the actual
 //! state toward the desired state, in upstream's order: unmount what is no longer desired,
-//! attach-wait or mount what is, then drop volumes no pod uses.
+//! attach-wait or mount what is, then drop volumes no pod uses. After a restart, nothing is
+//! unmounted until the reconstructed volumes were checked against the node status (V74).
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tracing::debug;
+use rustlet_core::UniqueVolumeName;
+use tracing::{debug, info};
 
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, PodVolumeState};
 use crate::executor::{ExecError, OperationExecutor};
@@ -35,6 +38,9 @@ pub struct Reconciler {
     /// (desired generation, actual generation, sources ready) after the last pass that found
     /// nothing to do and met no obstacle: while they are unchanged, a pass has nothing to do.
     idle_at: Mutex<Option<(u64, u64, bool)>>,
+    /// V74 (`volumesNeedUpdateFromNodeStatus`): reconstructed volumes whose attachability and
+    /// device path wait for a read of the node status. While any wait, nothing is unmounted.
+    needs_node_status: Mutex<BTreeSet<UniqueVolumeName>>,
 }
 
 fn log_start_error(what: &str, err: &ExecError) {
@@ -59,7 +65,69 @@ impl Reconciler {
             executor,
             sources_ready,
             idle_at: Mutex::new(None),
+            needs_node_status: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// V74: these reconstructed volumes wait for the node status before anything is unmounted.
+    pub fn add_volumes_needing_node_status(
+        &self,
+        names: impl IntoIterator<Item = UniqueVolumeName>,
+    ) {
+        self.needs_node_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(names);
+    }
+
+    /// V74: some reconstructed volumes still wait for the node status (so V13's synced gate is
+    /// closed and unmounts are held back).
+    pub fn waits_for_node_status(&self) -> bool {
+        !self
+            .needs_node_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// V74 (`updateReconstructedFromNodeStatus`): a volume listed in `volumesAttached` gets its
+    /// device path and is attachable, the others are not; then the list is cleared. While the
+    /// node has not been read, the list stays and the next pass tries again. Returns whether
+    /// volumes still wait.
+    fn update_reconstructed_from_node_status(&self) -> bool {
+        let mut waiting = self
+            .needs_node_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if waiting.is_empty() {
+            return false;
+        }
+        let Some(attached) = self.executor.node_status().observed_volumes_attached() else {
+            debug!(
+                volumes = waiting.len(),
+                "reconstructed volumes wait for the node status"
+            );
+            return true;
+        };
+        for name in waiting.iter() {
+            match attached.iter().find(|a| a.name == *name) {
+                Some(a) => {
+                    self.asw
+                        .update_reconstructed_device_path(name, &a.device_path);
+                    self.asw
+                        .update_reconstructed_volume_attachability(name, true);
+                }
+                None => self
+                    .asw
+                    .update_reconstructed_volume_attachability(name, false),
+            }
+        }
+        info!(
+            volumes = waiting.len(),
+            "reconstructed volumes updated from the node status"
+        );
+        waiting.clear();
+        false
     }
 
     /// One pass (V42). When neither state changed since a pass that found nothing to do, the
@@ -82,6 +150,14 @@ impl Reconciler {
     pub fn full_pass(&self, ready: bool) -> (PassReport, bool) {
         let mut report = PassReport::default();
         let mut clean = true;
+        // V42 steps 1 and 5. Better than upstream: the node status is read before this pass's
+        // mounts, so a reconstructed attachable volume still desired is mounted with the device
+        // path the node reports instead of an empty one (a failed WaitForAttach and a back-off).
+        let waiting = self.update_reconstructed_from_node_status();
+        let ready = ready && !waiting;
+        if waiting {
+            clean = false;
+        }
         if ready {
             // V43: mounted or uncertain, and no longer desired. Lock order: each phase holds one
             // cache's read view while the other iterates; only this single reconciler thread
@@ -123,6 +199,14 @@ impl Reconciler {
                 state = self
                     .asw
                     .pod_exists_in_volume(&volume.pod_name, &volume.volume_name);
+            }
+            if waiting
+                && volume.plugin_is_attachable
+                && self
+                    .asw
+                    .is_volume_reconstructed(&volume.volume_name, &volume.pod_name)
+            {
+                continue; // its device path is not known yet
             }
             let (remount, device_path) = match state {
                 PodVolumeState::NotMounted { device_path }

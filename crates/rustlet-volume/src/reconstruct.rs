@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustlet_core::{PodUid, UniquePodName};
+use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
 use rustlet_mount::remove_all_one_filesystem;
 use tracing::{info, warn};
 
@@ -38,6 +38,10 @@ pub struct ReconstructReport {
     /// Volumes that could not be rebuilt (no plugin, no spec): upstream
     /// `volumesFailedReconstruction`.
     pub failed: Vec<PodVolumeDir>,
+    /// The unique names of the reconstructed volumes: upstream
+    /// `volumesNeedUpdateFromNodeStatus` (V74), read against the node status before anything
+    /// is unmounted.
+    pub volume_names: BTreeSet<UniqueVolumeName>,
 }
 
 fn read_dir_names(dir: &Path) -> Vec<String> {
@@ -85,7 +89,7 @@ pub fn reconstruct(
         if asw.volume_exists_with_spec_name(&pod_name, &dir.spec_name) {
             continue; // V71
         }
-        let rebuilt = (|| -> Result<(), String> {
+        let rebuilt = (|| -> Result<UniqueVolumeName, String> {
             let plugin = plugins
                 .find_by_name(&dir.plugin_name)
                 .ok_or_else(|| format!("no volume plugin {}", dir.plugin_name))?;
@@ -96,20 +100,36 @@ pub fn reconstruct(
                 unique_volume_name(plugin.as_ref(), &spec, &pod_name).map_err(|e| e.to_string())?;
             asw.add_attach_uncertain_reconstructed_volume(volume_name.clone(), &spec, "")
                 .map_err(|e| e.to_string())?;
+            // V73: the global mount may exist too; UnmountDevice (or MountDevice again, which is
+            // idempotent) settles it. The device path comes from the node status (V74).
+            if plugin.is_device_mountable() || plugin.is_attachable() {
+                let device = plugin.new_device_mounter(host).map_err(|e| e.to_string())?;
+                let device_mount_path =
+                    device.device_mount_path(&spec).map_err(|e| e.to_string())?;
+                asw.mark_device_as_uncertain(
+                    &volume_name,
+                    "",
+                    &device_mount_path.to_string_lossy(),
+                )
+                .map_err(|e| e.to_string())?;
+            }
             asw.check_and_mark_volume_as_uncertain_via_reconstruction(MarkVolumeOpts {
                 pod_name: pod_name.clone(),
                 pod_uid: dir.pod_uid.clone(),
-                volume_name,
+                volume_name: volume_name.clone(),
                 spec,
                 outer_volume_spec_name: dir.spec_name.clone(),
                 volume_gid: None,
                 state: VolumeMountState::Uncertain,
             })
             .map_err(|e| e.to_string())?;
-            Ok(())
+            Ok(volume_name)
         })();
         match rebuilt {
-            Ok(()) => report.reconstructed.push(dir),
+            Ok(volume_name) => {
+                report.volume_names.insert(volume_name);
+                report.reconstructed.push(dir);
+            }
             Err(err) => {
                 warn!(path = %dir.path.display(), "Could not construct volume information: {err}");
                 report.failed.push(dir);

@@ -398,6 +398,8 @@ pub struct AttachCalls {
     pub set_up: AtomicUsize,
     /// TearDown calls.
     pub tear_down: AtomicUsize,
+    /// The device path of the last WaitForAttach.
+    pub waited_for: Mutex<String>,
 }
 
 impl AttachCalls {
@@ -417,16 +419,54 @@ impl AttachCalls {
 /// A test-only attachable, device-mountable plugin for PersistentVolumes (upstream's
 /// `FakeVolumePlugin` in its attachable role). MountDevice binds a fake device directory
 /// `<root>/fake-devices/<pv>` onto the global path; SetUp binds the global path into the pod.
+///
+/// [`FakeDeviceKind::DeviceMountable`] makes it a device-mountable plugin that is not attachable
+/// (upstream's local volume plugin): it serves the PVs with a `local` source, the attachable kind
+/// the others, so both can be registered together.
 #[derive(Clone, Debug, Default)]
 pub struct FakeAttachablePlugin {
     /// Calls made through it.
     pub calls: Arc<AttachCalls>,
+    /// Which kind of plugin it is.
+    pub kind: FakeDeviceKind,
+}
+
+/// The kinds of the fake device plugin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FakeDeviceKind {
+    /// Attachable and device-mountable (named [`FAKE_ATTACHABLE`]).
+    #[default]
+    Attachable,
+    /// Device-mountable only (named [`FAKE_DEVICE_MOUNTABLE`]).
+    DeviceMountable,
+}
+
+impl FakeAttachablePlugin {
+    /// The device-mountable, not attachable, kind.
+    pub fn device_mountable() -> Self {
+        Self {
+            kind: FakeDeviceKind::DeviceMountable,
+            ..Self::default()
+        }
+    }
+}
+
+/// A PV the device-mountable kind serves (it has a `local` source).
+pub fn local_persistent(name: &str) -> VolumeSpec {
+    let mut spec = persistent(name);
+    if let VolumeSpec::Persistent { pv, .. } = &mut spec {
+        pv.spec.get_or_insert_default().local = Some(Default::default());
+    }
+    spec
 }
 
 /// The fake attachable plugin's name.
 pub const FAKE_ATTACHABLE: &str = "kubernetes.io/fake-attachable";
+/// The fake device-mountable plugin's name.
+pub const FAKE_DEVICE_MOUNTABLE: &str = "kubernetes.io/fake-device-mountable";
 
 struct FakeDevice {
+    plugin: &'static str,
     host: VolumeHost,
     calls: Arc<AttachCalls>,
 }
@@ -438,6 +478,7 @@ impl crate::plugin::DeviceMounter for FakeDevice {
         device_path: &str,
     ) -> Result<String, VolumeError> {
         self.calls.wait_for_attach.fetch_add(1, Ordering::SeqCst);
+        device_path.clone_into(&mut self.calls.waited_for.lock().unwrap());
         if device_path.is_empty() {
             return Err(VolumeError::Final("no device path".into()));
         }
@@ -445,9 +486,7 @@ impl crate::plugin::DeviceMounter for FakeDevice {
     }
 
     fn device_mount_path(&self, spec: &VolumeSpec) -> Result<PathBuf, VolumeError> {
-        Ok(self
-            .host
-            .plugin_global_mount_dir(FAKE_ATTACHABLE, spec.name()))
+        Ok(self.host.plugin_global_mount_dir(self.plugin, spec.name()))
     }
 
     fn mount_device(
@@ -533,17 +572,30 @@ impl VolumeUnmounter for FakeAttachedVolume {
     }
 }
 
+impl FakeAttachablePlugin {
+    fn plugin_name(&self) -> &'static str {
+        match self.kind {
+            FakeDeviceKind::Attachable => FAKE_ATTACHABLE,
+            FakeDeviceKind::DeviceMountable => FAKE_DEVICE_MOUNTABLE,
+        }
+    }
+}
+
 impl VolumePlugin for FakeAttachablePlugin {
     fn name(&self) -> &str {
-        FAKE_ATTACHABLE
+        self.plugin_name()
     }
 
     fn can_support(&self, spec: &VolumeSpec) -> bool {
-        matches!(spec, VolumeSpec::Persistent { .. })
+        let VolumeSpec::Persistent { pv, .. } = spec else {
+            return false;
+        };
+        let local = pv.spec.as_ref().is_some_and(|s| s.local.is_some());
+        local == (self.kind == FakeDeviceKind::DeviceMountable)
     }
 
     fn is_attachable(&self) -> bool {
-        true
+        self.kind == FakeDeviceKind::Attachable
     }
 
     fn is_device_mountable(&self) -> bool {
@@ -555,6 +607,7 @@ impl VolumePlugin for FakeAttachablePlugin {
         host: &VolumeHost,
     ) -> Result<Box<dyn crate::plugin::DeviceMounter>, PluginError> {
         Ok(Box::new(FakeDevice {
+            plugin: self.plugin_name(),
             host: host.clone(),
             calls: self.calls.clone(),
         }))
@@ -568,11 +621,23 @@ impl VolumePlugin for FakeAttachablePlugin {
     ) -> Result<Box<dyn VolumeMounter>, PluginError> {
         let uid = PodUid::of(pod);
         Ok(Box::new(FakeAttachedVolume {
-            pod_dir: host.pod_volume_dir(&uid, FAKE_ATTACHABLE, spec.name()),
-            global: host.plugin_global_mount_dir(FAKE_ATTACHABLE, spec.name()),
+            pod_dir: host.pod_volume_dir(&uid, self.plugin_name(), spec.name()),
+            global: host.plugin_global_mount_dir(self.plugin_name(), spec.name()),
             host: host.clone(),
             calls: self.calls.clone(),
         }))
+    }
+
+    fn construct_volume_spec(
+        &self,
+        inner_name: &str,
+        _mount_path: &std::path::Path,
+        _host: &VolumeHost,
+    ) -> Result<VolumeSpec, PluginError> {
+        Ok(match self.kind {
+            FakeDeviceKind::Attachable => persistent(inner_name),
+            FakeDeviceKind::DeviceMountable => local_persistent(inner_name),
+        })
     }
 
     fn new_unmounter(
@@ -582,29 +647,49 @@ impl VolumePlugin for FakeAttachablePlugin {
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
         Ok(Box::new(FakeAttachedVolume {
-            pod_dir: host.pod_volume_dir(pod_uid, FAKE_ATTACHABLE, inner_name),
-            global: host.plugin_global_mount_dir(FAKE_ATTACHABLE, inner_name),
+            pod_dir: host.pod_volume_dir(pod_uid, self.plugin_name(), inner_name),
+            global: host.plugin_global_mount_dir(self.plugin_name(), inner_name),
             host: host.clone(),
             calls: self.calls.clone(),
         }))
     }
 }
 
-/// A node status whose attached volumes a test sets.
-#[derive(Debug, Default)]
+/// A node status whose attached volumes a test sets: read, with nothing attached, by default.
+#[derive(Debug)]
 pub struct FakeNodeStatus {
-    attached: Mutex<Vec<crate::node::AttachedToNode>>,
+    /// `None` while the node has not been read.
+    attached: Mutex<Option<Vec<crate::node::AttachedToNode>>>,
+}
+
+impl Default for FakeNodeStatus {
+    fn default() -> Self {
+        Self {
+            attached: Mutex::new(Some(Vec::new())),
+        }
+    }
 }
 
 impl FakeNodeStatus {
-    /// Replaces `volumesAttached`.
+    /// A node not read yet (the agent's node watch has not listed it).
+    pub fn unseen() -> Self {
+        Self {
+            attached: Mutex::new(None),
+        }
+    }
+
+    /// Replaces `volumesAttached` (the node is now read).
     pub fn set(&self, attached: Vec<crate::node::AttachedToNode>) {
-        *self.attached.lock().unwrap() = attached;
+        *self.attached.lock().unwrap() = Some(attached);
     }
 }
 
 impl crate::node::NodeStatus for FakeNodeStatus {
     fn volumes_attached(&self) -> Vec<crate::node::AttachedToNode> {
+        self.attached.lock().unwrap().clone().unwrap_or_default()
+    }
+
+    fn observed_volumes_attached(&self) -> Option<Vec<crate::node::AttachedToNode>> {
         self.attached.lock().unwrap().clone()
     }
 }

@@ -28,6 +28,7 @@ use rustlet_status::{
 };
 use rustlet_volume::events::EventRecorder;
 use rustlet_volume::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps};
+use rustlet_volume::node::{NodeStatus, NothingAttached};
 use rustlet_volume::plugins::builtin_plugins;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinHandle;
@@ -186,7 +187,14 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         Some(_) => PodCache::with_static_source(),
         None => PodCache::new(),
     });
-    let nodes = Arc::new(NodeCache::new());
+    // Cluster mode: `volumesAttached` from a watch of this Node, which reconstruction reads
+    // before anything is unmounted (V74). Local mode has no attach/detach controller: nothing
+    // is attached, and reconstructed volumes need not wait.
+    let nodes = api.registrar.is_some().then(|| Arc::new(NodeCache::new()));
+    let node_status: Arc<dyn NodeStatus> = match &nodes {
+        Some(nodes) => nodes.clone(),
+        None => Arc::new(NothingAttached),
+    };
     let lifecycles = Arc::new(PodLifecycles::new());
     let runtime = match config.runtime {
         RuntimeKind::Simulated => Arc::new(SimulatedRuntime::new(SimulatedConfig {
@@ -204,7 +212,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             mounter: Arc::new(rustlet_mount::LinuxMounter::new()),
             plugins: builtin_plugins(),
             events: api.events.clone(),
-            node: nodes.clone(),
+            node: node_status,
         },
         VolumeManagerConfig::new(&config.root_dir),
     ));
@@ -240,10 +248,18 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         let task = tokio::spawn(async move { pods.run(&backend, &node).await });
         tasks.push(supervise("the pod watch", &health, &cancel, task));
     }
-    {
+    if let Some(nodes) = &nodes {
         let (nodes, backend, node) = (nodes.clone(), api.backend.clone(), config.node_name.clone());
+        let mut changes = nodes.subscribe();
         let task = tokio::spawn(async move { nodes.run(&backend, &node).await });
         tasks.push(supervise("the node watch", &health, &cancel, task));
+        // A change of the node status wakes the volume manager (attach waits, V74).
+        let volumes = volumes.clone();
+        tasks.push(tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                volumes.node_status_updated();
+            }
+        }));
     }
     if let Some(dir) = &config.pod_manifest_path {
         let source = StaticPodSource::new(dir, &config.node_name);
@@ -338,6 +354,15 @@ async fn report_volumes_in_use(
 ) {
     let mut last: Option<Vec<String>> = None;
     loop {
+        // V13: not before the reconciler synced (after a restart, the reconstructed volumes
+        // were checked against the node status): an empty list could let the attach/detach
+        // controller detach a volume that is still mounted.
+        if !volumes.reconciler_states_has_been_synced() {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+            }
+        }
         let mut in_use: Vec<String> = volumes
             .get_volumes_in_use()
             .iter()

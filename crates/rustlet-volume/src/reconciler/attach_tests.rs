@@ -1,5 +1,6 @@
 //! The attach path: upstream `reconciler_test.go` controller-attach cases, with the fake
-//! attachable plugin and the fake mounter.
+//! attachable plugin and the fake mounter; and a restart with attachable and device-mountable
+//! volumes mounted (V73-V75).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -8,29 +9,48 @@ use rustlet_core::{UniquePodName, UniqueVolumeName};
 use rustlet_mount::fake::FakeMounter;
 
 use super::{PassReport, Reconciler};
+use crate::cache::Attachability;
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, DeviceMountState, PodVolumeState};
 use crate::executor::OperationExecutor;
 use crate::node::AttachedToNode;
 use crate::operations::OperationKey;
 use crate::plugin::{PluginManager, VolumeHost};
-use crate::testing::{FakeAttachablePlugin, FakeNodeStatus, FakeRecorder, persistent, pod};
+use crate::reconstruct::reconstruct;
+use crate::testing::{
+    FakeAttachablePlugin, FakeNodeStatus, FakeRecorder, local_persistent, persistent, pod,
+};
 
 struct World {
-    _root: tempfile::TempDir,
+    root: Arc<tempfile::TempDir>,
     dsw: Arc<DesiredStateOfWorld>,
     asw: Arc<ActualStateOfWorld>,
     executor: Arc<OperationExecutor>,
     reconciler: Reconciler,
+    /// The attachable (and device-mountable) plugin.
     plugin: FakeAttachablePlugin,
+    /// The device-mountable, not attachable, plugin.
+    local: FakeAttachablePlugin,
     node: Arc<FakeNodeStatus>,
     mounter: FakeMounter,
 }
 
 fn world() -> World {
-    let root = tempfile::tempdir().unwrap();
+    world_on(
+        Arc::new(tempfile::tempdir().unwrap()),
+        FakeMounter::new(),
+        Arc::new(FakeNodeStatus::default()),
+    )
+}
+
+/// A fresh agent's caches over this root and mount table (what a restart keeps).
+fn world_on(
+    root: Arc<tempfile::TempDir>,
+    mounter: FakeMounter,
+    node: Arc<FakeNodeStatus>,
+) -> World {
     let plugin = FakeAttachablePlugin::default();
-    let plugins = PluginManager::new(vec![Arc::new(plugin.clone())]);
-    let mounter = FakeMounter::new();
+    let local = FakeAttachablePlugin::device_mountable();
+    let plugins = PluginManager::new(vec![Arc::new(plugin.clone()), Arc::new(local.clone())]);
     let host = VolumeHost {
         root_dir: root.path().to_owned(),
         mounter: Arc::new(mounter.clone()),
@@ -38,7 +58,6 @@ fn world() -> World {
     };
     let dsw = Arc::new(DesiredStateOfWorld::new(plugins.clone()));
     let asw = Arc::new(ActualStateOfWorld::new(plugins.clone()));
-    let node = Arc::new(FakeNodeStatus::default());
     let executor = Arc::new(
         OperationExecutor::new(
             asw.clone(),
@@ -55,12 +74,13 @@ fn world() -> World {
         Arc::new(AtomicBool::new(true)),
     );
     World {
-        _root: root,
+        root,
         dsw,
         asw,
         executor,
         reconciler,
         plugin,
+        local,
         node,
         mounter,
     }
@@ -82,6 +102,41 @@ impl World {
                 "data",
             )
             .unwrap()
+    }
+
+    /// The pod's device-mountable (local PV) volume.
+    fn add_local(&self, pod_uid: &str) -> UniqueVolumeName {
+        self.dsw
+            .add_pod_to_volume(
+                &UniquePodName::new(pod_uid),
+                pod(pod_uid),
+                local_persistent("disk-1"),
+                "disk",
+            )
+            .unwrap()
+    }
+
+    /// The agent dies and a new one starts on the same root, with this view of the node, and
+    /// reconstructs (V69-V73).
+    fn restart(&self, node: FakeNodeStatus) -> World {
+        let w = world_on(self.root.clone(), self.mounter.clone(), Arc::new(node));
+        let host = VolumeHost {
+            root_dir: w.root.path().to_owned(),
+            mounter: Arc::new(w.mounter.clone()),
+            node_allocatable_memory: None,
+        };
+        let report = reconstruct(&w.asw, &self.executor_plugins(), &host);
+        assert!(report.failed.is_empty(), "{report:?}");
+        w.reconciler
+            .add_volumes_needing_node_status(report.volume_names);
+        w
+    }
+
+    fn executor_plugins(&self) -> PluginManager {
+        PluginManager::new(vec![
+            Arc::new(self.plugin.clone()),
+            Arc::new(self.local.clone()),
+        ])
     }
 
     fn attach(&self, volume: &UniqueVolumeName) {
@@ -197,4 +252,142 @@ async fn shared_volume_mounts_the_device_once_and_unmounts_it_after_the_last_pod
     w.pass().await;
     assert_eq!(w.plugin.calls.counts().4, 1);
     assert!(w.asw.attached_volumes().is_empty());
+}
+
+fn attached(w: &World, volume: &UniqueVolumeName) -> crate::cache::AttachedVolume {
+    w.asw
+        .attached_volumes()
+        .into_iter()
+        .find(|v| v.volume_name == *volume)
+        .unwrap()
+}
+
+/// Before the restart: pod p1 has the attachable pv-1 (attached as /dev/fake-1) and the local
+/// disk-1 mounted, each with its global mount.
+fn mounted_world() -> (World, UniqueVolumeName, UniqueVolumeName) {
+    let w = world();
+    let attachable = w.add("p1");
+    let local = w.add_local("p1");
+    w.attach(&attachable);
+    (w, attachable, local)
+}
+
+#[tokio::test(start_paused = true)]
+async fn v73_reconstruction_marks_devices_uncertain_with_their_global_mount_path() {
+    let (w, attachable, local) = mounted_world();
+    assert_eq!(w.pass().await.mounts, 2);
+    let mounts_before = w.mounter.mounts().len();
+    assert_eq!(mounts_before, 4, "two global mounts and two pod mounts");
+    let w2 = w.restart(FakeNodeStatus::unseen());
+    for volume in [&attachable, &local] {
+        let v = attached(&w2, volume);
+        assert_eq!(v.device_state, DeviceMountState::Uncertain, "{volume}");
+        assert_eq!(v.attachability, Attachability::Uncertain, "{volume}");
+        assert_eq!(
+            v.device_path, "",
+            "the device path comes from the node status"
+        );
+        let global = attached(&w, volume).device_mount_path;
+        assert!(!global.is_empty());
+        assert_eq!(v.device_mount_path, global, "{volume}");
+        assert!(matches!(
+            w2.asw
+                .pod_exists_in_volume(&UniquePodName::new("p1"), volume),
+            PodVolumeState::Uncertain { .. }
+        ));
+    }
+    assert!(w2.reconciler.waits_for_node_status());
+}
+
+#[tokio::test(start_paused = true)]
+async fn v74_nothing_is_unmounted_until_the_node_status_is_read() {
+    let (w, attachable, local) = mounted_world();
+    w.pass().await;
+    let before = w.mounter.mounts();
+    // The pod was deleted while the agent was down: nothing desired.
+    let w2 = w.restart(FakeNodeStatus::unseen());
+    for _ in 0..5 {
+        assert_eq!(w2.pass().await, PassReport::default());
+    }
+    assert_eq!(w2.mounter.mounts(), before, "no TearDown, no UnmountDevice");
+    assert_eq!(w2.plugin.calls.counts(), (0, 0, 0, 0, 0));
+    assert!(w2.reconciler.waits_for_node_status());
+
+    // The node is read; the attach/detach controller still lists pv-1 as attached.
+    w2.node.set(vec![AttachedToNode {
+        name: attachable.clone(),
+        device_path: "/dev/fake-1".into(),
+    }]);
+    assert_eq!(w2.pass().await.unmounts, 2);
+    assert!(!w2.reconciler.waits_for_node_status());
+    assert_eq!(
+        attached(&w2, &attachable).attachability,
+        Attachability::Attachable
+    );
+    assert_eq!(attached(&w2, &attachable).device_path, "/dev/fake-1");
+    assert_eq!(
+        attached(&w2, &local).attachability,
+        Attachability::NotAttachable
+    );
+    // The global mounts go too (UnmountDevice of a device-uncertain volume), then the volumes.
+    assert_eq!(w2.pass().await.device_unmounts, 2);
+    assert_eq!(w2.pass().await.detached, 2);
+    assert_eq!(w2.plugin.calls.counts(), (0, 0, 0, 1, 1));
+    assert_eq!(w2.local.calls.counts(), (0, 0, 0, 1, 1));
+    assert!(w2.mounter.mounts().is_empty(), "nothing leaked");
+    assert!(w2.asw.attached_volumes().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn v75_still_desired_attachable_volume_is_mounted_with_the_node_status_device_path() {
+    let (w, attachable, local) = mounted_world();
+    w.pass().await;
+    let before = w.mounter.mounts();
+    let w2 = w.restart(FakeNodeStatus::unseen());
+    // The pod comes back into the desired state.
+    assert_eq!(w2.add("p1"), attachable);
+    assert_eq!(w2.add_local("p1"), local);
+    // The local volume needs no device path: MountDevice (idempotent) and SetUp again.
+    assert_eq!(w2.pass().await.mounts, 1);
+    assert!(matches!(
+        w2.asw
+            .pod_exists_in_volume(&UniquePodName::new("p1"), &local),
+        PodVolumeState::Mounted { .. }
+    ));
+    // The attachable one waits for its device path instead of failing WaitForAttach.
+    assert_eq!(w2.plugin.calls.counts(), (0, 0, 0, 0, 0));
+    assert!(matches!(
+        w2.asw
+            .pod_exists_in_volume(&UniquePodName::new("p1"), &attachable),
+        PodVolumeState::Uncertain { .. }
+    ));
+    w2.node.set(vec![AttachedToNode {
+        name: attachable.clone(),
+        device_path: "/dev/fake-1".into(),
+    }]);
+    assert_eq!(w2.pass().await.mounts, 1);
+    assert_eq!(*w2.plugin.calls.waited_for.lock().unwrap(), "/dev/fake-1");
+    // WaitForAttach, MountDevice again (the device was uncertain), SetUp; nothing torn down.
+    assert_eq!(w2.plugin.calls.counts(), (1, 1, 1, 0, 0));
+    for volume in [&attachable, &local] {
+        assert!(matches!(
+            w2.asw
+                .pod_exists_in_volume(&UniquePodName::new("p1"), volume),
+            PodVolumeState::Mounted { .. }
+        ));
+        assert_eq!(
+            w2.asw.device_state(volume),
+            Some(DeviceMountState::GloballyMounted)
+        );
+    }
+    assert_eq!(attached(&w2, &attachable).device_path, "/dev/fake-1");
+    assert_eq!(
+        attached(&w2, &attachable).attachability,
+        Attachability::Attachable
+    );
+    assert_eq!(
+        w2.mounter.mounts(),
+        before,
+        "adopted: no double mount, none lost"
+    );
 }

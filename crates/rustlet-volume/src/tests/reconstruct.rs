@@ -16,10 +16,13 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::{ActualStateOfWorld, PodVolumeState};
 use crate::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps};
 use crate::mounter::Mounter;
-use crate::plugin::VolumeHost;
+use crate::node::{AttachedToNode, NodeStatus};
+use crate::plugin::{PluginManager, VolumeHost};
 use crate::plugins::builtin_plugins;
 use crate::reconstruct::{OrphanKept, cleanup_orphaned_pod_dirs, reconstruct};
-use crate::testing::{FakePods, FakeRecorder, pod_with_volumes};
+use crate::testing::{
+    FAKE_ATTACHABLE, FakeAttachablePlugin, FakeNodeStatus, FakePods, FakeRecorder, pod_with_volumes,
+};
 
 fn mem(name: &str) -> Volume {
     Volume {
@@ -180,6 +183,20 @@ fn start_with(
     mounter: Arc<dyn Mounter>,
     setup: impl FnOnce(&FakePods),
 ) -> Agent {
+    start_full(
+        root,
+        mounter,
+        (builtin_plugins(), Arc::new(crate::node::NothingAttached)),
+        setup,
+    )
+}
+
+fn start_full(
+    root: &std::path::Path,
+    mounter: Arc<dyn Mounter>,
+    (plugins, node): (PluginManager, Arc<dyn NodeStatus>),
+    setup: impl FnOnce(&FakePods),
+) -> Agent {
     let pods = Arc::new(FakePods::default());
     pods.set_ready(false);
     setup(&pods);
@@ -188,9 +205,9 @@ fn start_with(
         pods: pods.clone(),
         states: pods.clone(),
         mounter,
-        plugins: builtin_plugins(),
+        plugins,
         events: Arc::new(FakeRecorder::default()),
-        node: Arc::new(crate::node::NothingAttached),
+        node,
     };
     let config = VolumeManagerConfig {
         node_allocatable_memory: Some(64 << 20),
@@ -408,6 +425,70 @@ async fn v76_a_volume_that_failed_reconstruction_is_unmounted_and_its_pod_dir_re
         "the pod directory went"
     );
     assert_eq!(agent.manager.metrics().force_cleaned.get(), 1);
+    agent.cancel.cancel();
+    agent.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn v13_v74_after_a_restart_volumes_in_use_and_unmounts_wait_for_the_node_status() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeMounter::new();
+    // Before the restart: pod `old` had the attachable pv-1 mounted through its global mount.
+    let global = root
+        .path()
+        .join("plugins/kubernetes.io/fake-attachable/mounts/pv-1");
+    let pod_dir = root
+        .path()
+        .join("pods/old/volumes/kubernetes.io~fake-attachable/pv-1");
+    for dir in [&global, &pod_dir, &root.path().join("dev")] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    fake.bind(
+        &root.path().join("dev"),
+        &global,
+        rustlet_mount::BindAccess::ReadWrite,
+    )
+    .unwrap();
+    fake.bind(&global, &pod_dir, rustlet_mount::BindAccess::ReadWrite)
+        .unwrap();
+    let plugin = FakeAttachablePlugin::default();
+    let mut plugins = builtin_plugins();
+    plugins.register(Arc::new(plugin.clone()));
+    let node = Arc::new(FakeNodeStatus::unseen());
+    // The pod was deleted while the agent was down.
+    let agent = start_full(
+        root.path(),
+        Arc::new(fake.clone()),
+        (plugins, node.clone()),
+        |pods| pods.set_runtime_removed("old"),
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        !agent.manager.reconciler_states_has_been_synced(),
+        "V13: not synced before the node status is read"
+    );
+    assert_eq!(fake.mounts().len(), 2, "V74: nothing unmounted");
+    assert_eq!(plugin.calls.counts(), (0, 0, 0, 0, 0));
+    assert!(
+        root.path().join("pods/old").exists(),
+        "orphan clean-up waits too"
+    );
+
+    let volume = rustlet_core::UniqueVolumeName::new(format!("{FAKE_ATTACHABLE}/pv-1"));
+    node.set(vec![AttachedToNode {
+        name: volume.clone(),
+        device_path: "/dev/fake-1".into(),
+    }]);
+    agent.manager.node_status_updated();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(agent.manager.reconciler_states_has_been_synced());
+    assert!(fake.mounts().is_empty(), "TearDown and UnmountDevice ran");
+    assert_eq!(plugin.calls.counts(), (0, 0, 0, 1, 1));
+    assert!(
+        agent.manager.get_volumes_in_use().is_empty(),
+        "nothing mounted any more"
+    );
+    assert!(!root.path().join("pods/old").exists());
     agent.cancel.cancel();
     agent.task.await.unwrap();
 }

@@ -200,6 +200,33 @@ fn restart_policies_end_in_their_phases_and_a_crash_loop_counts_restarts() {
             p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
         })
     });
+    let (once, broken) = (agent.pod("once").unwrap(), agent.pod("broken").unwrap());
+    assert!(agent.terminate().success());
+
+    // After a restart the finished pods keep their statuses and are not run again (W2); the
+    // running one starts again (a simulated container does not outlive the agent).
+    let agent = local.start();
+    agent.wait_for("flaky run again and restarted", || {
+        agent
+            .pod("flaky")
+            .filter(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64() >= Some(1))
+    });
+    for before in [&once, &broken] {
+        let name = before["metadata"]["name"].as_str().unwrap();
+        let after = agent.pod(name).unwrap();
+        assert_eq!(
+            after["metadata"]["uid"], before["metadata"]["uid"],
+            "{name}"
+        );
+        assert_eq!(
+            after["status"]["phase"], before["status"]["phase"],
+            "{name}"
+        );
+        assert_eq!(
+            after["status"]["containerStatuses"], before["status"]["containerStatuses"],
+            "{name}: the same finished containers, not a new run"
+        );
+    }
     assert!(agent.terminate().success());
 }
 

@@ -74,23 +74,29 @@ struct Api {
     registrar: Option<Arc<NodeRegistrar>>,
     /// Cluster mode: the client mirror pods are written with.
     client: Option<kube::Client>,
+    /// Local mode: the manifest intake, stopped after the statuses' last flush (its last act
+    /// keeps the finished pods' statuses for the next start).
+    intake: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
-async fn connect(config: &AgentConfig, cancel: &CancellationToken) -> Result<Api> {
+async fn connect(config: &AgentConfig) -> Result<Api> {
     let kube_config = match &config.mode {
         Mode::Local(dir) => {
             let store = Arc::new(Store::default());
             // Pods without a UID of their own keep theirs across restarts through this file,
             // so a restart adopts their mounts.
+            // And finished pods keep their statuses, so a restart does not run them again.
             let mut manifests = DirectorySync::new(dir, &config.node_name, store.clone())
-                .with_uid_state(config.root_dir.join("local-pod-uids.json"))?;
+                .with_uid_state(config.root_dir.join("local-pod-uids.json"))?
+                .with_status_state(config.root_dir.join("local-pod-statuses.json"))?;
             // The first scan before anything reads the store, so the pod source is complete
             // when it says it is ready.
             let report = manifests.sync();
             for error in &report.errors {
                 warn!("{error}");
             }
-            tokio::spawn(manifests.run(cancel.clone()));
+            let stop = CancellationToken::new();
+            let intake = tokio::spawn(manifests.run(stop.clone()));
             return Ok(Api {
                 backend: Backend::Local(store.clone()),
                 status_client: Arc::new(LocalPodStatusClient::new(store.clone())),
@@ -102,6 +108,7 @@ async fn connect(config: &AgentConfig, cancel: &CancellationToken) -> Result<Api
                 )),
                 registrar: None,
                 client: None,
+                intake: Some((stop, intake)),
             });
         }
         Mode::Kubeconfig(path) => {
@@ -143,6 +150,7 @@ async fn connect(config: &AgentConfig, cancel: &CancellationToken) -> Result<Api
         )),
         registrar: Some(registrar),
         client: Some(client),
+        intake: None,
     })
 }
 
@@ -181,7 +189,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("--listen {}", config.listen))?;
-    let api = connect(&config, &cancel).await?;
+    let api = connect(&config).await?;
 
     let pods = Arc::new(match config.pod_manifest_path {
         Some(_) => PodCache::with_static_source(),
@@ -337,6 +345,10 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     cancel.cancel();
     // The status manager flushes within its own deadline; mounts stay for the next start.
     let _ = status_task.await;
+    if let Some((stop, intake)) = api.intake {
+        stop.cancel();
+        let _ = tokio::time::timeout(STOP_GRACE, intake).await;
+    }
     let _ = tokio::time::timeout(STOP_GRACE, server).await;
     for task in tasks {
         task.abort();

@@ -8,6 +8,10 @@
 //!   ([`DirectorySync::with_uid_state`], written atomically), so a restart gives the same pods
 //!   the same UIDs and adopts their mounts; a spec change, or a document removed and restored,
 //!   is a new pod with a new UID. A UID written in the manifest is kept.
+//! * the terminal statuses (`Succeeded`, `Failed`) of the pods are kept in another state file
+//!   ([`DirectorySync::with_status_state`]), as the API server keeps them in etcd: after a
+//!   restart a finished pod comes back with its status, so the pod workers do not run it again
+//!   (W2). Other statuses are not kept: the node agent makes them again from what runs.
 //! * a new incarnation of a pod (another UID under the same name) is created only once the old
 //!   one is gone: the old one is deleted gracefully and the document waits, as a create waits
 //!   for a terminating pod of the same name in the API server (409 until then);
@@ -29,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::store::{
-    DeleteOptions, Deleted, Kind, ObjectRef, Store, StoreError, random_uid, uid_from,
+    DeleteOptions, Deleted, Kind, ObjectRef, Selection, Store, StoreError, random_uid, uid_from,
 };
 
 /// How often [`DirectorySync::run`] looks at the directory.
@@ -80,8 +84,8 @@ pub enum ManifestError {
         /// Why.
         source: Box<StoreError>,
     },
-    /// The UID state file could not be read or written.
-    #[error("UID state {}: {message}", path.display())]
+    /// A state file (UIDs, statuses) could not be read or written.
+    #[error("state file {}: {message}", path.display())]
     State {
         /// The state file.
         path: PathBuf,
@@ -185,6 +189,54 @@ struct UidState {
     dirty: bool,
 }
 
+/// The terminal statuses kept across restarts (see the module doc).
+#[derive(Debug, Default)]
+struct StatusState {
+    path: Option<PathBuf>,
+    /// UID → the pod's terminal status, as last written.
+    saved: BTreeMap<String, Value>,
+    /// The store's resourceVersion when the file was last brought up to date.
+    seen: u64,
+}
+
+/// Reads a JSON state file; an absent one is empty.
+fn read_state<T: serde::de::DeserializeOwned + Default>(
+    path: &Path,
+    what: &str,
+) -> Result<T, ManifestError> {
+    match std::fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
+        Err(e) => Err(ManifestError::State {
+            path: path.to_owned(),
+            message: e.to_string(),
+        }),
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| ManifestError::State {
+            path: path.to_owned(),
+            message: format!("not a map of {what}: {e}"),
+        }),
+    }
+}
+
+/// Writes a JSON state file atomically (a temporary file renamed over it).
+fn write_state(path: &Path, value: &impl serde::Serialize) -> Result<(), ManifestError> {
+    let tmp = path.with_extension("tmp");
+    serde_json::to_vec_pretty(value)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| std::fs::write(&tmp, bytes).map_err(|e| e.to_string()))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()))
+        .map_err(|message| ManifestError::State {
+            path: path.to_owned(),
+            message,
+        })
+}
+
+fn terminal_phase(pod: &Value) -> bool {
+    matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    )
+}
+
 /// What applying one document did.
 enum Applied1 {
     Unchanged,
@@ -215,6 +267,7 @@ pub struct DirectorySync {
     store: Arc<Store>,
     files: BTreeMap<PathBuf, Applied>,
     uids: UidState,
+    statuses: StatusState,
 }
 
 impl std::fmt::Debug for DirectorySync {
@@ -244,6 +297,7 @@ impl DirectorySync {
             store,
             files: BTreeMap::new(),
             uids: UidState::default(),
+            statuses: StatusState::default(),
         }
     }
 
@@ -251,25 +305,38 @@ impl DirectorySync {
     /// after every scan that changes it). A file that cannot be read is reported and replaced.
     pub fn with_uid_state(mut self, path: impl Into<PathBuf>) -> Result<Self, ManifestError> {
         let path = path.into();
-        let uids = match std::fs::read(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => {
-                return Err(ManifestError::State {
-                    path,
-                    message: e.to_string(),
-                });
-            }
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| ManifestError::State {
-                path: path.clone(),
-                message: format!("not a map of UIDs: {e}"),
-            })?,
-        };
+        let uids = read_state(&path, "UIDs")?;
         self.uids = UidState {
             path: Some(path),
             uids,
             dirty: false,
         };
         Ok(self)
+    }
+
+    /// Keeps the terminal statuses of pods in `path` (read now if it exists; written
+    /// atomically after a scan when they changed): a pod created again under a UID found there
+    /// gets its status back.
+    pub fn with_status_state(mut self, path: impl Into<PathBuf>) -> Result<Self, ManifestError> {
+        let path = path.into();
+        let saved = read_state(&path, "pod statuses")?;
+        self.statuses = StatusState {
+            path: Some(path),
+            saved,
+            seen: 0,
+        };
+        Ok(self)
+    }
+
+    /// Creates the object; a pod whose UID has a kept status gets it back.
+    fn create(&self, object: Value) -> Result<(), StoreError> {
+        let mut created = self.store.create(object)?;
+        let uid = created.pointer("/metadata/uid").and_then(Value::as_str);
+        if let Some(status) = uid.and_then(|uid| self.statuses.saved.get(uid)) {
+            created["status"] = status.clone();
+            self.store.update_status(created)?;
+        }
+        Ok(())
     }
 
     /// The UID-state key of a pod document from `file` (relative to the directory).
@@ -330,7 +397,7 @@ impl DirectorySync {
     /// terminating (withdrawn, then restored) waits too.
     fn apply(&self, object: Value, reference: &ObjectRef) -> Result<Applied1, StoreError> {
         let Ok(stored) = self.store.get(reference) else {
-            self.store.create(object)?;
+            self.create(object)?;
             return Ok(Applied1::Changed);
         };
         let is_pod = reference.kind == Kind::Pod;
@@ -347,13 +414,13 @@ impl DirectorySync {
                     ..DeleteOptions::default()
                 };
                 self.store.delete(reference, &replace)?;
-                self.store.create(object)?;
+                self.create(object)?;
                 return Ok(Applied1::Changed);
             }
             return match self.store.delete(reference, &DeleteOptions::default())? {
                 Deleted::Terminating(_) => Ok(Applied1::Waiting),
                 Deleted::Removed(_) => {
-                    self.store.create(object)?;
+                    self.create(object)?;
                     Ok(Applied1::Changed)
                 }
             };
@@ -382,15 +449,40 @@ impl DirectorySync {
         if !self.uids.dirty {
             return;
         }
-        let tmp = path.with_extension("tmp");
-        let written = serde_json::to_vec_pretty(&self.uids.uids)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| std::fs::write(&tmp, bytes).map_err(|e| e.to_string()))
-            .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| e.to_string()));
-        match written {
+        match write_state(&path, &self.uids.uids) {
             Ok(()) => self.uids.dirty = false,
-            Err(message) => report.errors.push(ManifestError::State { path, message }),
+            Err(err) => report.errors.push(err),
         }
+    }
+
+    /// Brings the status state file up to date with the terminal statuses in the store (the
+    /// store is listed only when something was written to it since the last time). Statuses of
+    /// pods no longer in the store are forgotten.
+    fn save_statuses(&mut self, report: &mut SyncReport) {
+        let Some(path) = self.statuses.path.clone() else {
+            return;
+        };
+        let seen = self.store.resource_version();
+        if seen == self.statuses.seen {
+            return;
+        }
+        let (pods, _) = self.store.list(&Selection::all(Kind::Pod));
+        let terminal: BTreeMap<String, Value> = pods
+            .iter()
+            .filter(|pod| terminal_phase(pod))
+            .filter_map(|pod| {
+                let uid = pod.pointer("/metadata/uid")?.as_str()?;
+                Some((uid.to_owned(), pod["status"].clone()))
+            })
+            .collect();
+        if terminal != self.statuses.saved {
+            if let Err(err) = write_state(&path, &terminal) {
+                report.errors.push(err);
+                return;
+            }
+            self.statuses.saved = terminal;
+        }
+        self.statuses.seen = seen;
     }
 
     fn withdraw(&self, reference: &ObjectRef, report: &mut SyncReport) {
@@ -526,16 +618,26 @@ impl DirectorySync {
             self.withdraw(reference, &mut report);
         }
         self.save_uids(&mut report);
+        self.save_statuses(&mut report);
         report
     }
 
-    /// Sync every [`SCAN_INTERVAL`] until cancelled.
+    /// Sync every [`SCAN_INTERVAL`] until cancelled; then the status state file is brought up
+    /// to date one last time (cancel it after the status manager's last flush, so a pod that
+    /// finished just before a shutdown keeps its status).
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(SCAN_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                () = cancel.cancelled() => return,
+                () = cancel.cancelled() => {
+                    let mut report = SyncReport::default();
+                    self.save_statuses(&mut report);
+                    for err in report.errors {
+                        warn!("{err}");
+                    }
+                    return;
+                }
                 _ = tick.tick() => {
                     for err in self.sync().errors {
                         warn!("{err}");

@@ -86,6 +86,79 @@ fn a_corrupt_uid_state_is_a_clear_error() {
     assert!(err.to_string().contains("uids.json"), "{err}");
 }
 
+#[test]
+fn terminal_statuses_come_back_after_a_restart_and_others_do_not() {
+    let (dir, store, sync) = setup();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let (uids, statuses) = (state.join("uids.json"), state.join("statuses.json"));
+    let mut sync = sync
+        .with_uid_state(&uids)
+        .unwrap()
+        .with_status_state(&statuses)
+        .unwrap();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    sync.sync();
+    store
+        .patch_status(&web(), &json!({"status":{"phase":"Running"}}))
+        .unwrap();
+    sync.sync();
+    let restart = || {
+        let store = Arc::new(Store::default());
+        DirectorySync::new(dir.path(), "node-a", store.clone())
+            .with_uid_state(&uids)
+            .unwrap()
+            .with_status_state(&statuses)
+            .unwrap()
+            .sync();
+        store.get(&web()).unwrap()
+    };
+    assert_eq!(
+        restart()["status"]["phase"],
+        "Pending",
+        "a running pod's status is made again by the agent"
+    );
+    let finished = json!({"phase": "Succeeded", "containerStatuses": [{"name": "c", "image": "busybox",
+        "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-12-02T10:00:00Z"}}}]});
+    store
+        .patch_status(&web(), &json!({ "status": finished }))
+        .unwrap();
+    assert!(sync.sync().errors.is_empty());
+    let pod = restart();
+    assert_eq!(pod["status"]["phase"], "Succeeded");
+    assert_eq!(
+        pod["status"]["containerStatuses"],
+        store.get(&web()).unwrap()["status"]["containerStatuses"]
+    );
+    assert_eq!(
+        pod["metadata"]["uid"],
+        store.get(&web()).unwrap()["metadata"]["uid"]
+    );
+    // The pod goes (its manifest removed; a finished pod is deleted at once): its status is
+    // forgotten.
+    std::fs::remove_file(dir.path().join("web.yaml")).unwrap();
+    sync.sync();
+    assert!(store.get(&web()).is_err());
+    let kept: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&statuses).unwrap()).unwrap();
+    assert!(kept.is_empty(), "{kept:?}");
+}
+
+#[test]
+fn a_corrupt_status_state_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("statuses.json");
+    std::fs::write(&state, "[1, 2]").unwrap();
+    let err = DirectorySync::new(dir.path(), "node-a", Arc::new(Store::default()))
+        .with_status_state(&state)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("statuses.json") && err.to_string().contains("pod statuses"),
+        "{err}"
+    );
+}
+
 fn finish(store: &Store) {
     // What the status manager does once the old incarnation is reclaimed.
     let force = DeleteOptions {

@@ -18,7 +18,15 @@
 //! * a pod whose document disappeared gets a `deletionTimestamp` (it is not dropped: the status
 //!   manager deletes it once its volumes are gone); other objects are removed;
 //! * a file that fails to parse is reported with its name and position and skipped: what it
-//!   applied before stays as it was, and no other file is disturbed.
+//!   applied before stays as it was, and no other file is disturbed. YAML is read as the API
+//!   server's reader does, 1.1 octal included (`defaultMode: 0400` is 256);
+//! * a document of a kind the store does not serve (a Service, a Deployment) is reported as
+//!   ignored, by kind and name, and the file's other documents are applied;
+//! * an object that two files (or two documents) provide stays with the one that provided it
+//!   first (a new object: the first file in name order), as the API server answers
+//!   AlreadyExists to a second create; the other is reported as a conflict naming both files,
+//!   and takes over when the first one goes;
+//! * every problem is reported once per file content, and again only when the file changes.
 //!
 //! [`DirectorySync::run`] calls it every 500 ms, so a change is applied within a second.
 
@@ -92,6 +100,32 @@ pub enum ManifestError {
         /// Why.
         message: String,
     },
+    /// A document of a kind local mode does not serve (a Service, a Deployment, ...): the
+    /// file's other documents are applied.
+    #[error("{} document {document}: {kind} {name:?} ignored: local mode does not serve this kind", path.display())]
+    Ignored {
+        /// The file.
+        path: PathBuf,
+        /// 1-based index of the document in the file.
+        document: usize,
+        /// `apiVersion/kind`.
+        kind: String,
+        /// `metadata.name`.
+        name: String,
+    },
+    /// Another file (or an earlier document of the same file) provides the same object: as
+    /// the API server answers AlreadyExists, the first one is kept.
+    #[error("{} document {document}: {reference} already exists: {} provides it", path.display(), other.display())]
+    Conflict {
+        /// The file.
+        path: PathBuf,
+        /// 1-based index of the document in the file.
+        document: usize,
+        /// The object.
+        reference: ObjectRef,
+        /// The file that provides it.
+        other: PathBuf,
+    },
     /// The store refused a write.
     #[error("apply {reference} from {}: {source}", path.display())]
     Apply {
@@ -112,8 +146,23 @@ fn position(line: Option<u64>, column: Option<u64>) -> String {
     }
 }
 
-/// Parse a manifest file's text into its documents (empty documents are skipped).
+/// Parse a manifest file's text into its documents, each of a kind the store serves and named
+/// (empty documents are skipped); any other document fails the file.
 pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError> {
+    let documents = parse_yaml(path, text)?;
+    for (i, document) in documents.iter().enumerate() {
+        Store::reference_of(document).map_err(|source| ManifestError::Invalid {
+            path: path.to_owned(),
+            document: i + 1,
+            source: Box::new(source),
+        })?;
+    }
+    Ok(documents)
+}
+
+/// Parse a manifest file's text into its documents (empty documents are skipped), whatever
+/// their kinds.
+pub fn parse_yaml(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError> {
     let is_json = path.extension().is_some_and(|e| e == "json");
     let documents: Vec<Value> = if is_json {
         serde_json::Deserializer::from_str(text)
@@ -126,7 +175,9 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
                 message: e.to_string(),
             })?
     } else {
-        serde_saphyr::from_multiple::<Value>(text).map_err(|e| {
+        // YAML 1.1 octal (`defaultMode: 0400`), as the API server's YAML reader takes it.
+        let options = serde_saphyr::options! { legacy_octal_numbers: true };
+        serde_saphyr::from_multiple_with_options::<Value>(text, options).map_err(|e| {
             let location = e.location();
             ManifestError::Parse {
                 path: path.to_owned(),
@@ -136,17 +187,51 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
             }
         })?
     };
-    let documents: Vec<Value> = documents.into_iter().filter(|d| !d.is_null()).collect();
-    for (i, document) in documents.iter().enumerate() {
-        Store::reference_of(document).map_err(|source| ManifestError::Invalid {
-            path: path.to_owned(),
-            document: i + 1,
-            source: Box::new(source),
-        })?;
-    }
-    Ok(documents)
+    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
+/// A document of a file, with its 1-based index and the object it names.
+type Doc = (usize, ObjectRef, Value);
+
+/// A changed file read in this scan: its content hash, its stamp and its documents.
+type Fresh = (Vec<u8>, Option<Stamp>, Vec<Doc>);
+
+/// What reading a changed file gave.
+enum Parsed {
+    /// Too large or unreadable: what it applied before stays.
+    Skipped,
+    /// Its documents.
+    Read {
+        hash: Vec<u8>,
+        stamp: Option<Stamp>,
+        /// The documents of kinds the store serves.
+        objects: Vec<Doc>,
+        /// The other documents: ignored kinds, objects without a name.
+        problems: Vec<ManifestError>,
+    },
+}
+
+/// The object a document names, or why it is not applied: a kind the store does not serve is
+/// ignored (and said so), a document without a name is invalid.
+fn classify(path: &Path, document: usize, value: &Value) -> Result<ObjectRef, ManifestError> {
+    let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+    let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+    if Kind::from_type(api_version, kind).is_none() {
+        return Err(ManifestError::Ignored {
+            path: path.to_owned(),
+            document,
+            kind: format!("{api_version}/{kind}"),
+            name: text("/metadata/name").to_owned(),
+        });
+    }
+    Store::reference_of(value).map_err(|source| ManifestError::Invalid {
+        path: path.to_owned(),
+        document,
+        source: Box::new(source),
+    })
+}
+
+#[derive(Default)]
 struct Applied {
     /// The content hash; empty while a document of the file waits, so it is read again.
     hash: Vec<u8>,
@@ -268,6 +353,8 @@ pub struct DirectorySync {
     files: BTreeMap<PathBuf, Applied>,
     uids: UidState,
     statuses: StatusState,
+    /// Per file: the content (hash) the errors were reported for, and their messages.
+    reported: BTreeMap<PathBuf, (Vec<u8>, BTreeSet<String>)>,
 }
 
 impl std::fmt::Debug for DirectorySync {
@@ -298,6 +385,7 @@ impl DirectorySync {
             files: BTreeMap::new(),
             uids: UidState::default(),
             statuses: StatusState::default(),
+            reported: BTreeMap::new(),
         }
     }
 
@@ -498,80 +586,200 @@ impl DirectorySync {
         }
     }
 
+    /// Reads one changed file: its documents, each one this store serves with its reference,
+    /// and the problems of the others. `None` when the file is unchanged since it was applied.
+    fn read_file(
+        &mut self,
+        path: &Path,
+        scan: std::time::SystemTime,
+        report: &mut SyncReport,
+    ) -> Option<Parsed> {
+        let metadata = std::fs::metadata(path).ok();
+        let file_stamp = metadata.as_ref().and_then(|m| stamp(m, scan));
+        if file_stamp.is_some()
+            && self
+                .files
+                .get(path)
+                .is_some_and(|a| !a.hash.is_empty() && a.stamp == file_stamp)
+        {
+            return None;
+        }
+        let size = metadata.as_ref().map_or(0, std::fs::Metadata::len);
+        if size > MAX_MANIFEST_BYTES {
+            // Too large to read: keep what it applied before; said once per size and time.
+            let key = format!("{size}/{:?}", metadata.and_then(|m| m.modified().ok()));
+            let err = ManifestError::TooLarge {
+                path: path.to_owned(),
+                size,
+            };
+            self.report_once(path, key.as_bytes(), err, report);
+            return Some(Parsed::Skipped);
+        }
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) => {
+                let err = ManifestError::Read {
+                    path: path.to_owned(),
+                    message: e.to_string(),
+                };
+                self.report_once(path, b"unreadable", err, report);
+                return Some(Parsed::Skipped);
+            }
+        };
+        let hash = digest(&SHA256, text.as_bytes()).as_ref().to_vec();
+        if let Some(applied) = self.files.get_mut(path)
+            && applied.hash == hash
+        {
+            applied.stamp = file_stamp;
+            return None;
+        }
+        let documents = match parse_yaml(path, &text) {
+            Ok(documents) => documents,
+            Err(err) => {
+                // What the file applied before stays; said once for this content.
+                self.report_once(path, &hash, err, report);
+                let applied = self.files.entry(path.to_owned()).or_default();
+                applied.hash = hash;
+                applied.stamp = file_stamp;
+                return None;
+            }
+        };
+        let mut objects = Vec::new();
+        let mut problems = Vec::new();
+        for (i, document) in documents.into_iter().enumerate() {
+            match classify(path, i + 1, &document) {
+                Ok(reference) => objects.push((i + 1, reference, document)),
+                Err(err) => problems.push(err),
+            }
+        }
+        Some(Parsed::Read {
+            hash,
+            stamp: file_stamp,
+            objects,
+            problems,
+        })
+    }
+
+    /// Reports `err` unless it was reported for this file content (`content`) already: a
+    /// broken file is reported once, and again only when it changes.
+    fn report_once(
+        &mut self,
+        path: &Path,
+        content: &[u8],
+        err: ManifestError,
+        report: &mut SyncReport,
+    ) {
+        let (seen_content, messages) = self.reported.entry(path.to_owned()).or_default();
+        if seen_content.as_slice() != content {
+            content.clone_into(seen_content);
+            messages.clear();
+        }
+        if messages.insert(err.to_string()) {
+            report.errors.push(err);
+        }
+    }
+
     /// Apply what changed in the directory since the last call.
     pub fn sync(&mut self) -> SyncReport {
         let mut report = SyncReport::default();
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) => {
-                report.errors.push(ManifestError::Read {
+                let err = ManifestError::Read {
                     path: self.dir.clone(),
                     message: e.to_string(),
-                });
+                };
+                let dir = self.dir.clone();
+                self.report_once(&dir, b"unreadable", err, &mut report);
                 return report;
             }
         };
-        let mut present: BTreeSet<PathBuf> = entries
+        self.reported.remove(&self.dir);
+        let present: BTreeSet<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| is_manifest(p) && p.is_file())
             .collect();
-        // Objects that a changed or removed file no longer provides.
-        let mut dropped: BTreeSet<ObjectRef> = BTreeSet::new();
+        // Phase 1: read every changed file (a file that cannot be read or parsed keeps what it
+        // applied before).
         let scan = std::time::SystemTime::now();
-        for path in &present.clone() {
-            let metadata = std::fs::metadata(path).ok();
-            let file_stamp = metadata.as_ref().and_then(|m| stamp(m, scan));
-            if file_stamp.is_some()
-                && self
-                    .files
-                    .get(path)
-                    .is_some_and(|a| !a.hash.is_empty() && a.stamp == file_stamp)
-            {
-                continue;
-            }
-            let size = metadata.map_or(0, |m| m.len());
-            if size > MAX_MANIFEST_BYTES {
-                // Too large to read: keep what it applied before.
-                present.remove(path);
-                report.errors.push(ManifestError::TooLarge {
-                    path: path.clone(),
-                    size,
-                });
-                continue;
-            }
-            let text = match std::fs::read_to_string(path) {
-                Ok(text) => text,
-                Err(e) => {
-                    // Unreadable: keep what it applied before.
-                    present.remove(path);
-                    report.errors.push(ManifestError::Read {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    });
-                    continue;
+        let mut fresh: BTreeMap<PathBuf, Fresh> = BTreeMap::new();
+        let mut kept: BTreeSet<PathBuf> = BTreeSet::new();
+        for path in &present {
+            match self.read_file(path, scan, &mut report) {
+                None => {}
+                Some(Parsed::Skipped) => {
+                    kept.insert(path.clone());
                 }
-            };
-            let hash = digest(&SHA256, text.as_bytes()).as_ref().to_vec();
-            if let Some(applied) = self.files.get_mut(path)
-                && applied.hash == hash
-            {
-                applied.stamp = file_stamp;
+                Some(Parsed::Read {
+                    hash,
+                    stamp,
+                    objects,
+                    problems,
+                }) => {
+                    for err in problems {
+                        self.report_once(path, &hash, err, &mut report);
+                    }
+                    fresh.insert(path.clone(), (hash, stamp, objects));
+                }
+            }
+        }
+        self.reported
+            .retain(|p, _| present.contains(p) || p == &self.dir);
+        // Phase 2: who provides what. As the API server answers AlreadyExists to a second
+        // create, an object stays with the file that provides it already (an unchanged file,
+        // or a changed one that still has it); a new one goes to the first file in name order.
+        // A file that moved an object away in this scan gives it up first, so a move is not a
+        // conflict.
+        let mut owners: BTreeMap<ObjectRef, PathBuf> = BTreeMap::new();
+        for (path, applied) in &self.files {
+            if !present.contains(path) || fresh.contains_key(path) {
                 continue;
             }
-            let documents = match parse_documents(path, &text) {
-                Ok(documents) => documents,
-                Err(err) => {
-                    report.errors.push(err);
-                    continue;
+            for reference in &applied.objects {
+                owners.insert(reference.clone(), path.clone());
+            }
+        }
+        for (path, (_, _, docs)) in &fresh {
+            let before = self.files.get(path).map(|a| &a.objects);
+            for (_, reference, _) in docs {
+                if before.is_some_and(|b| b.contains(reference)) {
+                    owners
+                        .entry(reference.clone())
+                        .or_insert_with(|| path.clone());
                 }
-            };
+            }
+        }
+        for (path, (_, _, docs)) in &fresh {
+            for (_, reference, _) in docs {
+                owners
+                    .entry(reference.clone())
+                    .or_insert_with(|| path.clone());
+            }
+        }
+        // Phase 3: apply.
+        let mut dropped: BTreeSet<ObjectRef> = BTreeSet::new();
+        for (path, (hash, file_stamp, docs)) in fresh {
             let mut objects = BTreeSet::new();
             let mut uid_keys = BTreeSet::new();
             let mut waiting = false;
-            for document in documents {
-                let reference = Store::reference_of(&document).expect("validated by parse");
-                let object = self.prepare(path, document, &reference, &mut uid_keys);
+            let mut conflicted = false;
+            for (document, reference, value) in docs {
+                let owner = owners.get(&reference);
+                if owner != Some(&path) || objects.contains(&reference) {
+                    let other = owner.cloned().unwrap_or_else(|| path.clone());
+                    let err = ManifestError::Conflict {
+                        path: path.clone(),
+                        document,
+                        reference: reference.clone(),
+                        other,
+                    };
+                    self.report_once(&path, &hash, err, &mut report);
+                    // Read again every scan, so it takes over once the other file goes.
+                    conflicted |= owner != Some(&path);
+                    continue;
+                }
+                let object = self.prepare(&path, value, &reference, &mut uid_keys);
                 match self.apply(object, &reference) {
                     Ok(Applied1::Changed) => report.applied.push(reference.clone()),
                     Ok(Applied1::Unchanged) => {}
@@ -579,15 +787,22 @@ impl DirectorySync {
                         waiting = true;
                         report.waiting.push(reference.clone());
                     }
-                    Err(source) => report.errors.push(ManifestError::Apply {
-                        path: path.clone(),
-                        reference: reference.clone(),
-                        source: Box::new(source),
-                    }),
+                    Err(source) => {
+                        let err = ManifestError::Apply {
+                            path: path.clone(),
+                            reference: reference.clone(),
+                            source: Box::new(source),
+                        };
+                        self.report_once(&path, &hash, err, &mut report);
+                    }
                 }
                 objects.insert(reference);
             }
-            let hash = if waiting { Vec::new() } else { hash };
+            let hash = if waiting || conflicted {
+                Vec::new()
+            } else {
+                hash
+            };
             let old = self.files.insert(
                 path.clone(),
                 Applied {
@@ -602,7 +817,7 @@ impl DirectorySync {
         let gone: Vec<PathBuf> = self
             .files
             .keys()
-            .filter(|p| !present.contains(*p) && !p.exists())
+            .filter(|p| !present.contains(*p) && !kept.contains(*p) && !p.exists())
             .cloned()
             .collect();
         for path in gone {

@@ -428,3 +428,124 @@ fn a_file_stamp_is_trusted_only_once_settled() {
         Some(settled)
     );
 }
+
+#[test]
+fn a_broken_file_is_reported_once_and_again_only_when_it_changes() {
+    let (dir, store, mut sync) = setup();
+    let path = dir.path().join("web.yaml");
+    std::fs::write(&path, "kind: Pod\nmetadata: [unclosed\n").unwrap();
+    assert_eq!(sync.sync().errors.len(), 1);
+    for _ in 0..3 {
+        assert!(sync.sync().errors.is_empty(), "said once");
+    }
+    std::fs::write(&path, "kind: Pod\nmetadata: {unclosed\n").unwrap();
+    assert_eq!(sync.sync().errors.len(), 1, "a new content is said again");
+    std::fs::write(&path, WEB).unwrap();
+    let report = sync.sync();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(store.get(&web()).is_ok());
+}
+
+#[test]
+fn other_kinds_are_ignored_by_kind_and_name_and_the_rest_is_applied() {
+    let (dir, store, mut sync) = setup();
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web-svc, namespace: ns}\nspec: {ports: [{port: 80}]}\n";
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web-deploy}\n";
+    std::fs::write(
+        dir.path().join("app.yaml"),
+        format!("{service}---\n{WEB}---\n{deployment}"),
+    )
+    .unwrap();
+    let report = sync.sync();
+    assert!(store.get(&web()).is_ok(), "the pod is applied");
+    let messages: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(
+        messages[0].ends_with(
+            "app.yaml document 1: v1/Service \"web-svc\" ignored: local mode does not serve this kind"
+        ),
+        "{messages:?}"
+    );
+    assert!(
+        messages[1].contains("document 4: apps/v1/Deployment \"web-deploy\" ignored"),
+        "{messages:?}"
+    );
+    assert!(sync.sync().errors.is_empty(), "said once");
+}
+
+#[test]
+fn the_same_object_in_two_files_keeps_the_first_and_the_second_takes_over_when_it_goes() {
+    let (dir, store, mut sync) = setup();
+    let pod = |image: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: ns}}\nspec: {{containers: [{{name: c, image: {image}}}]}}\n"
+        )
+    };
+    // b.yaml first; a.yaml (which sorts first) comes later: the pod stays b's.
+    std::fs::write(dir.path().join("b.yaml"), pod("from-b")).unwrap();
+    sync.sync();
+    std::fs::write(dir.path().join("a.yaml"), pod("from-a")).unwrap();
+    let before = store.get(&web()).unwrap();
+    let report = sync.sync();
+    let messages: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(
+        messages[0].contains("a.yaml document 1: Pod ns/web already exists")
+            && messages[0].ends_with("b.yaml provides it"),
+        "{messages:?}"
+    );
+    assert!(report.applied.is_empty() && report.terminating.is_empty());
+    for _ in 0..3 {
+        let report = sync.sync();
+        assert!(report.errors.is_empty() && report.applied.is_empty());
+    }
+    assert_eq!(store.get(&web()).unwrap(), before, "untouched");
+
+    // b.yaml goes: its pod is deleted gracefully, then a.yaml's is created.
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    assert_eq!(sync.sync().waiting, vec![web()], "a.yaml's pod waits");
+    assert!(!store.get(&web()).unwrap()["metadata"]["deletionTimestamp"].is_null());
+    finish(&store);
+    sync.sync();
+    let now = store.get(&web()).unwrap();
+    assert_eq!(now["spec"]["containers"][0]["image"], "from-a");
+    assert_ne!(now["metadata"]["uid"], before["metadata"]["uid"]);
+
+    // Two new files in one scan: the first in name order wins.
+    std::fs::write(
+        dir.path().join("c1.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm, namespace: ns}\ndata: {k: one}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("c2.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm, namespace: ns}\ndata: {k: two}\n",
+    )
+    .unwrap();
+    assert_eq!(sync.sync().errors.len(), 1);
+    let cm = store
+        .get(&ObjectRef::new(Kind::ConfigMap, "ns", "cm"))
+        .unwrap();
+    assert_eq!(cm["data"]["k"], "one");
+}
+
+#[test]
+fn yaml_octal_modes_are_octal_as_the_api_server_reads_them() {
+    let (dir, store, mut sync) = setup();
+    std::fs::write(
+        dir.path().join("web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: ns}\nspec:\n  containers: [{name: c, image: nginx}]\n  volumes:\n  - name: s\n    secret:\n      secretName: s\n      defaultMode: 0400\n      items: [{key: k, path: k, mode: 0660}]\n  - name: d\n    configMap: {name: c, defaultMode: 0o755}\n  - name: e\n    configMap: {name: c, defaultMode: 420}\n",
+    )
+    .unwrap();
+    let report = sync.sync();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let pod = store.get(&web()).unwrap();
+    let volumes = &pod["spec"]["volumes"];
+    assert_eq!(volumes[0]["secret"]["defaultMode"], 0o400);
+    assert_eq!(volumes[0]["secret"]["items"][0]["mode"], 0o660);
+    assert_eq!(volumes[1]["configMap"]["defaultMode"], 0o755);
+    assert_eq!(
+        volumes[2]["configMap"]["defaultMode"], 420,
+        "decimal stays decimal"
+    );
+}

@@ -34,7 +34,7 @@ fn pod(uid: &str, config_maps: &[&str]) -> Pod {
         .collect();
     serde_json::from_value(json!({
         "metadata": {"name": uid, "namespace": "ns", "uid": uid},
-        "spec": {"containers": [], "volumes": volumes}
+        "spec": {"containers": [{"name":"c","image":"busybox"}], "volumes": volumes}
     }))
     .unwrap()
 }
@@ -226,7 +226,7 @@ async fn an_immutable_secret_is_kept_without_a_watch() {
     pin_mut!(handle);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "p", "namespace": "ns", "uid": "p"},
-        "spec": {"containers": [], "imagePullSecrets": [{"name": "pull"}]}
+        "spec": {"containers": [{"name":"c","image":"busybox"}], "imagePullSecrets": [{"name": "pull"}]}
     }))
     .unwrap();
     source.register_pod(&pod);

@@ -4,7 +4,8 @@
 //! `SetDefaults_*`: a pod's restart policy, grace period, volume `defaultMode` 0644, projected
 //! token expiration, container pull policy, ...), and validate what would otherwise reach the
 //! node's disk: object names, ConfigMap and Secret keys, volume item paths and modes, `subPath`
-//! and hostPath backsteps. A pod being created starts `Pending`.
+//! and hostPath backsteps; and upstream's API validation ([`super::validation`]) of labels,
+//! annotations, pod specs and typed Secrets. A pod being created starts `Pending`.
 //!
 //! Unknown fields are dropped, as the API server drops them. Admission is deterministic, so
 //! applying the same manifest twice stores the same object (no spurious MODIFIED event).
@@ -23,6 +24,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::store::{Kind, ObjectRef, StoreError};
+use super::validation::{
+    FieldErrors, field_path, is_dns_label, is_dns_subdomain, nulls_to_empty_strings,
+    validate_base64_map, validate_metadata, validate_secret_type,
+};
 
 /// Whether the object is being created or replaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,17 +47,35 @@ pub const DEFAULT_MODE: i32 = 0o644;
 /// Decode, default and validate `object` of `reference`'s kind; the object to store.
 pub fn admit(
     reference: &ObjectRef,
-    object: Value,
+    mut object: Value,
     operation: Operation,
 ) -> Result<Value, StoreError> {
     let mut errors = FieldErrors::default();
     validate_name(reference, &mut errors);
+    nulls_to_empty_strings(&mut object);
+    if let Some(metadata) = object.get("metadata") {
+        validate_metadata(metadata, &mut errors);
+    }
+    // Base64 first, so a bad value is named by key and character, not by the decoder.
+    match reference.kind {
+        Kind::Secret => validate_base64_map(&object, "data", &mut errors),
+        Kind::ConfigMap => validate_base64_map(&object, "binaryData", &mut errors),
+        _ => {}
+    }
+    if !errors.0.is_empty() && matches!(reference.kind, Kind::Secret | Kind::ConfigMap) {
+        return errors.into_result(reference).map(|()| Value::Null);
+    }
     let admitted = match reference.kind {
         Kind::Pod => {
             let mut pod: Pod = decode(reference, object)?;
             if let Some(spec) = pod.spec.as_mut() {
                 default_pod_spec(spec);
                 validate_pod_spec(spec, &mut errors);
+                super::validation::validate_pod_spec(
+                    spec,
+                    operation == Operation::Create,
+                    &mut errors,
+                );
             } else {
                 errors.push("spec", "Required value", "a pod needs a spec");
             }
@@ -67,9 +90,10 @@ pub fn admit(
             let data = config_map.data.iter().flatten();
             let binary = config_map.binary_data.iter().flatten();
             let mut size = 0;
+            // Upstream counts the values only.
             for (key, value) in data {
                 validate_key("data", key, &mut errors);
-                size += key.len() + value.len();
+                size += value.len();
             }
             for (key, value) in binary {
                 validate_key("binaryData", key, &mut errors);
@@ -84,7 +108,7 @@ pub fn admit(
                         "duplicate of key present in data",
                     );
                 }
-                size += key.len() + value.0.len();
+                size += value.0.len();
             }
             validate_size(size, &mut errors);
             encode(&config_map)
@@ -102,9 +126,15 @@ pub fn admit(
             let mut size = 0;
             for (key, value) in secret.data.iter().flatten() {
                 validate_key("data", key, &mut errors);
-                size += key.len() + value.0.len();
+                size += value.0.len();
             }
             validate_size(size, &mut errors);
+            validate_secret_type(
+                secret.type_.as_deref().unwrap_or_default(),
+                secret.data.as_ref().unwrap_or(&Default::default()),
+                secret.metadata.annotations.as_ref(),
+                &mut errors,
+            );
             encode(&secret)
         }
         Kind::PersistentVolume => {
@@ -151,8 +181,8 @@ pub fn check_decodes(reference: &ObjectRef, object: &Value) -> Result<(), StoreE
 
 fn decode<K: DeserializeOwned>(reference: &ObjectRef, object: Value) -> Result<K, StoreError> {
     serde_path_to_error::deserialize(object).map_err(|err| {
-        let path = err.path().to_string();
-        let path = if path == "." {
+        let path = field_path(err.path());
+        let path = if path.is_empty() || path == "." {
             String::new()
         } else {
             format!("{path}: ")
@@ -170,40 +200,17 @@ fn encode<K: Serialize>(object: &K) -> Result<Value, StoreError> {
     serde_json::to_value(object).map_err(|e| StoreError::Invalid(format!("encode: {e}")))
 }
 
-/// The API's field errors, reported together.
-#[derive(Debug, Default)]
-struct FieldErrors(Vec<String>);
+trait IntoResult {
+    fn into_result(self, reference: &ObjectRef) -> Result<(), StoreError>;
+}
 
-impl FieldErrors {
-    fn push(&mut self, field: &str, kind: &str, detail: &str) {
-        self.0.push(format!("{field}: {kind}: {detail}"));
-    }
-
+impl IntoResult for FieldErrors {
     fn into_result(self, reference: &ObjectRef) -> Result<(), StoreError> {
-        if self.0.is_empty() {
-            return Ok(());
+        match self.message(reference.kind.name(), &reference.name) {
+            None => Ok(()),
+            Some(message) => Err(StoreError::Invalid(message)),
         }
-        Err(StoreError::Invalid(format!(
-            "{} {:?} is invalid: {}",
-            reference.kind.name(),
-            reference.name,
-            self.0.join(", ")
-        )))
     }
-}
-
-/// RFC 1123 label: at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric.
-fn is_dns_label(value: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    value.len() <= 63
-        && value.starts_with(alnum)
-        && value.ends_with(alnum)
-        && value.chars().all(|c| alnum(c) || c == '-')
-}
-
-/// RFC 1123 subdomain: at most 253 characters, dot-separated labels.
-fn is_dns_subdomain(value: &str) -> bool {
-    value.len() <= 253 && value.split('.').all(is_dns_label)
 }
 
 fn validate_name(reference: &ObjectRef, errors: &mut FieldErrors) {
@@ -213,7 +220,9 @@ fn validate_name(reference: &ObjectRef, errors: &mut FieldErrors) {
             "Invalid value",
             &format!(
                 "{:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
-                 characters, '-' or '.', and must start and end with an alphanumeric character",
+                 characters, '-' or '.', and must start and end with an alphanumeric character \
+                 (e.g. 'example.com', regex used for validation is \
+                 '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
                 reference.name
             ),
         );
@@ -299,20 +308,26 @@ fn validate_mode(field: &str, mode: Option<i32>, errors: &mut FieldErrors) {
     }
 }
 
+/// Upstream `validateVolumeSourcePath`: required, relative, no `..` element, and no leading
+/// `..` (reserved for the atomic writer's `..data`).
+fn validate_item_path(field: &str, path: &str, errors: &mut FieldErrors) {
+    if path.is_empty() {
+        errors.push(field, "Required value", "");
+    }
+    validate_descending_path(field, path, errors);
+    if path.starts_with("..") {
+        errors.push(
+            field,
+            "Invalid value",
+            &format!("{path:?}: must not start with '..'"),
+        );
+    }
+}
+
 fn validate_items(field: &str, items: Option<&Vec<KeyToPath>>, errors: &mut FieldErrors) {
     for (i, item) in items.into_iter().flatten().enumerate() {
         let field = format!("{field}.items[{i}]");
-        if item.path.is_empty() {
-            errors.push(&format!("{field}.path"), "Required value", "");
-        }
-        validate_descending_path(&format!("{field}.path"), &item.path, errors);
-        if item.path.starts_with("..") {
-            errors.push(
-                &format!("{field}.path"),
-                "Invalid value",
-                &format!("{:?}: must not start with '..'", item.path),
-            );
-        }
+        validate_item_path(&format!("{field}.path"), &item.path, errors);
         validate_mode(&format!("{field}.mode"), item.mode, errors);
     }
 }
@@ -454,7 +469,7 @@ fn validate_pod_spec(spec: &PodSpec, errors: &mut FieldErrors) {
             );
             for (j, item) in source.items.iter().flatten().enumerate() {
                 let item_field = format!("{field}.downwardAPI.items[{j}]");
-                validate_descending_path(&format!("{item_field}.path"), &item.path, errors);
+                validate_item_path(&format!("{item_field}.path"), &item.path, errors);
                 validate_mode(&format!("{item_field}.mode"), item.mode, errors);
             }
         }
@@ -492,7 +507,7 @@ fn validate_pod_spec(spec: &PodSpec, errors: &mut FieldErrors) {
                 }
                 if let Some(p) = &projection.downward_api {
                     for (k, item) in p.items.iter().flatten().enumerate() {
-                        validate_descending_path(
+                        validate_item_path(
                             &format!("{source_field}.downwardAPI.items[{k}].path"),
                             &item.path,
                             errors,

@@ -5,7 +5,11 @@ pub mod admission;
 pub mod events;
 pub mod manifests;
 pub mod store;
+pub mod validation;
 pub mod watch;
+
+#[cfg(test)]
+mod admission_table;
 
 use std::sync::Arc;
 

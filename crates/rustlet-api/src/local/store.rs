@@ -194,7 +194,7 @@ pub enum StoreError {
         message: String,
     },
     /// 422: the body is not a valid object of its kind.
-    #[error("invalid object: {0}")]
+    #[error("{0}")]
     Invalid(String),
     /// 410: a watch asked for a resourceVersion older than the history kept.
     #[error("too old resource version: {requested} (oldest kept {oldest})")]

@@ -14,7 +14,7 @@ async fn get_patch_and_delete_keep_api_semantics() {
     let created = store
         .create(
             json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns"},
-            "spec":{"containers":[]}}),
+            "spec":{"containers":[{"name":"c","image":"busybox"}]}}),
         )
         .unwrap();
     let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
@@ -62,7 +62,7 @@ async fn the_pod_cache_follows_the_local_store() {
     let store = Arc::new(Store::default());
     let pod = |name: &str, node: &str| {
         json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name,"namespace":"ns","uid":name},
-            "spec":{"nodeName":node,"containers":[]}})
+            "spec":{"nodeName":node,"containers":[{"name":"c","image":"busybox"}]}})
     };
     store.create(pod("before", "node-a")).unwrap();
     store.create(pod("elsewhere", "node-b")).unwrap();
@@ -105,7 +105,7 @@ fn config_map(name: &str, value: &str) -> serde_json::Value {
 fn pod_using(uid: &str, config_map: &str, secret: &str) -> k8s_openapi::api::core::v1::Pod {
     serde_json::from_value(json!({
         "metadata": {"name": uid, "namespace": "ns", "uid": uid},
-        "spec": {"containers": [], "volumes": [
+        "spec": {"containers": [{"name":"c","image":"busybox"}], "volumes": [
             {"name": "c", "configMap": {"name": config_map}},
             {"name": "s", "secret": {"secretName": secret}}
         ]}

@@ -137,7 +137,7 @@ async fn the_watch_lists_only_this_nodes_pods() {
         "{uri}"
     );
     let list = json!({"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"10"},"items":[
-        {"metadata":{"name":"a","namespace":"ns","uid":"uid-a","resourceVersion":"9"},"spec":{"nodeName":"node-a","containers":[]}}
+        {"metadata":{"name":"a","namespace":"ns","uid":"uid-a","resourceVersion":"9"},"spec":{"nodeName":"node-a","containers":[{"name":"c","image":"busybox"}]}}
     ]});
     send.send_response(Response::new(Body::from(
         serde_json::to_vec(&list).unwrap(),

@@ -760,7 +760,7 @@ async fn a_config_map_watch_resumed_too_late_gets_410_and_lists_again() {
     let mut changes = objects.changes();
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
         "metadata": {"name": "p", "namespace": "ns", "uid": "p"},
-        "spec": {"containers": [], "volumes": [{"name": "v", "configMap": {"name": "settings"}}]}
+        "spec": {"containers": [{"name":"c","image":"busybox"}], "volumes": [{"name": "v", "configMap": {"name": "settings"}}]}
     }))
     .unwrap();
     objects.register_pod(&pod);

@@ -296,7 +296,7 @@ fn unsupported_documents_name_the_file_and_document() {
     );
     assert!(
         err.to_string()
-            .starts_with("/m/x.yaml document 2: invalid object"),
+            .starts_with("/m/x.yaml document 2: unsupported apiVersion/kind"),
         "{err}"
     );
     let err = parse_documents(std::path::Path::new("/m/x.json"), "{\"a\": ").unwrap_err();

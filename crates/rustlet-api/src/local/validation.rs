@@ -1,0 +1,713 @@
+//! Upstream's API validation (`pkg/apis/core/validation`, `apimachinery/pkg/util/validation`)
+//! for what the local store admits, with upstream's field paths and messages: object metadata
+//! (labels, annotations), pod specs (containers, ports, mounts, resources, tolerations, volume
+//! sources, hostPath types, restart policy) and typed Secrets. Admission calls it; the test
+//! API server shares it through the store.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration, Volume};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde_json::Value;
+
+/// The API's field errors, reported together (upstream `field.ErrorList`).
+#[derive(Debug, Default)]
+pub struct FieldErrors(pub Vec<String>);
+
+/// Go's `%v` of a string value in a field error: quoted.
+fn quoted(value: &str) -> String {
+    format!("{value:?}")
+}
+
+impl FieldErrors {
+    /// `field: kind: detail` (an empty detail is left out, as upstream).
+    pub fn push(&mut self, field: &str, kind: &str, detail: &str) {
+        if detail.is_empty() {
+            self.0.push(format!("{field}: {kind}"));
+        } else {
+            self.0.push(format!("{field}: {kind}: {detail}"));
+        }
+    }
+
+    /// `field.Required`.
+    pub fn required(&mut self, field: &str) {
+        self.push(field, "Required value", "");
+    }
+
+    /// `field.Invalid` with a value already formatted as Go prints it.
+    pub fn invalid(&mut self, field: &str, value: &str, detail: &str) {
+        self.push(field, "Invalid value", &format!("{value}: {detail}"));
+    }
+
+    /// `field.NotSupported`.
+    pub fn not_supported(&mut self, field: &str, value: &str, supported: &[&str]) {
+        let list: Vec<String> = supported.iter().map(|s| quoted(s)).collect();
+        self.push(
+            field,
+            "Unsupported value",
+            &format!("{}: supported values: {}", quoted(value), list.join(", ")),
+        );
+    }
+
+    /// `field.Forbidden`.
+    pub fn forbidden(&mut self, field: &str, detail: &str) {
+        self.push(field, "Forbidden", detail);
+    }
+
+    /// Upstream's aggregate: one error as is, several in brackets.
+    pub fn message(&self, kind: &str, name: &str) -> Option<String> {
+        match self.0.as_slice() {
+            [] => None,
+            [one] => Some(format!("{kind} {name:?} is invalid: {one}")),
+            many => Some(format!("{kind} {name:?} is invalid: [{}]", many.join(", "))),
+        }
+    }
+}
+
+const QUALIFIED_NAME_MAX: usize = 63;
+const LABEL_VALUE_MAX: usize = 63;
+const DNS_SUBDOMAIN_MAX: usize = 253;
+/// Upstream `TotalAnnotationSizeLimitB`.
+const ANNOTATIONS_MAX: usize = 256 * 1024;
+
+fn label_chars(value: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    value.starts_with(alnum)
+        && value.ends_with(alnum)
+        && value
+            .chars()
+            .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+}
+
+/// RFC 1123 label: at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric.
+pub fn is_dns_label(value: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    value.len() <= 63
+        && value.starts_with(alnum)
+        && value.ends_with(alnum)
+        && value.chars().all(|c| alnum(c) || c == '-')
+}
+
+/// RFC 1123 subdomain (upstream `IsDNS1123Subdomain`): at most 253 characters in all, of
+/// dot-separated parts that start and end alphanumeric (no per-part limit).
+pub fn is_dns_subdomain(value: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !value.is_empty()
+        && value.len() <= DNS_SUBDOMAIN_MAX
+        && value.split('.').all(|part| {
+            part.starts_with(alnum)
+                && part.ends_with(alnum)
+                && part.chars().all(|c| alnum(c) || c == '-')
+        })
+}
+
+const SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
+     alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character \
+     (e.g. 'example.com', regex used for validation is \
+     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+/// Upstream `IsQualifiedName`: `[prefix/]name`.
+fn qualified_name_problems(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let (prefix, name) = match value.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, value),
+    };
+    if value.matches('/').count() > 1 {
+        out.push(
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and \
+             must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  \
+             or '123-abc', regex used for validation is \
+             '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix \
+             and '/' (e.g. 'example.com/MyName')"
+                .to_owned(),
+        );
+        return out;
+    }
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() {
+            out.push("prefix part must be non-empty".to_owned());
+        } else if !is_dns_subdomain(prefix) {
+            out.push(format!("prefix part {SUBDOMAIN_MESSAGE}"));
+        }
+    }
+    if name.is_empty() {
+        out.push("name part must be non-empty".to_owned());
+    } else if name.len() > QUALIFIED_NAME_MAX {
+        out.push(format!(
+            "name part must be no more than {QUALIFIED_NAME_MAX} characters"
+        ));
+    }
+    if !name.is_empty() && !label_chars(name) {
+        out.push(
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start \
+             and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
+             '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+                .to_owned(),
+        );
+    }
+    out
+}
+
+/// Upstream `ValidateLabels` and `ValidateAnnotations` on `metadata`.
+pub fn validate_metadata(metadata: &Value, errors: &mut FieldErrors) {
+    if let Some(labels) = metadata.get("labels").and_then(Value::as_object) {
+        for (key, value) in labels {
+            for problem in qualified_name_problems(key) {
+                errors.invalid("metadata.labels", &quoted(key), &problem);
+            }
+            let value = value.as_str().unwrap_or_default();
+            if value.len() > LABEL_VALUE_MAX {
+                errors.invalid(
+                    "metadata.labels",
+                    &quoted(value),
+                    &format!("must be no more than {LABEL_VALUE_MAX} characters"),
+                );
+            }
+            if !value.is_empty() && !label_chars(value) {
+                errors.invalid(
+                    "metadata.labels",
+                    &quoted(value),
+                    "a valid label must be an empty string or consist of alphanumeric \
+                     characters, '-', '_' or '.', and must start and end with an alphanumeric \
+                     character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for \
+                     validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+                );
+            }
+        }
+    }
+    if let Some(annotations) = metadata.get("annotations").and_then(Value::as_object) {
+        let mut size = 0;
+        for (key, value) in annotations {
+            for problem in qualified_name_problems(&key.to_lowercase()) {
+                errors.invalid("metadata.annotations", &quoted(key), &problem);
+            }
+            size += key.len() + value.as_str().map_or(0, str::len);
+        }
+        if size > ANNOTATIONS_MAX {
+            errors.push(
+                "metadata.annotations",
+                "Too long",
+                &format!("may not be more than {ANNOTATIONS_MAX} bytes"),
+            );
+        }
+    }
+}
+
+/// Go decodes a JSON `null` in a `map[string]string` as `""`: these maps of `object` get `""`
+/// for their nulls before the typed decode (which would refuse them).
+pub fn nulls_to_empty_strings(object: &mut Value) {
+    for pointer in [
+        "/metadata/labels",
+        "/metadata/annotations",
+        "/data",
+        "/stringData",
+        "/binaryData",
+        "/spec/nodeSelector",
+    ] {
+        if let Some(map) = object.pointer_mut(pointer).and_then(Value::as_object_mut) {
+            for value in map.values_mut() {
+                if value.is_null() {
+                    *value = Value::String(String::new());
+                }
+            }
+        }
+    }
+}
+
+/// Checks the base64 values of `object[field]` before the typed decode, so a bad one is named
+/// by key and character (`data[tls.crt]: ... '.' at offset 3`) instead of a byte code.
+pub fn validate_base64_map(object: &Value, field: &str, errors: &mut FieldErrors) {
+    let Some(map) = object.get(field).and_then(Value::as_object) else {
+        return;
+    };
+    for (key, value) in map {
+        let Some(text) = value.as_str() else { continue };
+        if let Some(problem) = base64_problem(text) {
+            errors.invalid(
+                &format!("{field}[{key}]"),
+                "\"<secret contents redacted>\"",
+                &problem,
+            );
+        }
+    }
+}
+
+/// Why `text` is not standard padded base64 (RFC 4648 section 4), or `None`.
+fn base64_problem(text: &str) -> Option<String> {
+    let is_alphabet = |c: char| c.is_ascii_alphanumeric() || c == '+' || c == '/';
+    let body = text.trim_end_matches('=');
+    let padding = text.len() - body.len();
+    if let Some((offset, c)) = body.char_indices().find(|(_, c)| !is_alphabet(*c)) {
+        return Some(format!(
+            "illegal base64 data: character {c:?} at offset {offset}"
+        ));
+    }
+    if padding > 2 || !text.len().is_multiple_of(4) || (padding > 0 && body.len().is_multiple_of(4))
+    {
+        return Some(format!(
+            "illegal base64 data: a length of {} characters with {padding} of padding",
+            text.len()
+        ));
+    }
+    None
+}
+
+/// The regular expression upstream's quantity parser names.
+const QUANTITY_MESSAGE: &str =
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+
+/// Upstream `ParseQuantity`, as a float (enough to compare requests with limits).
+pub fn parse_quantity(text: &str) -> Option<f64> {
+    let text = text.trim();
+    let number_end = text
+        .char_indices()
+        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && matches!(c, '+' | '-'))))
+        .map_or(text.len(), |(i, _)| i);
+    let (number, suffix) = text.split_at(number_end);
+    let digits = number.trim_start_matches(['+', '-']);
+    if digits.is_empty() || digits == "." || digits.matches('.').count() > 1 {
+        return None;
+    }
+    let value: f64 = number.parse().ok()?;
+    let multiplier = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        exponent => {
+            let rest = exponent.strip_prefix(['e', 'E'])?;
+            let unsigned = rest.trim_start_matches(['+', '-']);
+            if unsigned.is_empty() || !unsigned.chars().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            10f64.powi(rest.parse().ok()?)
+        }
+    };
+    Some(value * multiplier)
+}
+
+fn validate_resources(field: &str, container: &Container, errors: &mut FieldErrors) {
+    let Some(resources) = &container.resources else {
+        return;
+    };
+    let mut parsed = |part: &str, list: Option<&BTreeMap<String, Quantity>>| {
+        let mut out = BTreeMap::new();
+        for (name, quantity) in list.into_iter().flatten() {
+            let path = format!("{field}.resources.{part}[{name}]");
+            match parse_quantity(&quantity.0) {
+                None => errors.invalid(&path, &quoted(&quantity.0), QUANTITY_MESSAGE),
+                Some(value) if value < 0.0 => {
+                    errors.invalid(
+                        &path,
+                        &quoted(&quantity.0),
+                        "must be greater than or equal to 0",
+                    );
+                }
+                Some(value) => {
+                    out.insert(name.clone(), (value, quantity.0.clone()));
+                }
+            }
+        }
+        out
+    };
+    let limits = parsed("limits", resources.limits.as_ref());
+    let requests = parsed("requests", resources.requests.as_ref());
+    for (name, (request, text)) in &requests {
+        if let Some((limit, limit_text)) = limits.get(name)
+            && request > limit
+        {
+            errors.invalid(
+                &format!("{field}.resources.requests[{name}]"),
+                &quoted(text),
+                &format!("must be less than or equal to {name} limit of {limit_text}"),
+            );
+        }
+    }
+}
+
+fn validate_port(field: &str, port: i32, errors: &mut FieldErrors) {
+    if !(1..=65535).contains(&port) {
+        errors.invalid(
+            field,
+            &port.to_string(),
+            "must be between 1 and 65535, inclusive",
+        );
+    }
+}
+
+/// Upstream `validateContainers` (common part) for one container.
+fn validate_container(field: &str, container: &Container, errors: &mut FieldErrors) {
+    if container
+        .image
+        .as_deref()
+        .is_none_or(|i| i.trim().is_empty())
+    {
+        errors.required(&format!("{field}.image"));
+    }
+    for (i, port) in container.ports.iter().flatten().enumerate() {
+        let port_field = format!("{field}.ports[{i}]");
+        validate_port(
+            &format!("{port_field}.containerPort"),
+            port.container_port,
+            errors,
+        );
+        if let Some(host_port) = port.host_port
+            && host_port != 0
+        {
+            validate_port(&format!("{port_field}.hostPort"), host_port, errors);
+        }
+        if let Some(protocol) = port.protocol.as_deref()
+            && !matches!(protocol, "TCP" | "UDP" | "SCTP")
+        {
+            errors.not_supported(
+                &format!("{port_field}.protocol"),
+                protocol,
+                &["SCTP", "TCP", "UDP"],
+            );
+        }
+    }
+    let mut mount_points = BTreeSet::new();
+    for (i, mount) in container.volume_mounts.iter().flatten().enumerate() {
+        let mount_field = format!("{field}.volumeMounts[{i}].mountPath");
+        if mount.mount_path.is_empty() {
+            errors.required(&mount_field);
+        } else if !mount_points.insert(mount.mount_path.as_str()) {
+            errors.invalid(&mount_field, &quoted(&mount.mount_path), "must be unique");
+        }
+    }
+    validate_resources(field, container, errors);
+}
+
+fn validate_tolerations(tolerations: &[Toleration], errors: &mut FieldErrors) {
+    for (i, toleration) in tolerations.iter().enumerate() {
+        let field = format!("spec.tolerations[{i}]");
+        let key = toleration.key.as_deref().unwrap_or_default();
+        if !key.is_empty() {
+            for problem in qualified_name_problems(key) {
+                errors.invalid(&format!("{field}.key"), &quoted(key), &problem);
+            }
+        }
+        let operator = toleration.operator.as_deref().unwrap_or_default();
+        let value = toleration.value.as_deref().unwrap_or_default();
+        if key.is_empty() && operator != "Exists" {
+            errors.invalid(
+                &format!("{field}.operator"),
+                &quoted(operator),
+                "operator must be Exists when `key` is empty, which means \"match all values \
+                 and all keys\"",
+            );
+        }
+        match operator {
+            "" | "Equal" => {
+                if !value.is_empty() && !label_chars(value) {
+                    errors.invalid(
+                        &format!("{field}.value"),
+                        &quoted(value),
+                        "a valid label must be an empty string or consist of alphanumeric \
+                         characters, '-', '_' or '.', and must start and end with an \
+                         alphanumeric character",
+                    );
+                }
+            }
+            "Exists" => {
+                if !value.is_empty() {
+                    errors.invalid(
+                        &format!("{field}.operator"),
+                        &quoted(value),
+                        "value must be empty when `operator` is 'Exists'",
+                    );
+                }
+            }
+            // Lt and Gt need a feature gate that is off by default.
+            other => {
+                errors.not_supported(&format!("{field}.operator"), other, &["Equal", "Exists"])
+            }
+        }
+        let effect = toleration.effect.as_deref().unwrap_or_default();
+        if !matches!(effect, "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+            errors.not_supported(
+                &format!("{field}.effect"),
+                effect,
+                &["NoExecute", "NoSchedule", "PreferNoSchedule"],
+            );
+        }
+        if toleration.toleration_seconds.is_some() && effect != "NoExecute" {
+            errors.invalid(
+                &format!("{field}.effect"),
+                &quoted(effect),
+                "effect must be 'NoExecute' when `tolerationSeconds` is set",
+            );
+        }
+    }
+}
+
+/// The volume sources, in the order upstream's `validateVolumeSource` checks them.
+const VOLUME_SOURCES: &[&str] = &[
+    "emptyDir",
+    "hostPath",
+    "gitRepo",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "flocker",
+    "persistentVolumeClaim",
+    "rbd",
+    "quobyte",
+    "cinder",
+    "cephfs",
+    "downwardAPI",
+    "fc",
+    "flexVolume",
+    "configMap",
+    "azureFile",
+    "vsphereVolume",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "azureDisk",
+    "storageos",
+    "projected",
+    "scaleIO",
+    "csi",
+    "ephemeral",
+    "image",
+];
+
+const HOST_PATH_TYPES: &[&str] = &[
+    "",
+    "BlockDevice",
+    "CharDevice",
+    "Directory",
+    "DirectoryOrCreate",
+    "File",
+    "FileOrCreate",
+    "Socket",
+];
+
+fn validate_volume_source(field: &str, volume: &Volume, errors: &mut FieldErrors) {
+    let Ok(Value::Object(fields)) = serde_json::to_value(volume) else {
+        return;
+    };
+    let mut seen = 0;
+    for source in VOLUME_SOURCES {
+        if fields.contains_key(*source) {
+            if seen > 0 {
+                errors.forbidden(
+                    &format!("{field}.{source}"),
+                    "may not specify more than 1 volume type",
+                );
+            }
+            seen += 1;
+        }
+    }
+    if let Some(host_path) = &volume.host_path {
+        let type_ = host_path.type_.as_deref().unwrap_or_default();
+        if !HOST_PATH_TYPES.contains(&type_) {
+            errors.not_supported(&format!("{field}.hostPath.type"), type_, HOST_PATH_TYPES);
+        }
+    }
+}
+
+/// Upstream `ValidatePodCreate`/`ValidatePodSpec`, for what this file checks (admission checks
+/// names, keys, paths and modes).
+pub fn validate_pod_spec(spec: &PodSpec, create: bool, errors: &mut FieldErrors) {
+    if spec.containers.is_empty() {
+        errors.required("spec.containers");
+    }
+    for (i, container) in spec.containers.iter().enumerate() {
+        validate_container(&format!("spec.containers[{i}]"), container, errors);
+    }
+    for (i, container) in spec.init_containers.iter().flatten().enumerate() {
+        validate_container(&format!("spec.initContainers[{i}]"), container, errors);
+    }
+    if create
+        && spec
+            .ephemeral_containers
+            .as_ref()
+            .is_some_and(|e| !e.is_empty())
+    {
+        errors.forbidden("spec.ephemeralContainers", "cannot be set on create");
+    }
+    if let Some(policy) = spec.restart_policy.as_deref()
+        && !matches!(policy, "Always" | "OnFailure" | "Never")
+    {
+        errors.not_supported(
+            "spec.restartPolicy",
+            policy,
+            &["Always", "OnFailure", "Never"],
+        );
+    }
+    validate_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors);
+    for (i, volume) in spec.volumes.iter().flatten().enumerate() {
+        validate_volume_source(&format!("spec.volumes[{i}]"), volume, errors);
+    }
+}
+
+/// Upstream `ValidateSecret`'s per-type rules.
+pub fn validate_secret_type(
+    type_: &str,
+    data: &BTreeMap<String, ByteString>,
+    annotations: Option<&BTreeMap<String, String>>,
+    errors: &mut FieldErrors,
+) {
+    let has = |key: &str| data.contains_key(key);
+    let json_key = |key: &str, errors: &mut FieldErrors| match data.get(key) {
+        None => errors.required(&format!("data[{key}]")),
+        Some(bytes) => {
+            if let Err(e) = serde_json::from_slice::<serde_json::Map<String, Value>>(&bytes.0) {
+                errors.invalid(
+                    &format!("data[{key}]"),
+                    "\"<secret contents redacted>\"",
+                    &e.to_string(),
+                );
+            }
+        }
+    };
+    match type_ {
+        "kubernetes.io/service-account-token" => {
+            let name = annotations
+                .and_then(|a| a.get("kubernetes.io/service-account.name"))
+                .map_or("", String::as_str);
+            if name.is_empty() {
+                errors.required("metadata.annotations[kubernetes.io/service-account.name]");
+            }
+        }
+        "kubernetes.io/dockercfg" => json_key(".dockercfg", errors),
+        "kubernetes.io/dockerconfigjson" => json_key(".dockerconfigjson", errors),
+        "kubernetes.io/basic-auth" if !has("username") && !has("password") => {
+            errors.required("data[username]");
+            errors.required("data[password]");
+        }
+        "kubernetes.io/ssh-auth" if data.get("ssh-privatekey").is_none_or(|v| v.0.is_empty()) => {
+            errors.required("data[ssh-privatekey]");
+        }
+        "kubernetes.io/tls" => {
+            for key in ["tls.crt", "tls.key"] {
+                if !has(key) {
+                    errors.required(&format!("data[{key}]"));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The keys of the fields that are maps in the API (a decode error's path shows their keys as
+/// `[key]`, as upstream's field paths do).
+const MAP_FIELDS: &[&str] = &[
+    "data",
+    "binaryData",
+    "stringData",
+    "labels",
+    "annotations",
+    "nodeSelector",
+    "limits",
+    "requests",
+    "capacity",
+    "allocatable",
+    "overhead",
+];
+
+/// A decode error's path in upstream's style: `spec.containers[0].ports[0].containerPort`,
+/// `data[tls.crt]`.
+pub fn field_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    let mut previous: Option<String> = None;
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } => {
+                if previous.as_deref().is_some_and(|p| MAP_FIELDS.contains(&p)) {
+                    out.push_str(&format!("[{key}]"));
+                } else {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(key);
+                }
+                previous = Some(key.clone());
+                continue;
+            }
+            Segment::Enum { variant } => out.push_str(&format!(".{variant}")),
+            Segment::Unknown => out.push_str(".?"),
+        }
+        previous = None;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn quantities_parse_as_upstream() {
+        for (text, value) in [
+            ("1", 1.0),
+            ("100m", 0.1),
+            ("1Gi", 1073741824.0),
+            ("128Mi", 134217728.0),
+            ("1e3", 1000.0),
+            ("1.5", 1.5),
+            ("+2k", 2000.0),
+        ] {
+            assert_eq!(parse_quantity(text), Some(value), "{text}");
+        }
+        for text in ["", "12x", "1Gb", "Gi", ".", "1..2", "1e", "m1"] {
+            assert_eq!(parse_quantity(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn base64_problems_name_the_character() {
+        assert_eq!(base64_problem("aGVsbG8="), None);
+        assert_eq!(base64_problem(""), None);
+        assert_eq!(
+            base64_problem("aGV.bG8="),
+            Some("illegal base64 data: character '.' at offset 3".into())
+        );
+        assert!(base64_problem("aGVsbG8").is_some(), "unpadded");
+    }
+
+    proptest! {
+        /// Upstream's subdomain rule: any length up to 253 in all, no per-part limit.
+        #[test]
+        fn subdomains_up_to_253_characters(len in 1usize..300) {
+            let name = "a".repeat(len);
+            prop_assert_eq!(is_dns_subdomain(&name), len <= 253);
+        }
+
+        /// Label values: up to 63 characters of the label alphabet.
+        #[test]
+        fn label_values(value in "[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,70}[a-zA-Z0-9])?") {
+            let mut errors = FieldErrors::default();
+            validate_metadata(&serde_json::json!({"labels": {"k": value}}), &mut errors);
+            prop_assert_eq!(errors.0.is_empty(), value.len() <= 63, "{:?}", errors.0);
+        }
+
+        /// Label keys: a name part of up to 63 characters, with an optional subdomain prefix.
+        #[test]
+        fn label_keys(prefix in proptest::option::of("[a-z0-9]{1,10}(\\.[a-z0-9]{1,10}){0,2}"), name in "[a-zA-Z0-9]{1,70}") {
+            let key = match &prefix { Some(p) => format!("{p}/{name}"), None => name.clone() };
+            prop_assert_eq!(qualified_name_problems(&key).is_empty(), name.len() <= 63);
+        }
+    }
+}

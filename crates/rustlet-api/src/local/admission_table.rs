@@ -109,11 +109,11 @@ fn the_table_through_the_manifest_directory() {
         if !again.errors.is_empty() {
             failures.push(format!("{name}: reported again: {:?}", again.errors));
         }
-        // Every refusal names the file and the object.
+        // Every refusal names the file and the document.
         for error in &errors {
-            if !error.contains(&name) {
+            if !error.contains(&format!("{name} document ")) {
                 failures.push(format!(
-                    "{name}: the message does not name the file: {error}"
+                    "{name}: the message does not name the file and document: {error}"
                 ));
             }
         }

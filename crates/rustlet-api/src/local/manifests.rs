@@ -127,15 +127,21 @@ pub enum ManifestError {
         other: PathBuf,
     },
     /// The store refused a write.
-    #[error("apply {reference} from {}: {source}", path.display())]
+    #[error("apply {reference} from {}{}: {source}", path.display(), document_suffix(*document))]
     Apply {
-        /// The file.
+        /// The file (the directory, for a withdrawal).
         path: PathBuf,
+        /// 1-based index of the document in the file, when a document is applied.
+        document: Option<usize>,
         /// The object.
         reference: ObjectRef,
         /// Why.
         source: Box<StoreError>,
     },
+}
+
+fn document_suffix(document: Option<usize>) -> String {
+    document.map_or_else(String::new, |d| format!(" document {d}"))
 }
 
 fn position(line: Option<u64>, column: Option<u64>) -> String {
@@ -580,6 +586,7 @@ impl DirectorySync {
             Err(StoreError::NotFound(_)) => {}
             Err(source) => report.errors.push(ManifestError::Apply {
                 path: self.dir.clone(),
+                document: None,
                 reference: reference.clone(),
                 source: Box::new(source),
             }),
@@ -790,6 +797,7 @@ impl DirectorySync {
                     Err(source) => {
                         let err = ManifestError::Apply {
                             path: path.clone(),
+                            document: Some(document),
                             reference: reference.clone(),
                             source: Box::new(source),
                         };

@@ -26,6 +26,7 @@
 //!
 //! `unsafe` is denied: every system call goes through sys-mount or nix.
 
+pub mod atomic_writer;
 pub mod error;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;

@@ -542,3 +542,89 @@ fn kill_9_in_the_middle_of_mounting_and_of_tearing_down_converges() {
     expect_mounts(&agent, root, &names);
     assert!(agent.terminate().success());
 }
+
+const CONTENT: &str = "apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config}
+data:
+  app.conf: \"greeting=hello\\n\"
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: app-secret}
+stringData:
+  password: s3cret
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: app}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    volumeMounts:
+    - {name: config, mountPath: /etc/app}
+    - {name: secret, mountPath: /etc/secret}
+  volumes:
+  - name: config
+    configMap: {name: app-config, defaultMode: 0440}
+  - name: secret
+    secret: {secretName: app-secret}
+";
+
+/// Issue 12: configMap and secret volumes from manifests: the files with their modes, the
+/// secret on a tmpfs, an edit of the ConfigMap written into the volume within seconds, and
+/// everything torn down with the pod.
+#[test]
+fn config_map_and_secret_volumes_follow_their_manifests() {
+    let Some(local) = Local::new("config_map_and_secret_volumes", &[("app.yaml", CONTENT)]) else {
+        return;
+    };
+    let (root, manifests) = (&local.root, &local.manifests);
+    let agent = local.start();
+    let uid = uid(&agent.wait_for_phase("app", "Running"));
+    let volume =
+        |plugin: &str, name: &str| root.join(format!("pods/{uid}/volumes/{plugin}/{name}"));
+    let config = volume("kubernetes.io~configmap", "config");
+    let secret = volume("kubernetes.io~secret", "secret");
+    assert_eq!(
+        std::fs::read_to_string(config.join("app.conf")).unwrap(),
+        "greeting=hello\n"
+    );
+    let mode = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(
+        mode(&config.join("app.conf")),
+        0o440,
+        "YAML octal defaultMode"
+    );
+    assert_eq!(
+        std::fs::read_to_string(secret.join("password")).unwrap(),
+        "s3cret"
+    );
+    assert_eq!(mode(&secret.join("password")), 0o644);
+    assert_eq!(
+        mounts_under(root),
+        [secret.to_string_lossy()],
+        "the secret on a tmpfs, the configMap on disk"
+    );
+
+    std::fs::write(
+        manifests.join("app.yaml"),
+        CONTENT.replace("greeting=hello", "greeting=changed"),
+    )
+    .unwrap();
+    agent.wait_for("the ConfigMap edit in the volume", || {
+        let text = std::fs::read_to_string(config.join("app.conf")).ok()?;
+        (text == "greeting=changed\n").then_some(())
+    });
+
+    std::fs::remove_file(manifests.join("app.yaml")).unwrap();
+    agent.wait_for("the pod's volumes torn down", || {
+        (!root.join("pods").join(&uid).exists()).then_some(())
+    });
+    assert!(mounts_under(root).is_empty());
+    assert!(agent.terminate().success());
+}

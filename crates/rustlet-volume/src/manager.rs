@@ -23,6 +23,7 @@ use crate::executor::OperationExecutor;
 use crate::metrics::VolumeMetrics;
 use crate::mounter::Mounter;
 use crate::node::NodeStatus;
+use crate::objects::{ObjectChange, VolumeObjects};
 use crate::plugin::{PluginManager, VolumeHost};
 use crate::populator::{PodSource, PodStateProvider, Populator, pod_volume_names};
 use crate::reconciler::Reconciler;
@@ -170,6 +171,8 @@ pub struct VolumeManager {
     changed: watch::Sender<u64>,
     synced: AtomicBool,
     metrics: VolumeMetrics,
+    /// ConfigMaps and Secrets of content volumes: their changes are written into the volumes.
+    objects: Option<Arc<dyn VolumeObjects>>,
 }
 
 fn pod_name_of(pod: &Pod) -> UniquePodName {
@@ -219,6 +222,32 @@ impl VolumeManager {
             changed: watch::channel(0).0,
             synced: AtomicBool::new(false),
             metrics,
+            objects: None,
+        }
+    }
+
+    /// Content volumes read objects from `objects` (register it with the plugins too, see
+    /// [`crate::plugins::plugins_with_objects`]): the populator registers every pod's
+    /// references before its volumes are mounted, and a change of a registered ConfigMap or
+    /// Secret sets the volumes of the pods that reference it up again at once (upstream waits
+    /// for the next pod sync, 60-90 s).
+    pub fn with_objects(mut self, objects: Arc<dyn VolumeObjects>) -> Self {
+        self.populator = self.populator.with_objects(objects.clone());
+        self.objects = Some(objects);
+        self
+    }
+
+    /// The pods that reference a changed object are processed again (their content volumes
+    /// then need a remount, V19, and SetUp writes the new content).
+    fn object_changed(&self, change: Option<&ObjectChange>) {
+        for pod in self.pods.pods() {
+            let references = change.is_none_or(|c| {
+                pod.metadata.namespace.as_deref() == Some(c.namespace.as_str())
+                    && rustlet_core::refs::referenced_names(&pod, c.kind).contains(&c.name)
+            });
+            if references {
+                self.populator.reprocess_pod(&pod_name_of(&pod));
+            }
         }
     }
 
@@ -297,6 +326,7 @@ impl VolumeManager {
         // agent's own status patches included, wakes the loop) housekeeping still runs.
         let mut next_resync = tokio::time::Instant::now() + self.config.resync_period;
         let mut next_remount = tokio::time::Instant::now() + self.config.remount_period;
+        let mut object_changes = self.objects.as_ref().map(|o| o.changes());
         loop {
             if populate {
                 self.sync_once();
@@ -335,6 +365,20 @@ impl VolumeManager {
             populate = tokio::select! {
                 () = cancel.cancelled() => return,
                 () = self.wake.notified() => true,
+                change = async {
+                    match object_changes.as_mut() {
+                        Some(changes) => changes.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    match change {
+                        Ok(change) => self.object_changed(Some(&change)),
+                        // Missed announcements: every pod with references looks again.
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => self.object_changed(None),
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => object_changes = None,
+                    }
+                    true
+                }
                 Ok(()) = needs_pass.changed() => false,
                 () = async {
                     match retry_at {

@@ -11,6 +11,7 @@ use rustlet_core::{PodUid, UniquePodName};
 use tracing::{debug, warn};
 
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld};
+use crate::objects::VolumeObjects;
 use crate::spec::VolumeSpec;
 
 /// The pods bound to this node (upstream `PodManager.GetPods`), mirror pods excluded.
@@ -97,6 +98,10 @@ pub struct Populator {
     processed: Mutex<HashMap<UniquePodName, bool>>,
     /// Set after the first full pass once every source is ready (upstream `HasAddedPods`).
     has_added_pods: Arc<AtomicBool>,
+    /// Where pods register the ConfigMaps and Secrets they reference (content volumes).
+    objects: Option<Arc<dyn VolumeObjects>>,
+    /// The pods registered with `objects`, released once they are gone.
+    registered: Mutex<HashMap<UniquePodName, Arc<Pod>>>,
 }
 
 impl Populator {
@@ -114,7 +119,21 @@ impl Populator {
             states,
             processed: Mutex::new(HashMap::new()),
             has_added_pods: Arc::new(AtomicBool::new(false)),
+            objects: None,
+            registered: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Registers every pod's references with `objects` before any of its volumes is added
+    /// (upstream's order: a mount never reads an object its pod has not registered), and
+    /// releases them when the pod is gone (not at TearDown).
+    pub fn with_objects(mut self, objects: Arc<dyn VolumeObjects>) -> Self {
+        self.objects = Some(objects);
+        self
+    }
+
+    fn registered(&self) -> std::sync::MutexGuard<'_, HashMap<UniquePodName, Arc<Pod>>> {
+        self.registered.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The "desired state is complete" flag the reconciler reads before it unmounts anything.
@@ -162,6 +181,11 @@ impl Populator {
         let pod_name = unique_pod_name(pod);
         if self.processed().get(&pod_name) == Some(&true) {
             return;
+        }
+        if let Some(objects) = &self.objects {
+            // Again on every reprocess: a changed spec adds its new references first.
+            objects.register_pod(pod);
+            self.registered().insert(pod_name.clone(), pod.clone());
         }
         let (mounts, devices) = pod_volume_names(pod);
         let mut all_added = true;
@@ -224,6 +248,29 @@ impl Populator {
         for pod in self.dsw.pods_with_errors() {
             if !known.contains_key(&pod) {
                 self.dsw.pop_pod_errors(&pod);
+            }
+        }
+        if let Some(objects) = &self.objects {
+            let gone: Vec<Arc<Pod>> = {
+                let mut registered = self.registered();
+                let names: Vec<UniquePodName> = registered
+                    .keys()
+                    .filter(|pod| {
+                        !known.contains_key(*pod)
+                            && !in_dsw.contains(*pod)
+                            && self
+                                .states
+                                .should_pod_runtime_be_removed(&PodUid::new(pod.as_str()))
+                    })
+                    .cloned()
+                    .collect();
+                names
+                    .iter()
+                    .filter_map(|name| registered.remove(name))
+                    .collect()
+            };
+            for pod in gone {
+                objects.unregister_pod(&pod);
             }
         }
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use nix::fcntl::{Flock, FlockArg};
 use prometheus_client::registry::Registry;
+use rustlet_api::content::ObjectSourceConfig;
 use rustlet_api::local::LocalPodStatusClient;
 use rustlet_api::local::events::LocalEventRecorder;
 use rustlet_api::local::manifests::DirectorySync;
@@ -16,8 +17,8 @@ use rustlet_api::local::store::Store;
 use rustlet_api::node::{NodeConfig, NodeRegistrar};
 use rustlet_api::static_pods::{MirrorPods, StaticPodSource};
 use rustlet_api::{
-    Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries, NodeCache,
-    PodCache, build_client,
+    ApiObjects, Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries,
+    NodeCache, PodCache, build_client,
 };
 use rustlet_pods::{
     PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps, SimulatedConfig, SimulatedRuntime,
@@ -29,7 +30,8 @@ use rustlet_status::{
 use rustlet_volume::events::EventRecorder;
 use rustlet_volume::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps};
 use rustlet_volume::node::{NodeStatus, NothingAttached};
-use rustlet_volume::plugins::builtin_plugins;
+use rustlet_volume::objects::VolumeObjects;
+use rustlet_volume::plugins::plugins_with_objects;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -213,17 +215,25 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         })),
     };
 
-    let volumes = Arc::new(VolumeManager::new(
-        VolumeManagerDeps {
-            pods: pods.clone(),
-            states: lifecycles.clone(),
-            mounter: Arc::new(rustlet_mount::LinuxMounter::new()),
-            plugins: builtin_plugins(),
-            events: api.events.clone(),
-            node: node_status,
-        },
-        VolumeManagerConfig::new(&config.root_dir),
+    // ConfigMaps and Secrets of content volumes, watched per registered pod.
+    let objects: Arc<dyn VolumeObjects> = Arc::new(ApiObjects::new(
+        api.backend.clone(),
+        ObjectSourceConfig::default(),
     ));
+    let volumes = Arc::new(
+        VolumeManager::new(
+            VolumeManagerDeps {
+                pods: pods.clone(),
+                states: lifecycles.clone(),
+                mounter: Arc::new(rustlet_mount::LinuxMounter::new()),
+                plugins: plugins_with_objects(objects.clone()),
+                events: api.events.clone(),
+                node: node_status,
+            },
+            VolumeManagerConfig::new(&config.root_dir),
+        )
+        .with_objects(objects),
+    );
     volumes.metrics().register(&mut registry);
 
     let status_metrics = StatusMetrics::default();

@@ -166,12 +166,14 @@ impl VolumePlugin for EmptyDirPlugin {
     }
 }
 
-struct EmptyDir {
-    dir: PathBuf,
-    meta_dir: PathBuf,
-    medium: Medium,
-    size: Option<u64>,
-    mounter: Arc<dyn Mounter>,
+/// An emptyDir at a given directory: this plugin's, or the one a content volume (configMap,
+/// secret) wraps (V92).
+pub(crate) struct EmptyDir {
+    pub(crate) dir: PathBuf,
+    pub(crate) meta_dir: PathBuf,
+    pub(crate) medium: Medium,
+    pub(crate) size: Option<u64>,
+    pub(crate) mounter: Arc<dyn Mounter>,
 }
 
 fn fail(what: &str, path: &Path, err: impl std::fmt::Display) -> VolumeError {
@@ -179,7 +181,7 @@ fn fail(what: &str, path: &Path, err: impl std::fmt::Display) -> VolumeError {
 }
 
 impl EmptyDir {
-    fn is_tmpfs_mount(&self) -> Result<bool, VolumeError> {
+    pub(crate) fn is_tmpfs_mount(&self) -> Result<bool, VolumeError> {
         match self.mounter.is_tmpfs_mount_point(&self.dir) {
             Ok(mounted) => Ok(mounted),
             Err(e) if e.is_not_found() => Ok(false),

@@ -1,10 +1,12 @@
 //! The built-in volume plugins.
 
+pub mod content;
 pub mod empty_dir;
 pub mod host_path;
 
 use std::sync::Arc;
 
+use crate::objects::VolumeObjects;
 use crate::plugin::PluginManager;
 
 /// emptyDir and hostPath.
@@ -13,4 +15,18 @@ pub fn builtin_plugins() -> PluginManager {
         Arc::new(empty_dir::EmptyDirPlugin),
         Arc::new(host_path::HostPathPlugin),
     ])
+}
+
+/// emptyDir, hostPath, and the content volumes (configMap, secret) over `objects`.
+pub fn plugins_with_objects(objects: Arc<dyn VolumeObjects>) -> PluginManager {
+    let mut plugins = builtin_plugins();
+    plugins.register(Arc::new(content::ContentPlugin::new(
+        content::ContentKind::ConfigMap,
+        objects.clone(),
+    )));
+    plugins.register(Arc::new(content::ContentPlugin::new(
+        content::ContentKind::Secret,
+        objects,
+    )));
+    plugins
 }

@@ -1,0 +1,301 @@
+//! configMap and secret volumes through the manager (V92-V95): registration before the mount,
+//! contents and modes, items, optional objects, secrets only on tmpfs, an object change written
+//! at once (not after the remount period), teardown and reconstruction.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, KeyToPath, Secret, SecretVolumeSource, Volume,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use rustlet_core::PodUid;
+use rustlet_mount::fake::FakeMounter;
+use tokio_util::sync::CancellationToken;
+
+use crate::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps, WaitCause, WaitError};
+use crate::mounter::Mounter;
+use crate::plugins::plugins_with_objects;
+use crate::testing::{FakePods, FakeRecorder, FakeVolumeObjects, pod_with_volumes};
+
+struct Agent {
+    manager: Arc<VolumeManager>,
+    events: Arc<FakeRecorder>,
+    pods: Arc<FakePods>,
+    objects: Arc<FakeVolumeObjects>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(root: &Path, mounter: Arc<dyn Mounter>) -> Agent {
+    let pods = Arc::new(FakePods::default());
+    let objects = Arc::new(FakeVolumeObjects::default());
+    let events = Arc::new(FakeRecorder::default());
+    let deps = VolumeManagerDeps {
+        pods: pods.clone(),
+        states: pods.clone(),
+        mounter,
+        plugins: plugins_with_objects(objects.clone()),
+        events: events.clone(),
+        node: Arc::new(crate::node::NothingAttached),
+    };
+    let config = VolumeManagerConfig {
+        wait_timeout: Duration::from_secs(10),
+        node_allocatable_memory: Some(64 << 20),
+        ..VolumeManagerConfig::new(root)
+    };
+    let manager = Arc::new(VolumeManager::new(deps, config).with_objects(objects.clone()));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    Agent {
+        manager,
+        events,
+        pods,
+        objects,
+        cancel,
+        task,
+    }
+}
+
+fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn cm_volume(name: &str, source: ConfigMapVolumeSource) -> Volume {
+    Volume {
+        name: name.into(),
+        config_map: Some(source),
+        ..Default::default()
+    }
+}
+
+fn read(root: &Path, uid: &str, plugin: &str, volume: &str, key: &str) -> (String, u32) {
+    let path = root.join(format!("pods/{uid}/volumes/{plugin}/{volume}/{key}"));
+    let data = std::fs::read_to_string(&path).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    (data, mode)
+}
+
+#[tokio::test(start_paused = true)]
+async fn config_map_and_secret_contents_modes_and_items() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeMounter::new();
+    let agent = start(root.path(), Arc::new(fake.clone()));
+    agent.objects.put_config_map(config_map(
+        "app",
+        &[("a.conf", "alpha"), ("b.conf", "beta")],
+    ));
+    agent
+        .objects
+        .put_secret(secret("creds", &[("user", "admin"), ("token", "t0k")]));
+    let pod = pod_with_volumes(
+        "p1",
+        vec![
+            cm_volume(
+                "config",
+                ConfigMapVolumeSource {
+                    name: "app".into(),
+                    default_mode: Some(0o640),
+                    ..Default::default()
+                },
+            ),
+            cm_volume(
+                "picked",
+                ConfigMapVolumeSource {
+                    name: "app".into(),
+                    default_mode: Some(0o644),
+                    items: Some(vec![KeyToPath {
+                        key: "b.conf".into(),
+                        path: "dir/b".into(),
+                        mode: Some(0o400),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                },
+            ),
+            Volume {
+                name: "creds".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some("creds".into()),
+                    default_mode: Some(0o600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ],
+    );
+    let mut with_namespace = (*pod).clone();
+    with_namespace.metadata.namespace = Some("ns".into());
+    let pod = Arc::new(with_namespace);
+    agent.pods.add(pod.clone());
+    agent.manager.pod_updated();
+    agent.manager.wait_for_attach_and_mount(&pod).await.unwrap();
+    assert!(
+        agent.objects.is_registered(&PodUid::new("p1")),
+        "registered first"
+    );
+    let r = root.path();
+    assert_eq!(
+        read(r, "p1", "kubernetes.io~configmap", "config", "a.conf"),
+        ("alpha".into(), 0o640)
+    );
+    assert_eq!(
+        read(r, "p1", "kubernetes.io~configmap", "picked", "dir/b"),
+        ("beta".into(), 0o400)
+    );
+    assert!(
+        !r.join("pods/p1/volumes/kubernetes.io~configmap/picked/a.conf")
+            .exists()
+    );
+    assert_eq!(
+        read(r, "p1", "kubernetes.io~secret", "creds", "token"),
+        ("t0k".into(), 0o600)
+    );
+    let secret_dir = r.join("pods/p1/volumes/kubernetes.io~secret/creds");
+    assert!(
+        fake.is_tmpfs_mount_point(&secret_dir).unwrap(),
+        "secrets on tmpfs"
+    );
+    let config_dir = r.join("pods/p1/volumes/kubernetes.io~configmap/config");
+    assert!(
+        !fake.is_tmpfs_mount_point(&config_dir).unwrap_or(false),
+        "configMaps on disk"
+    );
+
+    // A change reaches the volume at once, long before the remount period.
+    agent.objects.put_config_map(config_map(
+        "app",
+        &[("a.conf", "alpha v2"), ("b.conf", "beta")],
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        read(r, "p1", "kubernetes.io~configmap", "config", "a.conf").0,
+        "alpha v2"
+    );
+
+    // The pod goes: volumes torn down, the tmpfs unmounted, the registration released.
+    agent.pods.remove("p1");
+    agent.pods.set_runtime_removed("p1");
+    agent.manager.pod_updated();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(fake.mounts().is_empty());
+    assert!(!r.join("pods/p1").exists());
+    assert!(!agent.objects.is_registered(&PodUid::new("p1")));
+    agent.cancel.cancel();
+    agent.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_object_fails_the_wait_unless_optional_and_a_missing_key_is_named() {
+    let root = tempfile::tempdir().unwrap();
+    let agent = start(root.path(), Arc::new(FakeMounter::new()));
+    let pod = |uid: &str, source: ConfigMapVolumeSource| {
+        let mut pod = (*pod_with_volumes(uid, vec![cm_volume("v", source)])).clone();
+        pod.metadata.namespace = Some("ns".into());
+        Arc::new(pod)
+    };
+    let missing = pod(
+        "p-missing",
+        ConfigMapVolumeSource {
+            name: "absent".into(),
+            ..Default::default()
+        },
+    );
+    let optional = pod(
+        "p-optional",
+        ConfigMapVolumeSource {
+            name: "absent".into(),
+            optional: Some(true),
+            ..Default::default()
+        },
+    );
+    agent
+        .objects
+        .put_config_map(config_map("app", &[("a", "1")]));
+    let bad_key = pod(
+        "p-key",
+        ConfigMapVolumeSource {
+            name: "app".into(),
+            items: Some(vec![KeyToPath {
+                key: "nope".into(),
+                path: "x".into(),
+                mode: None,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+    );
+    for p in [&missing, &optional, &bad_key] {
+        agent.pods.add(p.clone());
+    }
+    agent.manager.pod_updated();
+    agent
+        .manager
+        .wait_for_attach_and_mount(&optional)
+        .await
+        .unwrap();
+    let listing = std::fs::read_dir(
+        root.path()
+            .join("pods/p-optional/volumes/kubernetes.io~configmap/v"),
+    )
+    .unwrap()
+    .count();
+    assert_eq!(listing, 2, "an empty version: ..data and its directory");
+    for (p, expected) in [
+        (&missing, "get configmap ns/absent: not found"),
+        (
+            &bad_key,
+            "configmap references non-existent config key: nope",
+        ),
+    ] {
+        let err = agent
+            .manager
+            .wait_for_attach_and_mount(p)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, WaitError::NotMounted { cause: WaitCause::DeadlineExceeded, unmounted, .. } if unmounted == &vec!["v".to_owned()]),
+            "{err}"
+        );
+        let events = agent.events.events();
+        assert!(
+            events
+                .iter()
+                .any(|(_, reason, message)| reason == "FailedMount" && message.contains(expected)),
+            "{expected}: {events:?}"
+        );
+    }
+    agent.cancel.cancel();
+    agent.task.await.unwrap();
+}

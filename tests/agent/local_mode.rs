@@ -628,3 +628,104 @@ fn config_map_and_secret_volumes_follow_their_manifests() {
     assert!(mounts_under(root).is_empty());
     assert!(agent.terminate().success());
 }
+
+const DOWNWARD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: info
+  labels: {app: web}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    volumeMounts:
+    - {name: podinfo, mountPath: /etc/podinfo}
+  volumes:
+  - name: podinfo
+    downwardAPI:
+      items:
+      - {path: labels, fieldRef: {fieldPath: metadata.labels}}
+      - {path: name, fieldRef: {fieldPath: metadata.name}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: tokened
+spec:
+  containers:
+  - name: c
+    image: busybox
+    volumeMounts:
+    - {name: token, mountPath: /var/run/secrets/tokens}
+    - {name: scratch, mountPath: /scratch}
+  volumes:
+  - name: scratch
+    emptyDir: {}
+  - name: token
+    projected:
+      sources:
+      - serviceAccountToken: {path: token, expirationSeconds: 3600}
+";
+
+/// Issue 12: a downwardAPI volume shows the pod's fields and follows a label edit; a projected
+/// service account token, which local mode cannot issue, fails that volume with a clear error
+/// and leaves the pod's other volumes mounted.
+#[test]
+fn downward_api_follows_labels_and_a_token_volume_fails_clearly_in_local_mode() {
+    let Some(local) = Local::new("downward_api_and_token", &[("pods.yaml", DOWNWARD)]) else {
+        return;
+    };
+    let (root, manifests) = (&local.root, &local.manifests);
+    let agent = local.start();
+    let info = uid(&agent.wait_for_phase("info", "Running"));
+    let podinfo = root.join(format!(
+        "pods/{info}/volumes/kubernetes.io~downward-api/podinfo"
+    ));
+    assert_eq!(
+        std::fs::read_to_string(podinfo.join("labels")).unwrap(),
+        "app=\"web\""
+    );
+    assert_eq!(
+        std::fs::read_to_string(podinfo.join("name")).unwrap(),
+        "info"
+    );
+    std::fs::write(
+        manifests.join("pods.yaml"),
+        DOWNWARD.replace("labels: {app: web}", "labels: {app: web, tier: front}"),
+    )
+    .unwrap();
+    agent.wait_for("the new labels in the volume", || {
+        let text = std::fs::read_to_string(podinfo.join("labels")).ok()?;
+        (text == "app=\"web\"\ntier=\"front\"").then_some(())
+    });
+    assert_eq!(
+        uid(&agent.pod("info").unwrap()),
+        info,
+        "a label edit keeps the pod"
+    );
+
+    let tokened = uid(&agent.pod("tokened").unwrap());
+    agent.wait_for("the token volume's clear error", || {
+        let log = std::fs::read_to_string(&agent.log).ok()?;
+        log.contains("local mode has no token issuer").then_some(())
+    });
+    let pod = agent.pod("tokened").unwrap();
+    assert_eq!(pod["status"]["phase"], "Pending", "{pod}");
+    assert!(
+        root.join(format!(
+            "pods/{tokened}/volumes/kubernetes.io~empty-dir/scratch"
+        ))
+        .is_dir(),
+        "the other volume is mounted"
+    );
+    assert!(
+        !root
+            .join(format!(
+                "pods/{tokened}/volumes/kubernetes.io~projected/token"
+            ))
+            .join("..data")
+            .exists(),
+        "nothing written for the token volume"
+    );
+    assert!(agent.terminate().success());
+}

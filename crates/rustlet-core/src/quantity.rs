@@ -89,6 +89,17 @@ pub fn quantity_ceil(q: &Quantity) -> Option<i128> {
     })
 }
 
+/// The value of a quantity in thousandths, rounded up (upstream `MilliValue`, for CPU); `None`
+/// when it does not parse or does not fit.
+pub fn quantity_milli_ceil(q: &Quantity) -> Option<i128> {
+    let d = parse(&q.0)?;
+    quantity_ceil(&Quantity(format!(
+        "{}e{}",
+        d.mantissa,
+        d.exponent.checked_add(3)?
+    )))
+}
+
 /// True when both quantities denote the same value.
 pub fn quantity_eq(a: &Quantity, b: &Quantity) -> bool {
     if a.0 == b.0 {
@@ -106,6 +117,25 @@ mod tests {
 
     fn q(s: &str) -> Quantity {
         Quantity(s.to_owned())
+    }
+
+    #[test]
+    fn milli_values_round_up() {
+        for (text, milli) in [
+            ("1", 1000),
+            ("250m", 250),
+            ("0.5", 500),
+            ("1.0001", 1001),
+            ("2k", 2_000_000),
+            ("1n", 1),
+        ] {
+            assert_eq!(
+                quantity_milli_ceil(&Quantity(text.into())),
+                Some(milli),
+                "{text}"
+            );
+        }
+        assert_eq!(quantity_milli_ceil(&Quantity("x".into())), None);
     }
 
     #[test]

@@ -447,6 +447,12 @@ impl VolumeManager {
             return Ok(());
         }
         let pod_name = pod_name_of(pod);
+        // Labels or annotations that a downward API volume shows changed: set it up again
+        // (the wait need not wait for that).
+        if self.populator.downward_fields_changed(pod) {
+            self.populator.reprocess_pod(&pod_name);
+            self.wake.notify_one();
+        }
         // Already mounted: done, without a reprocess (deviation from V3: volumes that need a
         // periodic remount are refreshed every `remount_period` by `run` instead of by every
         // wait).

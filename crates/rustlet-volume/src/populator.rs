@@ -102,6 +102,27 @@ pub struct Populator {
     objects: Option<Arc<dyn VolumeObjects>>,
     /// The pods registered with `objects`, released once they are gone.
     registered: Mutex<HashMap<UniquePodName, Arc<Pod>>>,
+    /// The labels and annotations a pod with downward API volumes was last processed with.
+    downward: Mutex<HashMap<UniquePodName, PodFields>>,
+}
+
+/// What a downward API volume can show that changes without a spec change.
+type PodFields = (
+    Option<std::collections::BTreeMap<String, String>>,
+    Option<std::collections::BTreeMap<String, String>>,
+);
+
+/// Whether a volume of the pod shows pod fields (downwardAPI, or a projected downwardAPI).
+fn uses_downward_api(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| {
+            v.downward_api.is_some()
+                || v.projected
+                    .as_ref()
+                    .is_some_and(|p| p.sources.iter().flatten().any(|s| s.downward_api.is_some()))
+        })
 }
 
 impl Populator {
@@ -121,7 +142,24 @@ impl Populator {
             has_added_pods: Arc::new(AtomicBool::new(false)),
             objects: None,
             registered: Mutex::new(HashMap::new()),
+            downward: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn downward(&self) -> std::sync::MutexGuard<'_, HashMap<UniquePodName, PodFields>> {
+        self.downward.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pod's labels or annotations changed since its downward API volumes were set up
+    /// (upstream notices at the next pod sync; the agent asks on every sync of the pod).
+    pub fn downward_fields_changed(&self, pod: &Pod) -> bool {
+        let fields = (
+            pod.metadata.labels.clone(),
+            pod.metadata.annotations.clone(),
+        );
+        self.downward()
+            .get(&unique_pod_name(pod))
+            .is_some_and(|seen| *seen != fields)
     }
 
     /// Registers every pod's references with `objects` before any of its volumes is added
@@ -201,6 +239,13 @@ impl Populator {
                 all_added = false;
             }
         }
+        if uses_downward_api(pod) {
+            let fields = (
+                pod.metadata.labels.clone(),
+                pod.metadata.annotations.clone(),
+            );
+            self.downward().insert(pod_name.clone(), fields);
+        }
         let mut processed = self.processed();
         if all_added {
             processed.insert(pod_name.clone(), true);
@@ -238,6 +283,8 @@ impl Populator {
             self.processed().remove(&pod_name);
         }
         let in_dsw = self.dsw.pods();
+        self.downward()
+            .retain(|pod, _| known.contains_key(pod) || in_dsw.contains(pod));
         self.processed().retain(|pod, _| {
             known.contains_key(pod)
                 || in_dsw.contains(pod)

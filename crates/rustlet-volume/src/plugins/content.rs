@@ -1,23 +1,27 @@
-//! configMap and secret volumes (upstream `pkg/volume/configmap`, `pkg/volume/secret`; V92-V95):
-//! the object is read through the [`VolumeObjects`] seam (a pod's references are registered by
-//! the populator before any of its volumes is mounted), turned into a payload (every key, or
-//! the listed `items`, with `defaultMode` or the item's mode), and written by the
-//! [`AtomicWriter`] into a wrapped emptyDir: on disk for a configMap, on a tmpfs for a secret.
-//! A secret is never written unless its directory is a tmpfs mount. `RequiresRemount` is true:
-//! a change of the object is written again (atomically) on the next SetUp.
+//! configMap, secret, downwardAPI and projected volumes (upstream `pkg/volume/configmap`,
+//! `secret`, `downwardapi`, `projected`; V92-V95): every source is read first (objects through
+//! the [`VolumeObjects`] seam, whose per-pod registrations the populator makes before any of
+//! the pod's volumes is mounted; tokens through its TokenRequest cache; pod fields from the
+//! pod), turned into a payload (every key or the listed `items`, with `defaultMode` or the
+//! item's mode), and written by the [`AtomicWriter`] into a wrapped emptyDir: on disk for a
+//! configMap, on a tmpfs for the others, which are never written unless their directory is a
+//! tmpfs mount. `RequiresRemount` is true: a change is written again (atomically) on the next
+//! SetUp.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, KeyToPath, Pod, SecretVolumeSource, Volume,
+    ConfigMapVolumeSource, DownwardAPIVolumeFile, KeyToPath, Pod, SecretVolumeSource,
+    ServiceAccountTokenProjection, Volume,
 };
 use rustlet_core::PodUid;
 use rustlet_mount::atomic_writer::{AtomicWriter, FileProjection};
 
+use super::downward::{NodeAllocatable, field_ref_value, resource_field_value};
 use super::empty_dir::{EmptyDir, Medium, memory_size};
-use crate::objects::{ObjectError, VolumeObjects};
+use crate::objects::{ObjectError, TokenRequestKey, VolumeObjects};
 use crate::plugin::{
     PluginError, VolumeError, VolumeHost, VolumeMounter, VolumePlugin, VolumeUnmounter,
 };
@@ -27,17 +31,25 @@ use crate::spec::VolumeSpec;
 pub const CONFIG_MAP_PLUGIN: &str = "kubernetes.io/configmap";
 /// The secret plugin's name.
 pub const SECRET_PLUGIN: &str = "kubernetes.io/secret";
+/// The downwardAPI plugin's name.
+pub const DOWNWARD_API_PLUGIN: &str = "kubernetes.io/downward-api";
+/// The projected plugin's name.
+pub const PROJECTED_PLUGIN: &str = "kubernetes.io/projected";
 
-/// Which object a content volume projects.
+/// Which kind of content volume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContentKind {
     /// A ConfigMap, on disk.
     ConfigMap,
     /// A Secret, on tmpfs only.
     Secret,
+    /// Fields of the pod, on tmpfs.
+    DownwardApi,
+    /// ConfigMaps, Secrets, pod fields and service account tokens in one volume, on tmpfs.
+    Projected,
 }
 
-/// The configMap or secret plugin.
+/// The configMap, secret, downwardAPI or projected plugin.
 pub struct ContentPlugin {
     kind: ContentKind,
     objects: Arc<dyn VolumeObjects>,
@@ -53,13 +65,18 @@ impl ContentPlugin {
         match self.kind {
             ContentKind::ConfigMap => CONFIG_MAP_PLUGIN,
             ContentKind::Secret => SECRET_PLUGIN,
+            ContentKind::DownwardApi => DOWNWARD_API_PLUGIN,
+            ContentKind::Projected => PROJECTED_PLUGIN,
         }
     }
 
+    /// V92: only a configMap lives on disk.
     fn medium(&self) -> Medium {
         match self.kind {
             ContentKind::ConfigMap => Medium::Default,
-            ContentKind::Secret => Medium::Memory,
+            ContentKind::Secret | ContentKind::DownwardApi | ContentKind::Projected => {
+                Medium::Memory
+            }
         }
     }
 
@@ -74,36 +91,94 @@ impl ContentPlugin {
     }
 }
 
+/// Which object an object projection reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ObjectType {
+    ConfigMap,
+    Secret,
+}
+
+/// One source of a content volume.
+#[derive(Clone, Debug)]
+enum Projection {
+    /// A ConfigMap's or Secret's keys (all, or the listed items).
+    Object {
+        type_: ObjectType,
+        name: String,
+        items: Option<Vec<KeyToPath>>,
+        optional: bool,
+    },
+    /// Pod fields.
+    Downward(Vec<DownwardAPIVolumeFile>),
+    /// A service account token bound to the pod.
+    Token(ServiceAccountTokenProjection),
+    /// A source this agent does not serve (named in the error).
+    Unsupported(&'static str),
+}
+
 /// What a content volume projects, from its spec.
 #[derive(Clone, Debug)]
 struct Source {
-    name: String,
-    items: Option<Vec<KeyToPath>>,
+    projections: Vec<Projection>,
     default_mode: i32,
-    optional: bool,
 }
 
 impl Source {
     fn of(kind: ContentKind, volume: &Volume) -> Option<Self> {
-        match kind {
-            ContentKind::ConfigMap => {
-                volume
-                    .config_map
-                    .as_ref()
-                    .map(|s: &ConfigMapVolumeSource| Self {
-                        name: s.name.clone(),
-                        items: s.items.clone(),
-                        default_mode: s.default_mode.unwrap_or(0o644),
-                        optional: s.optional.unwrap_or(false),
-                    })
+        let object = |type_, name: &str, items: &Option<Vec<KeyToPath>>, optional: Option<bool>| {
+            Projection::Object {
+                type_,
+                name: name.to_owned(),
+                items: items.clone(),
+                optional: optional.unwrap_or(false),
             }
-            ContentKind::Secret => volume.secret.as_ref().map(|s: &SecretVolumeSource| Self {
-                name: s.secret_name.clone().unwrap_or_default(),
-                items: s.items.clone(),
-                default_mode: s.default_mode.unwrap_or(0o644),
-                optional: s.optional.unwrap_or(false),
-            }),
-        }
+        };
+        let (projections, default_mode) = match kind {
+            ContentKind::ConfigMap => {
+                let s: &ConfigMapVolumeSource = volume.config_map.as_ref()?;
+                let p = object(ObjectType::ConfigMap, &s.name, &s.items, s.optional);
+                (vec![p], s.default_mode)
+            }
+            ContentKind::Secret => {
+                let s: &SecretVolumeSource = volume.secret.as_ref()?;
+                let name = s.secret_name.clone().unwrap_or_default();
+                let p = object(ObjectType::Secret, &name, &s.items, s.optional);
+                (vec![p], s.default_mode)
+            }
+            ContentKind::DownwardApi => {
+                let s = volume.downward_api.as_ref()?;
+                let p = Projection::Downward(s.items.clone().unwrap_or_default());
+                (vec![p], s.default_mode)
+            }
+            ContentKind::Projected => {
+                let s = volume.projected.as_ref()?;
+                let projections = s
+                    .sources
+                    .iter()
+                    .flatten()
+                    .map(|source| {
+                        if let Some(c) = &source.config_map {
+                            object(ObjectType::ConfigMap, &c.name, &c.items, c.optional)
+                        } else if let Some(c) = &source.secret {
+                            object(ObjectType::Secret, &c.name, &c.items, c.optional)
+                        } else if let Some(d) = &source.downward_api {
+                            Projection::Downward(d.items.clone().unwrap_or_default())
+                        } else if let Some(t) = &source.service_account_token {
+                            Projection::Token(t.clone())
+                        } else if source.cluster_trust_bundle.is_some() {
+                            Projection::Unsupported("clusterTrustBundle")
+                        } else {
+                            Projection::Unsupported("this projected source")
+                        }
+                    })
+                    .collect();
+                (projections, s.default_mode)
+            }
+        };
+        Some(Self {
+            projections,
+            default_mode: default_mode.unwrap_or(0o644),
+        })
     }
 }
 
@@ -136,15 +211,16 @@ impl VolumePlugin for ContentPlugin {
             .ok_or_else(|| invalid("not an inline volume"))?;
         let source = Source::of(self.kind, volume).ok_or_else(|| invalid("no source"))?;
         let mut wrapped = self.wrapped(&PodUid::of(pod), &volume.name, host);
-        if self.kind == ContentKind::Secret {
+        if wrapped.medium == Medium::Memory {
             wrapped.size = memory_size(pod, volume, host.node_allocatable_memory);
         }
         Ok(Box::new(ContentVolume {
             kind: self.kind,
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            pod: pod.clone(),
             source,
             wrapped,
             objects: self.objects.clone(),
+            allocatable: NodeAllocatable::of_host(host.node_allocatable_memory),
         }))
     }
 
@@ -173,6 +249,8 @@ impl VolumePlugin for ContentPlugin {
                     ..Default::default()
                 });
             }
+            ContentKind::DownwardApi => volume.downward_api = Some(Default::default()),
+            ContentKind::Projected => volume.projected = Some(Default::default()),
         }
         Ok(VolumeSpec::Pod(volume))
     }
@@ -189,92 +267,180 @@ impl VolumePlugin for ContentPlugin {
 
 struct ContentVolume {
     kind: ContentKind,
-    namespace: String,
+    pod: Pod,
     source: Source,
     wrapped: EmptyDir,
     objects: Arc<dyn VolumeObjects>,
+    allocatable: NodeAllocatable,
 }
 
-/// The key → bytes of the object, or `None` when it is absent and optional.
-type Content = Option<BTreeMap<String, Vec<u8>>>;
-
 impl ContentVolume {
-    /// V93 step 1: read the object (before the disk is touched).
-    fn fetch(&self) -> Result<Content, VolumeError> {
-        let handle = tokio::runtime::Handle::try_current()
-            .map_err(|e| VolumeError::Final(format!("no runtime to read objects: {e}")))?;
-        let (namespace, name) = (self.namespace.as_str(), self.source.name.as_str());
-        let read: Result<BTreeMap<String, Vec<u8>>, ObjectError> = match self.kind {
-            ContentKind::ConfigMap => handle
-                .block_on(self.objects.config_map(namespace, name))
-                .map(|cm| {
-                    let mut out: BTreeMap<String, Vec<u8>> = cm
-                        .data
-                        .iter()
-                        .flatten()
-                        .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
-                        .collect();
-                    for (k, v) in cm.binary_data.iter().flatten() {
-                        out.insert(k.clone(), v.0.clone());
-                    }
-                    out
-                }),
-            ContentKind::Secret => handle
-                .block_on(self.objects.secret(namespace, name))
-                .map(|s| {
-                    s.data
-                        .iter()
-                        .flatten()
-                        .map(|(k, v)| (k.clone(), v.0.clone()))
-                        .collect()
-                }),
-        };
-        match read {
-            Ok(data) => Ok(Some(data)),
-            Err(e) if e.is_not_found() && self.source.optional => Ok(None),
-            Err(e) => Err(VolumeError::Final(e.to_string())),
+    fn file(&self, data: Vec<u8>, mode: Option<i32>) -> FileProjection {
+        let mode = mode.unwrap_or(self.source.default_mode);
+        FileProjection {
+            data,
+            mode: u32::try_from(mode).unwrap_or(0o644) & 0o777,
+            fs_user: None,
         }
     }
 
-    /// V93 step 2 (upstream `MakePayload`).
-    fn payload(&self, content: Content) -> Result<BTreeMap<String, FileProjection>, VolumeError> {
-        let data = content.unwrap_or_default();
-        let file = |bytes: &Vec<u8>, mode: i32| FileProjection {
-            data: bytes.clone(),
-            mode: u32::try_from(mode).unwrap_or(0o644) & 0o777,
-            fs_user: None,
-        };
-        let mut out = BTreeMap::new();
-        match &self.source.items {
-            None => {
-                for (key, bytes) in &data {
-                    out.insert(key.clone(), file(bytes, self.source.default_mode));
+    /// V93 step 1 for one object: its keys and bytes, `None` when absent and optional.
+    async fn read_object(
+        &self,
+        type_: ObjectType,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+        let namespace = self.pod.metadata.namespace.as_deref().unwrap_or_default();
+        let read: Result<BTreeMap<String, Vec<u8>>, ObjectError> = match type_ {
+            ObjectType::ConfigMap => self.objects.config_map(namespace, name).await.map(|cm| {
+                let mut out: BTreeMap<String, Vec<u8>> = cm
+                    .data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+                    .collect();
+                for (k, v) in cm.binary_data.iter().flatten() {
+                    out.insert(k.clone(), v.0.clone());
                 }
-            }
-            Some(items) => {
-                for item in items {
-                    match data.get(&item.key) {
-                        Some(bytes) => {
-                            let mode = item.mode.unwrap_or(self.source.default_mode);
-                            out.insert(item.path.clone(), file(bytes, mode));
+                out
+            }),
+            ObjectType::Secret => self.objects.secret(namespace, name).await.map(|s| {
+                s.data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.0.clone()))
+                    .collect()
+            }),
+        };
+        match read {
+            Ok(data) => Ok(Some(data)),
+            Err(e) if e.is_not_found() && optional => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// One projection's files (upstream `MakePayload` and its projected/downwardAPI forms).
+    async fn project(
+        &self,
+        projection: &Projection,
+        out: &mut BTreeMap<String, FileProjection>,
+    ) -> Result<(), String> {
+        match projection {
+            Projection::Object {
+                type_,
+                name,
+                items,
+                optional,
+            } => {
+                let data = self
+                    .read_object(*type_, name, *optional)
+                    .await?
+                    .unwrap_or_default();
+                match items {
+                    None => {
+                        for (key, bytes) in data {
+                            out.insert(key, self.file(bytes, None));
                         }
-                        None if self.source.optional => {}
-                        None => {
-                            return Err(VolumeError::Final(match self.kind {
-                                ContentKind::ConfigMap => format!(
-                                    "configmap references non-existent config key: {}",
-                                    item.key
-                                ),
-                                ContentKind::Secret => {
-                                    format!("references non-existent secret key: {}", item.key)
+                    }
+                    Some(items) => {
+                        for item in items {
+                            match data.get(&item.key) {
+                                Some(bytes) => {
+                                    out.insert(
+                                        item.path.clone(),
+                                        self.file(bytes.clone(), item.mode),
+                                    );
                                 }
-                            }));
+                                None if *optional => {}
+                                None => {
+                                    return Err(match type_ {
+                                        ObjectType::ConfigMap => format!(
+                                            "configmap references non-existent config key: {}",
+                                            item.key
+                                        ),
+                                        ObjectType::Secret => format!(
+                                            "references non-existent secret key: {}",
+                                            item.key
+                                        ),
+                                    });
+                                }
+                            }
                         }
                     }
                 }
             }
+            Projection::Downward(items) => {
+                for item in items {
+                    let value = if let Some(field) = &item.field_ref {
+                        field_ref_value(&self.pod, field)?
+                    } else if let Some(resource) = &item.resource_field_ref {
+                        resource_field_value(&self.pod, resource, self.allocatable)?
+                    } else {
+                        return Err(format!("downwardAPI item {:?} has no source", item.path));
+                    };
+                    out.insert(item.path.clone(), self.file(value.into_bytes(), item.mode));
+                }
+            }
+            Projection::Token(token) => {
+                let spec = self.pod.spec.as_ref();
+                let key = TokenRequestKey {
+                    namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
+                    service_account: spec
+                        .and_then(|s| s.service_account_name.clone())
+                        .filter(|n| !n.is_empty())
+                        .unwrap_or_else(|| "default".to_owned()),
+                    audiences: token
+                        .audience
+                        .clone()
+                        .into_iter()
+                        .filter(|a| !a.is_empty())
+                        .collect(),
+                    expiration_seconds: token.expiration_seconds.unwrap_or(3600),
+                    pod_name: self.pod.metadata.name.clone().unwrap_or_default(),
+                    pod_uid: self.pod.metadata.uid.clone().unwrap_or_default(),
+                };
+                let issued = self
+                    .objects
+                    .service_account_token(&key)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // V94: 0600 when the pod sets an fsGroup.
+                let fs_group = spec
+                    .and_then(|s| s.security_context.as_ref())
+                    .is_some_and(|c| c.fs_group.is_some());
+                let mode = fs_group.then_some(0o600);
+                out.insert(
+                    token.path.clone(),
+                    self.file(issued.token.into_bytes(), mode),
+                );
+            }
+            Projection::Unsupported(what) => {
+                return Err(format!("{what} sources are not supported by this agent"));
+            }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// V93 steps 1-2: every source read before the disk is touched; a projected volume
+    /// reports all its failing sources together.
+    fn payload(&self) -> Result<BTreeMap<String, FileProjection>, VolumeError> {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| VolumeError::Final(format!("no runtime to read objects: {e}")))?;
+        handle.block_on(async {
+            let mut out = BTreeMap::new();
+            let mut errors = Vec::new();
+            for projection in &self.source.projections {
+                if let Err(e) = self.project(projection, &mut out).await {
+                    errors.push(e);
+                }
+            }
+            if errors.is_empty() {
+                Ok(out)
+            } else {
+                Err(VolumeError::Final(errors.join("; ")))
+            }
+        })
     }
 }
 
@@ -284,21 +450,21 @@ impl VolumeMounter for ContentVolume {
     }
 
     fn set_up(&self) -> Result<(), VolumeError> {
-        let content = self.fetch()?;
-        let payload = self.payload(content)?;
+        let payload = self.payload()?;
         self.wrapped.set_up()?;
-        if self.kind == ContentKind::Secret && !self.wrapped.is_tmpfs_mount()? {
+        if self.wrapped.medium == Medium::Memory && !self.wrapped.is_tmpfs_mount()? {
             // Never on disk, not even briefly.
             return Err(VolumeError::Final(format!(
-                "secret volume {} is not on a tmpfs: nothing written",
+                "{:?} volume {} is not on a tmpfs: nothing written",
+                self.kind,
                 self.wrapped.dir.display()
             )));
         }
         let writer =
             AtomicWriter::new(&self.wrapped.dir).map_err(|e| VolumeError::Final(e.to_string()))?;
-        writer
-            .write(&payload)
-            .map_err(|e| VolumeError::Final(format!("write {}: {e}", self.source.name)))?;
+        writer.write(&payload).map_err(|e| {
+            VolumeError::Final(format!("write {}: {e}", self.wrapped.dir.display()))
+        })?;
         Ok(())
     }
 }

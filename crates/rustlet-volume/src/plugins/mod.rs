@@ -1,6 +1,7 @@
 //! The built-in volume plugins.
 
 pub mod content;
+pub mod downward;
 pub mod empty_dir;
 pub mod host_path;
 
@@ -17,16 +18,20 @@ pub fn builtin_plugins() -> PluginManager {
     ])
 }
 
-/// emptyDir, hostPath, and the content volumes (configMap, secret) over `objects`.
+/// emptyDir, hostPath, and the content volumes (configMap, secret, downwardAPI, projected)
+/// over `objects`.
 pub fn plugins_with_objects(objects: Arc<dyn VolumeObjects>) -> PluginManager {
     let mut plugins = builtin_plugins();
     plugins.register(Arc::new(content::ContentPlugin::new(
         content::ContentKind::ConfigMap,
         objects.clone(),
     )));
-    plugins.register(Arc::new(content::ContentPlugin::new(
+    for kind in [
         content::ContentKind::Secret,
-        objects,
-    )));
+        content::ContentKind::DownwardApi,
+        content::ContentKind::Projected,
+    ] {
+        plugins.register(Arc::new(content::ContentPlugin::new(kind, objects.clone())));
+    }
     plugins
 }

@@ -2,6 +2,7 @@
 //! contents and modes, items, optional objects, secrets only on tmpfs, an object change written
 //! at once (not after the remount period), teardown and reconstruction.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -296,6 +297,129 @@ async fn a_missing_object_fails_the_wait_unless_optional_and_a_missing_key_is_na
             "{expected}: {events:?}"
         );
     }
+    agent.cancel.cancel();
+    agent.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn downward_api_and_projected_volumes_and_a_label_change() {
+    use k8s_openapi::api::core::v1::{
+        ConfigMapProjection, DownwardAPIProjection, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
+        ObjectFieldSelector, ProjectedVolumeSource, ServiceAccountTokenProjection,
+        VolumeProjection,
+    };
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeMounter::new();
+    let agent = start(root.path(), Arc::new(fake.clone()));
+    agent
+        .objects
+        .put_config_map(config_map("app", &[("a.conf", "alpha")]));
+    let field = |path: &str, field_path: &str| DownwardAPIVolumeFile {
+        path: path.into(),
+        field_ref: Some(ObjectFieldSelector {
+            field_path: field_path.into(),
+            api_version: Some("v1".into()),
+        }),
+        ..Default::default()
+    };
+    let volumes = vec![
+        Volume {
+            name: "podinfo".into(),
+            downward_api: Some(DownwardAPIVolumeSource {
+                items: Some(vec![
+                    field("labels", "metadata.labels"),
+                    field("name", "metadata.name"),
+                ]),
+                default_mode: Some(0o644),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "all".into(),
+            projected: Some(ProjectedVolumeSource {
+                default_mode: Some(0o440),
+                sources: Some(vec![
+                    VolumeProjection {
+                        config_map: Some(ConfigMapProjection {
+                            name: "app".into(),
+                            items: Some(vec![KeyToPath {
+                                key: "a.conf".into(),
+                                path: "config/a.conf".into(),
+                                ..Default::default()
+                            }]),
+                            optional: None,
+                        }),
+                        ..Default::default()
+                    },
+                    VolumeProjection {
+                        downward_api: Some(DownwardAPIProjection {
+                            items: Some(vec![field("ns", "metadata.namespace")]),
+                        }),
+                        ..Default::default()
+                    },
+                    VolumeProjection {
+                        service_account_token: Some(ServiceAccountTokenProjection {
+                            path: "token".into(),
+                            expiration_seconds: Some(3600),
+                            audience: None,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ];
+    let mut pod = (*pod_with_volumes("p1", volumes)).clone();
+    pod.metadata.namespace = Some("ns".into());
+    pod.metadata.labels = Some(BTreeMap::from([("app".into(), "web".into())]));
+    let pod = Arc::new(pod);
+    agent.pods.add(pod.clone());
+    agent.manager.pod_updated();
+    agent.manager.wait_for_attach_and_mount(&pod).await.unwrap();
+    let r = root.path();
+    let downward = "kubernetes.io~downward-api";
+    let projected = "kubernetes.io~projected";
+    assert_eq!(
+        read(r, "p1", downward, "podinfo", "labels").0,
+        "app=\"web\""
+    );
+    assert_eq!(read(r, "p1", downward, "podinfo", "name").0, "pod-p1");
+    assert_eq!(
+        read(r, "p1", projected, "all", "config/a.conf"),
+        ("alpha".into(), 0o440)
+    );
+    assert_eq!(read(r, "p1", projected, "all", "ns").0, "ns");
+    assert_eq!(
+        read(r, "p1", projected, "all", "token").0,
+        "token-default-1"
+    );
+    for (plugin, name) in [(downward, "podinfo"), (projected, "all")] {
+        let dir = r.join(format!("pods/p1/volumes/{plugin}/{name}"));
+        assert!(fake.is_tmpfs_mount_point(&dir).unwrap(), "{name} on tmpfs");
+    }
+
+    // The pod's labels change (no spec change): the file follows on the pod's next sync.
+    let mut relabelled = (*pod).clone();
+    relabelled.metadata.labels = Some(BTreeMap::from([
+        ("app".into(), "web".into()),
+        ("tier".into(), "front".into()),
+    ]));
+    let relabelled = Arc::new(relabelled);
+    agent.pods.add(relabelled.clone());
+    agent
+        .manager
+        .wait_for_attach_and_mount(&relabelled)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        read(r, "p1", downward, "podinfo", "labels").0,
+        "app=\"web\"\ntier=\"front\""
+    );
     agent.cancel.cancel();
     agent.task.await.unwrap();
 }

@@ -621,6 +621,24 @@ fn config_map_and_secret_volumes_follow_their_manifests() {
         (text == "greeting=changed\n").then_some(())
     });
 
+    // A restart adopts both volumes: no new version written (the content did not change), no
+    // second tmpfs stacked on the secret.
+    let versions = || [&config, &secret].map(|v| std::fs::read_link(v.join("..data")).unwrap());
+    let before = versions();
+    assert!(agent.terminate().success());
+    let agent = local.start();
+    assert_eq!(self::uid(&agent.wait_for_phase("app", "Running")), uid);
+    assert_eq!(versions(), before, "unchanged content is not written again");
+    assert_eq!(
+        mounts_under(root),
+        [secret.to_string_lossy()],
+        "adopted, not stacked"
+    );
+    assert_eq!(
+        std::fs::read_to_string(secret.join("password")).unwrap(),
+        "s3cret"
+    );
+
     std::fs::remove_file(manifests.join("app.yaml")).unwrap();
     agent.wait_for("the pod's volumes torn down", || {
         (!root.join("pods").join(&uid).exists()).then_some(())

@@ -154,6 +154,7 @@ const BENCHES: &[(&str, &str, bool)] = &[
     ("rustlet-mount", "mount_pairs", true),
     ("rustlet-status", "status", true),
     ("rustlet-volume", "volume", true),
+    ("rustlet-volume", "content", true),
     ("rustlet", "agent", false),
 ];
 

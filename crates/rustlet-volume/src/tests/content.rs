@@ -423,3 +423,62 @@ async fn downward_api_and_projected_volumes_and_a_label_change() {
     agent.cancel.cancel();
     agent.task.await.unwrap();
 }
+
+/// Keys the API server refuses can still reach a node (an old object, a hostile server): each
+/// is refused by the writer with a clear error, and nothing is written, inside or outside.
+#[tokio::test(start_paused = true)]
+async fn hostile_keys_fail_the_mount_and_write_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let agent = start(root.path(), Arc::new(FakeMounter::new()));
+    let long = "k".repeat(300);
+    let cases: Vec<(&str, String)> = vec![
+        ("dotdot", "../escape".into()),
+        ("data", "..data".into()),
+        ("parent", "..".into()),
+        ("absolute", "/etc/passwd".into()),
+        ("long", long),
+        ("nested", "a/../../escape".into()),
+    ];
+    for (i, (name, key)) in cases.iter().enumerate() {
+        let object = format!("hostile-{name}");
+        let mut cm = config_map(&object, &[("fine", "ok")]);
+        cm.data.as_mut().unwrap().insert(key.clone(), "evil".into());
+        agent.objects.put_config_map(cm);
+        let mut pod = (*pod_with_volumes(
+            &format!("h{i}"),
+            vec![cm_volume(
+                "v",
+                ConfigMapVolumeSource {
+                    name: object.clone(),
+                    ..Default::default()
+                },
+            )],
+        ))
+        .clone();
+        pod.metadata.namespace = Some("ns".into());
+        let pod = Arc::new(pod);
+        agent.pods.add(pod.clone());
+        agent.manager.pod_updated();
+        assert!(
+            agent.manager.wait_for_attach_and_mount(&pod).await.is_err(),
+            "{name}: mounted"
+        );
+        let dir = root
+            .path()
+            .join(format!("pods/h{i}/volumes/kubernetes.io~configmap/v"));
+        assert!(!dir.join("..data").exists(), "{name}: a version was written");
+        assert!(!dir.join("fine").exists(), "{name}: a file was written");
+        let events = agent.events.events();
+        assert!(
+            events
+                .iter()
+                .any(|(_, reason, message)| reason == "FailedMount" && message.contains("invalid path")),
+            "{name}: {events:?}"
+        );
+    }
+    for escaped in ["escape", "pods/escape", "pods/h0/escape"] {
+        assert!(!root.path().join(escaped).exists(), "{escaped}");
+    }
+    agent.cancel.cancel();
+    agent.task.await.unwrap();
+}

@@ -747,3 +747,94 @@ fn downward_api_follows_labels_and_a_token_volume_fails_clearly_in_local_mode() 
     );
     assert!(agent.terminate().success());
 }
+
+/// Issue 12, subPath: a container's subPath is created in its volume and bound from a pinned
+/// fd under `volume-subpaths/`; one that a symlink planted in the volume would lead outside is
+/// the container's `CreateContainerConfigError`, with nothing mounted; deleting the pod
+/// removes the binds before the volumes.
+#[test]
+fn subpaths_are_bound_safely_and_a_symlink_escape_is_refused() {
+    let Some(local) = Local::new("subpaths_bound_safely", &[]) else {
+        return;
+    };
+    let (root, manifests) = (&local.root, &local.manifests);
+    let shared = local.dir.mkdir("shared");
+    let outside = local.dir.mkdir("outside");
+    std::fs::write(outside.join("secret"), "host data").unwrap();
+    std::os::unix::fs::symlink(&outside, shared.join("escape")).unwrap();
+    let pods = format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: logs}}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts:
+    - {{name: scratch, mountPath: /var/log/app, subPath: logs/app}}
+  volumes:
+  - {{name: scratch, emptyDir: {{}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: escaper}}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts:
+    - {{name: shared, mountPath: /x, subPath: escape}}
+  volumes:
+  - name: shared
+    hostPath: {{path: {}, type: Directory}}
+",
+        shared.display()
+    );
+    std::fs::write(manifests.join("pods.yaml"), pods).unwrap();
+    let agent = local.start();
+    let logs = uid(&agent.wait_for_phase("logs", "Running"));
+    let target = root.join(format!("pods/{logs}/volume-subpaths/scratch/app/0"));
+    assert_eq!(
+        mounts_under(&root.join(format!("pods/{logs}"))),
+        [target.to_string_lossy()]
+    );
+    std::fs::write(target.join("line"), "through the bind").unwrap();
+    let volume = root.join(format!(
+        "pods/{logs}/volumes/kubernetes.io~empty-dir/scratch/logs/app/line"
+    ));
+    assert_eq!(std::fs::read_to_string(volume).unwrap(), "through the bind");
+
+    let escaper = agent.wait_for("the escape refused", || {
+        agent.pod("escaper").filter(|p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                == "CreateContainerConfigError"
+        })
+    });
+    let message = escaper["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message
+            .contains("failed to prepare subPath for volumeMount \"shared\" of container \"app\""),
+        "{message}"
+    );
+    assert!(
+        !message.contains(outside.to_str().unwrap()),
+        "no host path: {message}"
+    );
+    let escaper_uid = uid(&escaper);
+    assert!(mounts_under(&root.join(format!("pods/{escaper_uid}"))).is_empty());
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret")).unwrap(),
+        "host data"
+    );
+
+    std::fs::remove_file(manifests.join("pods.yaml")).unwrap();
+    agent.wait_for("both pods gone with their binds", || {
+        (!root.join("pods").join(&logs).exists() && !root.join("pods").join(&escaper_uid).exists())
+            .then_some(())
+    });
+    assert!(mounts_under(root).is_empty());
+    assert!(agent.terminate().success());
+}

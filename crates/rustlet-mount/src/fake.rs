@@ -172,6 +172,46 @@ impl FakeMounter {
         self.record_mount(&source.to_string_lossy(), target, "none", options)
     }
 
+    /// Like `LinuxMounter::prepare_subpath`: the same path checks (plain, resolved once,
+    /// within the volume), the target created to match, and a recorded bind of the resolved
+    /// path (a fake cannot pin an inode).
+    pub fn prepare_subpath(&self, subpath: &crate::safe_path::Subpath) -> Result<()> {
+        crate::safe_path::plain_components(&subpath.path)?;
+        let canon = |p: &Path| {
+            std::fs::canonicalize(p).map_err(|error| Error::Stat {
+                path: p.to_owned(),
+                error,
+            })
+        };
+        let volume = canon(&subpath.volume_path)?;
+        let resolved = canon(&subpath.volume_path.join(&subpath.path))?;
+        if !crate::safe_path::path_within_base(&resolved, &volume) {
+            return Err(Error::NotWithinBase {
+                path: resolved,
+                base: volume,
+            });
+        }
+        if let Some(parent) = subpath.target.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| Error::Create {
+                path: parent.to_owned(),
+                error,
+            })?;
+        }
+        let created = if resolved.is_dir() {
+            std::fs::create_dir_all(&subpath.target)
+        } else {
+            std::fs::write(&subpath.target, b"")
+        };
+        created.map_err(|error| Error::Create {
+            path: subpath.target.clone(),
+            error,
+        })?;
+        if self.is_mount_point(&subpath.target).unwrap_or(false) {
+            self.unmount(&subpath.target, UnmountMode::Normal)?;
+        }
+        self.bind(&resolved, &subpath.target, BindAccess::ReadWrite)
+    }
+
     /// Like `LinuxMounter::tmpfs`.
     pub fn tmpfs(&self, target: &Path, options: TmpfsOptions) -> Result<()> {
         let mut opts = vec!["nosuid".to_owned(), "nodev".to_owned()];

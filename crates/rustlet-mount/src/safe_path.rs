@@ -230,6 +230,11 @@ impl LinuxMounter {
         let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
         self.bind(&source, target, access)
     }
+
+    /// [`prepare_subpath`] with this mounter.
+    pub fn prepare_subpath(&self, subpath: &Subpath) -> Result<()> {
+        prepare_subpath(self, subpath)
+    }
 }
 
 /// A subPath to expose to a container (upstream `Subpath`).

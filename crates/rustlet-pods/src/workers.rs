@@ -517,7 +517,16 @@ impl Worker {
                     self.set_status(pod, &runtime, false, &no_waiting);
                     return Ok(Synced::Terminal);
                 }
-                _ => self.start(pod, container, ContainerKind::Init).await?,
+                _ => {
+                    if let Some(waiting) = self.prepare_mounts(pod, container) {
+                        let runtime = runtime_api.pod_status(&self.uid).await;
+                        let waiting = HashMap::from([(container.name.clone(), waiting)]);
+                        self.set_status(pod, &runtime, false, &waiting);
+                        let retry = Instant::now() + self.shared.config.sync_error_backoff;
+                        return Ok(Synced::Running(Some(retry)));
+                    }
+                    self.start(pod, container, ContainerKind::Init).await?;
+                }
             }
             let runtime = runtime_api.pod_status(&self.uid).await;
             if !matches!(
@@ -585,6 +594,12 @@ impl Worker {
                     },
                 );
             }
+            if let Some(reason) = self.prepare_mounts(pod, container) {
+                waiting.insert(container.name.clone(), reason);
+                let retry = now + self.shared.config.sync_error_backoff;
+                wake = Some(wake.map_or(retry, |w| w.min(retry)));
+                continue;
+            }
             self.start(pod, container, ContainerKind::Regular).await?;
         }
         let runtime = runtime_api.pod_status(&self.uid).await;
@@ -597,6 +612,18 @@ impl Worker {
             (a, b) => a.or(b),
         };
         Ok(Synced::Running(next))
+    }
+
+    /// Upstream `makeMounts` before a container is created: its subPaths prepared safely. A
+    /// failure is the container's `CreateContainerConfigError` (and a `Failed` event), retried
+    /// after the sync back-off.
+    fn prepare_mounts(&self, pod: &Pod, container: &Container) -> Option<WaitingReason> {
+        let err = self.shared.volumes.container_mounts(pod, container).err()?;
+        self.event(pod, EventKind::Warning, "Failed", &format!("Error: {err}"));
+        Some(WaitingReason {
+            reason: "CreateContainerConfigError".into(),
+            message: err.to_string(),
+        })
     }
 
     async fn start(

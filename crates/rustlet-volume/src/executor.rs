@@ -282,6 +282,15 @@ impl OperationExecutor {
                     let plugin = plugins
                         .find_by_name(&mounted.plugin_name)
                         .ok_or_else(|| format!("UnmountVolume.FindPluginByName failed for volume {:?}", mounted.volume_name))?;
+                    // V108: the subpath binds of the volume go first.
+                    let pod_dir = host.pod_dir(&mounted.pod_uid);
+                    let mut names: Vec<&str> = mounted.outer_volume_spec_names.iter().map(String::as_str).collect();
+                    names.push(mounted.spec.name());
+                    for name in names {
+                        crate::subpath::clean_subpaths(&pod_dir, name, &*host.mounter).map_err(|e| {
+                            format!("UnmountVolume.CleanSubPaths failed for volume {:?}: {e}", mounted.volume_name)
+                        })?;
+                    }
                     let unmounter = plugin
                         .new_unmounter(mounted.spec.name(), &mounted.pod_uid, &host)
                         .map_err(|e| format!("UnmountVolume.NewUnmounter failed for volume {:?}: {e}", mounted.volume_name))?;

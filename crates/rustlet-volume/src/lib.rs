@@ -53,6 +53,7 @@ pub mod populator;
 pub mod reconciler;
 pub mod reconstruct;
 pub mod spec;
+pub mod subpath;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 

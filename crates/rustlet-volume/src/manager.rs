@@ -28,6 +28,7 @@ use crate::plugin::{PluginManager, VolumeHost};
 use crate::populator::{PodSource, PodStateProvider, Populator, pod_volume_names};
 use crate::reconciler::Reconciler;
 use crate::reconstruct::{OrphanKept, ReconstructReport, cleanup_orphaned_pod_dirs, reconstruct};
+use crate::subpath::{ContainerMount, ContainerMountError, make_mounts};
 
 /// Configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -587,6 +588,22 @@ impl VolumeManager {
             }
         }
         out
+    }
+
+    /// Upstream `makeMounts`: the mounts of `container`, its subPaths prepared safely (see
+    /// [`crate::subpath`]). A runtime calls it before it creates the container.
+    pub fn container_mounts(
+        &self,
+        pod: &Pod,
+        container: &k8s_openapi::api::core::v1::Container,
+    ) -> Result<Vec<ContainerMount>, ContainerMountError> {
+        let volumes = self.get_mounted_volumes_for_pod(&pod_name_of(pod));
+        make_mounts(
+            container,
+            &|name| volumes.get(name).map(|v| v.path.clone()),
+            &self.host.pod_dir(&PodUid::of(pod)),
+            &*self.host.mounter,
+        )
     }
 
     /// V11: the GIDs of the pod's mounted volumes (`pv.beta.kubernetes.io/gid`) that the pod

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use rustlet_mount::{
-    BindAccess, LinuxMounter, MountInfo, MountPointCheck, MountRequest, Result, TmpfsOptions,
-    UnmountMode,
+    BindAccess, LinuxMounter, MountInfo, MountPointCheck, MountRequest, Result, Subpath,
+    TmpfsOptions, UnmountMode,
 };
 
 /// What the volume manager needs from a mount backend.
@@ -33,6 +33,8 @@ pub trait Mounter: Send + Sync {
     fn mount_refs(&self, path: &Path) -> Result<Vec<PathBuf>>;
     /// Unmount if mounted, then remove the empty directory.
     fn cleanup_mount_point(&self, path: &Path, check: MountPointCheck) -> Result<()>;
+    /// Upstream `PrepareSafeSubpath`: binds a pinned subpath of a volume onto its target.
+    fn prepare_subpath(&self, subpath: &Subpath) -> Result<()>;
 }
 
 macro_rules! forward_mounter {
@@ -67,6 +69,9 @@ macro_rules! forward_mounter {
             }
             fn cleanup_mount_point(&self, path: &Path, check: MountPointCheck) -> Result<()> {
                 <$type>::cleanup_mount_point(self, path, check)
+            }
+            fn prepare_subpath(&self, subpath: &Subpath) -> Result<()> {
+                <$type>::prepare_subpath(self, subpath)
             }
         }
     };

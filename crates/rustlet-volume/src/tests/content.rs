@@ -466,13 +466,17 @@ async fn hostile_keys_fail_the_mount_and_write_nothing() {
         let dir = root
             .path()
             .join(format!("pods/h{i}/volumes/kubernetes.io~configmap/v"));
-        assert!(!dir.join("..data").exists(), "{name}: a version was written");
+        assert!(
+            !dir.join("..data").exists(),
+            "{name}: a version was written"
+        );
         assert!(!dir.join("fine").exists(), "{name}: a file was written");
         let events = agent.events.events();
         assert!(
             events
                 .iter()
-                .any(|(_, reason, message)| reason == "FailedMount" && message.contains("invalid path")),
+                .any(|(_, reason, message)| reason == "FailedMount"
+                    && message.contains("invalid path")),
             "{name}: {events:?}"
         );
     }

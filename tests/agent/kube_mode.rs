@@ -413,3 +413,110 @@ fn a_restart_reads_the_node_status_then_adopts_or_tears_down() {
     );
     assert!(agent.terminate().success());
 }
+
+/// Issue 12: a pod's PersistentVolumeClaim, bound (as the PV controller would) to a local PV
+/// whose node affinity names this node, is mounted from the PV's path; a claim whose PV is
+/// for another node leaves its pod Pending with the reason in an event; the pod's deletion
+/// unmounts the volume and leaves the disk's data.
+#[test]
+fn a_claim_bound_to_a_local_volume_is_mounted_from_its_path() {
+    let Some(cluster) = Cluster::new("kube_mode_claim_bound_to_a_local_volume") else {
+        return;
+    };
+    let (rt, store, root) = (&cluster.rt, &cluster.store, &cluster.root);
+    let disk = cluster.dir.mkdir("disks/ssd1");
+    std::fs::write(disk.join("existing"), "on the disk").unwrap();
+    let agent = cluster.start(None, &[]);
+    let bind = |claim: &str, pv: &str, host: &str| {
+        let pvc = store
+            .create(
+                serde_json::json!({"apiVersion":"v1","kind":"PersistentVolumeClaim",
+                "metadata":{"name":claim,"namespace":"default"},
+                "spec":{"volumeName":pv,"accessModes":["ReadWriteOnce"],
+                        "resources":{"requests":{"storage":"1Gi"}}}}),
+            )
+            .unwrap();
+        store
+            .patch_status(
+                &ObjectRef::new(Kind::PersistentVolumeClaim, "default", claim),
+                &serde_json::json!({"status":{"phase":"Bound"}}),
+            )
+            .unwrap();
+        store
+            .create(serde_json::json!({"apiVersion":"v1","kind":"PersistentVolume",
+                "metadata":{"name":pv},
+                "spec":{"capacity":{"storage":"1Gi"},"accessModes":["ReadWriteOnce"],
+                        "local":{"path":disk.to_str().unwrap()},
+                        "claimRef":{"namespace":"default","name":claim,
+                                    "uid":pvc["metadata"]["uid"]},
+                        "nodeAffinity":{"required":{"nodeSelectorTerms":[{"matchExpressions":[
+                            {"key":"kubernetes.io/hostname","operator":"In","values":[host]}]}]}}}}))
+            .unwrap();
+    };
+    bind("data", "pv-ssd1", "node-a");
+    bind("far", "pv-far", "node-b");
+    let claim_pod = |name: &str, claim: &str| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "node-a",
+                "containers": [{"name": "c", "image": "busybox",
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}
+        }))
+        .unwrap()
+    };
+    let api = cluster.pods("default");
+    let db = rt
+        .block_on(api.create(&PostParams::default(), &claim_pod("db", "data")))
+        .unwrap();
+    rt.block_on(api.create(&PostParams::default(), &claim_pod("far-db", "far")))
+        .unwrap();
+    let reference = ObjectRef::new(Kind::Pod, "default", "db");
+    agent.wait_for("db Running", || {
+        let stored = store.get(&reference).ok()?;
+        (stored["status"]["phase"] == "Running").then_some(())
+    });
+    let uid = db.metadata.uid.unwrap();
+    let volume = root.join(format!(
+        "pods/{uid}/volumes/kubernetes.io~local-volume/pv-ssd1"
+    ));
+    assert_eq!(
+        std::fs::read_to_string(volume.join("existing")).unwrap(),
+        "on the disk"
+    );
+    std::fs::write(volume.join("written"), "by the pod").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(disk.join("written")).unwrap(),
+        "by the pod"
+    );
+    agent.wait_for("the affinity conflict reported", || {
+        store
+            .list(&Selection::all(Kind::Event))
+            .0
+            .iter()
+            .find(|e| {
+                e["regarding"]["name"] == "far-db"
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("volume node affinity conflict"))
+            })
+            .cloned()
+    });
+    assert_eq!(
+        store
+            .get(&ObjectRef::new(Kind::Pod, "default", "far-db"))
+            .unwrap()["status"]["phase"],
+        "Pending"
+    );
+
+    rt.block_on(api.delete("db", &DeleteParams::default()))
+        .unwrap();
+    agent.wait_for("db deleted", || store.get(&reference).err());
+    assert!(!volume.exists());
+    assert!(crate::harness::mounts_under(root).is_empty());
+    assert_eq!(
+        std::fs::read_to_string(disk.join("written")).unwrap(),
+        "by the pod"
+    );
+    assert!(agent.terminate().success());
+}

@@ -838,3 +838,65 @@ spec:
     assert!(mounts_under(root).is_empty());
     assert!(agent.terminate().success());
 }
+
+/// Issue 12 in local mode, where no PV controller runs: manifests that bind a claim as the
+/// controller would (the claim's UID in the PV's `claimRef`, `status.phase: Bound`) give the
+/// pod its local volume.
+#[test]
+fn a_claim_bound_by_its_manifests_mounts_a_local_volume() {
+    let Some(local) = Local::new("local_mode_claim", &[]) else {
+        return;
+    };
+    let disk = local.dir.mkdir("disk");
+    std::fs::write(disk.join("hello"), "from the disk").unwrap();
+    let manifests = format!(
+        "apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: pv-ssd1}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  local: {{path: {}}}
+  claimRef: {{namespace: default, name: data, uid: 6d1c2a0e-0000-4000-8000-000000000001}}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {{key: kubernetes.io/hostname, operator: In, values: [node-a]}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data, uid: 6d1c2a0e-0000-4000-8000-000000000001}}
+spec:
+  volumeName: pv-ssd1
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 1Gi}}}}
+status: {{phase: Bound}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: db}}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: data}}
+",
+        disk.display()
+    );
+    std::fs::write(local.manifests.join("db.yaml"), manifests).unwrap();
+    let agent = local.start();
+    let uid = uid(&agent.wait_for_phase("db", "Running"));
+    let volume = local.root.join(format!(
+        "pods/{uid}/volumes/kubernetes.io~local-volume/pv-ssd1"
+    ));
+    assert_eq!(
+        std::fs::read_to_string(volume.join("hello")).unwrap(),
+        "from the disk"
+    );
+    assert_eq!(mounts_under(&local.root), [volume.to_string_lossy()]);
+    assert!(agent.terminate().success());
+}

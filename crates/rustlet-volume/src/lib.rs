@@ -39,6 +39,7 @@
 //! downwardAPI), subPath and PVC/local volumes plug into this engine next.
 
 pub mod cache;
+pub mod claims;
 pub mod events;
 pub mod executor;
 pub mod manager;

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::cache::{ActualStateOfWorld, Attachability, DesiredStateOfWorld, PodVolumeState};
+use crate::claims::NodeIdentity;
 use crate::events::EventRecorder;
 use crate::executor::OperationExecutor;
 use crate::metrics::VolumeMetrics;
@@ -45,6 +46,8 @@ pub struct VolumeManagerConfig {
     pub remount_period: Duration,
     /// Node allocatable memory, the size of a Memory emptyDir in a pod without limits.
     pub node_allocatable_memory: Option<u64>,
+    /// This node (its name and labels), for the node affinity of PersistentVolumes.
+    pub node: NodeIdentity,
 }
 
 impl VolumeManagerConfig {
@@ -56,6 +59,7 @@ impl VolumeManagerConfig {
             wait_timeout: Duration::from_secs(123),
             remount_period: Duration::from_secs(60),
             node_allocatable_memory: None,
+            node: NodeIdentity::default(),
         }
     }
 }
@@ -201,7 +205,8 @@ impl VolumeManager {
             asw.clone(),
             deps.pods.clone(),
             deps.states.clone(),
-        );
+        )
+        .with_node(config.node.clone());
         let reconciler = Reconciler::new(
             dsw.clone(),
             asw.clone(),
@@ -328,6 +333,7 @@ impl VolumeManager {
         let mut next_resync = tokio::time::Instant::now() + self.config.resync_period;
         let mut next_remount = tokio::time::Instant::now() + self.config.remount_period;
         let mut object_changes = self.objects.as_ref().map(|o| o.changes());
+        let claims_resolved = self.populator.claims_resolved();
         loop {
             if populate {
                 self.sync_once();
@@ -366,6 +372,7 @@ impl VolumeManager {
             populate = tokio::select! {
                 () = cancel.cancelled() => return,
                 () = self.wake.notified() => true,
+                () = claims_resolved.notified() => true,
                 change = async {
                     match object_changes.as_mut() {
                         Some(changes) => changes.recv().await,

@@ -11,6 +11,7 @@ use rustlet_core::{PodUid, UniquePodName};
 use tracing::{debug, warn};
 
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld};
+use crate::claims::{ClaimLookup, Claims, NodeIdentity};
 use crate::objects::VolumeObjects;
 use crate::spec::VolumeSpec;
 
@@ -62,30 +63,12 @@ fn unique_pod_name(pod: &Pod) -> UniquePodName {
     UniquePodName::new(pod.metadata.uid.clone().unwrap_or_default())
 }
 
-/// V20 for inline volumes (PVC-backed ones come with the PVC/PV getters).
-fn create_volume_spec(
-    pod: &Pod,
-    name: &str,
-    devices: &BTreeSet<String>,
-) -> Result<VolumeSpec, String> {
-    let volume = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref()?.iter().find(|v| v.name == name))
-        .ok_or_else(|| {
-            format!("volume {name} is referenced by a container but not declared in the pod")
-        })?;
-    if volume.persistent_volume_claim.is_some() || volume.ephemeral.is_some() {
-        return Err(format!(
-            "volume {name}: PersistentVolumeClaim and ephemeral volumes are not supported by this agent yet"
-        ));
-    }
-    if devices.contains(name) {
-        return Err(format!(
-            "volume {name} has volumeMode Filesystem, but is specified in volumeDevices"
-        ));
-    }
-    Ok(VolumeSpec::Pod(volume.clone()))
+/// What V20 gave for one volume of a pod.
+enum SpecOutcome {
+    Ready(Box<VolumeSpec>),
+    /// A claim is being read; the pod is processed again when it is.
+    Pending,
+    Failed(String),
 }
 
 /// The populator.
@@ -95,7 +78,7 @@ pub struct Populator {
     pods: Arc<dyn PodSource>,
     states: Arc<dyn PodStateProvider>,
     /// Pod → processed. An entry with `false` means "seen, reprocess on next pass".
-    processed: Mutex<HashMap<UniquePodName, bool>>,
+    processed: Arc<Mutex<HashMap<UniquePodName, bool>>>,
     /// Set after the first full pass once every source is ready (upstream `HasAddedPods`).
     has_added_pods: Arc<AtomicBool>,
     /// Where pods register the ConfigMaps and Secrets they reference (content volumes).
@@ -104,6 +87,10 @@ pub struct Populator {
     registered: Mutex<HashMap<UniquePodName, Arc<Pod>>>,
     /// The labels and annotations a pod with downward API volumes was last processed with.
     downward: Mutex<HashMap<UniquePodName, PodFields>>,
+    /// Claim lookups (PVC → PV), made off the pass.
+    claims: Arc<Claims>,
+    /// This node, for the PVs' node affinity.
+    node: NodeIdentity,
 }
 
 /// What a downward API volume can show that changes without a spec change.
@@ -138,12 +125,84 @@ impl Populator {
             asw,
             pods,
             states,
-            processed: Mutex::new(HashMap::new()),
+            processed: Arc::new(Mutex::new(HashMap::new())),
             has_added_pods: Arc::new(AtomicBool::new(false)),
             objects: None,
             registered: Mutex::new(HashMap::new()),
             downward: Mutex::new(HashMap::new()),
+            claims: Arc::new(Claims::default()),
+            node: NodeIdentity::default(),
         }
+    }
+
+    /// This node, as PVs' node affinity sees it.
+    pub fn with_node(mut self, node: NodeIdentity) -> Self {
+        self.node = node;
+        self
+    }
+
+    /// Notified when a claim lookup finished: a pass should run.
+    pub fn claims_resolved(&self) -> Arc<tokio::sync::Notify> {
+        self.claims.resolved.clone()
+    }
+
+    /// V20 (upstream `createVolumeSpec`).
+    fn create_volume_spec(&self, pod: &Pod, name: &str, devices: &BTreeSet<String>) -> SpecOutcome {
+        let Some(volume) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref()?.iter().find(|v| v.name == name))
+        else {
+            return SpecOutcome::Failed(format!(
+                "volume {name} is referenced by a container but not declared in the pod"
+            ));
+        };
+        if volume.ephemeral.is_some() {
+            return SpecOutcome::Failed(format!(
+                "volume {name}: ephemeral volumes are not supported by this agent yet"
+            ));
+        }
+        if let Some(source) = &volume.persistent_volume_claim {
+            let Some(objects) = &self.objects else {
+                return SpecOutcome::Failed(format!(
+                    "volume {name}: PersistentVolumeClaims need an API to read them from"
+                ));
+            };
+            if devices.contains(name) {
+                return SpecOutcome::Failed(format!(
+                    "volume {name} has volumeMode Filesystem, but is specified in volumeDevices"
+                ));
+            }
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let pod_name = unique_pod_name(pod);
+            let processed = self.processed.clone();
+            let on_done = move || {
+                processed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(pod_name, false);
+            };
+            return match self.claims.lookup(
+                objects,
+                namespace,
+                &source.claim_name,
+                &self.node,
+                on_done,
+            ) {
+                ClaimLookup::Bound(pv) => SpecOutcome::Ready(Box::new(VolumeSpec::Persistent {
+                    pv: *pv,
+                    read_only: source.read_only.unwrap_or(false),
+                })),
+                ClaimLookup::Failed(err) => SpecOutcome::Failed(err),
+                ClaimLookup::Pending => SpecOutcome::Pending,
+            };
+        }
+        if devices.contains(name) {
+            return SpecOutcome::Failed(format!(
+                "volume {name} has volumeMode Filesystem, but is specified in volumeDevices"
+            ));
+        }
+        SpecOutcome::Ready(Box::new(VolumeSpec::Pod(volume.clone())))
     }
 
     fn downward(&self) -> std::sync::MutexGuard<'_, HashMap<UniquePodName, PodFields>> {
@@ -227,12 +286,21 @@ impl Populator {
         }
         let (mounts, devices) = pod_volume_names(pod);
         let mut all_added = true;
+        let mut pending = false;
         for name in mounts.union(&devices) {
-            let added = create_volume_spec(pod, name, &devices).and_then(|spec| {
-                self.dsw
-                    .add_pod_to_volume(&pod_name, pod.clone(), spec, name)
-                    .map_err(|e| e.to_string())
-            });
+            let added = match self.create_volume_spec(pod, name, &devices) {
+                SpecOutcome::Ready(spec) => self
+                    .dsw
+                    .add_pod_to_volume(&pod_name, pod.clone(), *spec, name)
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                SpecOutcome::Failed(err) => Err(err),
+                SpecOutcome::Pending => {
+                    pending = true;
+                    all_added = false;
+                    continue;
+                }
+            };
             if let Err(err) = added {
                 warn!(pod = %pod_name, volume = %name, "Error processing volume: {err}");
                 self.dsw.add_error_to_pod(&pod_name, err);
@@ -247,6 +315,11 @@ impl Populator {
             self.downward().insert(pod_name.clone(), fields);
         }
         let mut processed = self.processed();
+        if pending {
+            // Processed again once the claim lookup ends (it marks the pod).
+            processed.entry(pod_name.clone()).or_insert(false);
+            return;
+        }
         if all_added {
             processed.insert(pod_name.clone(), true);
             drop(processed);

@@ -27,6 +27,7 @@ use rustlet_status::{
     PodStatusClient, RetryPolicy, StatusManager, StatusManagerConfig, StatusManagerDeps,
     StatusMetrics, SystemClock,
 };
+use rustlet_volume::claims::NodeIdentity;
 use rustlet_volume::events::EventRecorder;
 use rustlet_volume::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps};
 use rustlet_volume::node::{NodeStatus, NothingAttached};
@@ -230,7 +231,10 @@ pub async fn run(config: AgentConfig) -> Result<()> {
                 events: api.events.clone(),
                 node: node_status,
             },
-            VolumeManagerConfig::new(&config.root_dir),
+            VolumeManagerConfig {
+                node: NodeIdentity::new(&config.node_name),
+                ..VolumeManagerConfig::new(&config.root_dir)
+            },
         )
         .with_objects(objects),
     );

@@ -4,6 +4,7 @@ pub mod content;
 pub mod downward;
 pub mod empty_dir;
 pub mod host_path;
+pub mod local;
 
 use std::sync::Arc;
 
@@ -18,14 +19,15 @@ pub fn builtin_plugins() -> PluginManager {
     ])
 }
 
-/// emptyDir, hostPath, and the content volumes (configMap, secret, downwardAPI, projected)
-/// over `objects`.
+/// emptyDir, hostPath, the content volumes (configMap, secret, downwardAPI, projected) over
+/// `objects`, and local PersistentVolumes (their claims read through `objects`).
 pub fn plugins_with_objects(objects: Arc<dyn VolumeObjects>) -> PluginManager {
     let mut plugins = builtin_plugins();
     plugins.register(Arc::new(content::ContentPlugin::new(
         content::ContentKind::ConfigMap,
         objects.clone(),
     )));
+    plugins.register(Arc::new(local::LocalVolumePlugin));
     for kind in [
         content::ContentKind::Secret,
         content::ContentKind::DownwardApi,

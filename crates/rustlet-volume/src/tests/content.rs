@@ -486,3 +486,185 @@ async fn hostile_keys_fail_the_mount_and_write_nothing() {
     agent.cancel.cancel();
     agent.task.await.unwrap();
 }
+
+mod claims {
+    use k8s_openapi::api::core::v1::{
+        LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+        ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+        PersistentVolumeClaimStatus, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec,
+        VolumeNodeAffinity,
+    };
+
+    use super::*;
+    use crate::claims::NodeIdentity;
+
+    fn claim(name: &str, phase: &str, volume: &str) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                uid: Some(format!("uid-{name}")),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                volume_name: Some(volume.into()),
+                ..Default::default()
+            }),
+            status: Some(PersistentVolumeClaimStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn volume(name: &str, path: &Path, claim_uid: &str, host: &str) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                local: Some(LocalVolumeSource {
+                    path: path.to_string_lossy().into_owned(),
+                    fs_type: None,
+                }),
+                claim_ref: Some(ObjectReference {
+                    uid: Some(claim_uid.into()),
+                    ..Default::default()
+                }),
+                node_affinity: Some(VolumeNodeAffinity {
+                    required: Some(NodeSelector {
+                        node_selector_terms: vec![NodeSelectorTerm {
+                            match_expressions: Some(vec![NodeSelectorRequirement {
+                                key: "kubernetes.io/hostname".into(),
+                                operator: "In".into(),
+                                values: Some(vec![host.into()]),
+                            }]),
+                            match_fields: None,
+                        }],
+                    }),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn pod(uid: &str, claim: &str) -> Arc<k8s_openapi::api::core::v1::Pod> {
+        let mut pod = (*pod_with_volumes(
+            uid,
+            vec![Volume {
+                name: "data".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.into(),
+                    read_only: None,
+                }),
+                ..Default::default()
+            }],
+        ))
+        .clone();
+        pod.metadata.namespace = Some("ns".into());
+        Arc::new(pod)
+    }
+
+    fn start_on_node(root: &Path, mounter: Arc<dyn Mounter>) -> Agent {
+        let pods = Arc::new(FakePods::default());
+        let objects = Arc::new(FakeVolumeObjects::default());
+        let events = Arc::new(FakeRecorder::default());
+        let deps = VolumeManagerDeps {
+            pods: pods.clone(),
+            states: pods.clone(),
+            mounter,
+            plugins: plugins_with_objects(objects.clone()),
+            events: events.clone(),
+            node: Arc::new(crate::node::NothingAttached),
+        };
+        let config = VolumeManagerConfig {
+            wait_timeout: Duration::from_secs(10),
+            node: NodeIdentity::new("node-a"),
+            ..VolumeManagerConfig::new(root)
+        };
+        let manager = Arc::new(VolumeManager::new(deps, config).with_objects(objects.clone()));
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(manager.clone().run(cancel.clone()));
+        Agent {
+            manager,
+            events,
+            pods,
+            objects,
+            cancel,
+            task,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bound_claim_mounts_its_local_volume_and_every_broken_claim_says_why() {
+        let root = tempfile::tempdir().unwrap();
+        let disk = tempfile::tempdir().unwrap();
+        let fake = FakeMounter::new();
+        let agent = start_on_node(root.path(), Arc::new(fake.clone()));
+        let o = &agent.objects;
+        o.put_claim(claim("good", "Bound", "pv-good"));
+        o.put_volume(volume("pv-good", disk.path(), "uid-good", "node-a"));
+        o.put_claim(claim("pending", "Pending", ""));
+        o.put_claim(claim("stolen", "Bound", "pv-stolen"));
+        o.put_volume(volume("pv-stolen", disk.path(), "uid-other", "node-a"));
+        o.put_claim(claim("elsewhere", "Bound", "pv-elsewhere"));
+        o.put_volume(volume(
+            "pv-elsewhere",
+            disk.path(),
+            "uid-elsewhere",
+            "node-b",
+        ));
+        let cases = [
+            ("good", None),
+            ("pending", Some("has non-bound phase (\"Pending\")")),
+            ("stolen", Some("does not point to claim.UID (uid-stolen)")),
+            ("elsewhere", Some("volume node affinity conflict")),
+            ("missing", Some("failed to fetch PVC from API server")),
+        ];
+        for (i, (name, _)) in cases.iter().enumerate() {
+            agent.pods.add(pod(&format!("p{i}"), name));
+        }
+        agent.manager.pod_updated();
+        for (i, (name, expected)) in cases.iter().enumerate() {
+            let result = agent
+                .manager
+                .wait_for_attach_and_mount(&pod(&format!("p{i}"), name))
+                .await;
+            match expected {
+                None => result.unwrap(),
+                Some(expected) => {
+                    let err = result.unwrap_err();
+                    assert!(
+                        matches!(&err, WaitError::NotMounted { cause: WaitCause::PodErrors(e), .. } if e.contains(expected)),
+                        "{name}: {err}"
+                    );
+                }
+            }
+        }
+        let dir = root
+            .path()
+            .join("pods/p0/volumes/kubernetes.io~local-volume/pv-good");
+        let mounts = fake.mounts();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.target == dir && m.source == disk.path().to_string_lossy()),
+            "{mounts:?}"
+        );
+        // The pod goes: unmounted, the directory removed, the disk's data untouched.
+        std::fs::write(disk.path().join("keep"), "data").unwrap();
+        agent.pods.remove("p0");
+        agent.pods.set_runtime_removed("p0");
+        agent.manager.pod_updated();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!fake.mounts().iter().any(|m| m.target == dir));
+        assert_eq!(
+            std::fs::read_to_string(disk.path().join("keep")).unwrap(),
+            "data"
+        );
+        agent.cancel.cancel();
+        agent.task.await.unwrap();
+    }
+}

@@ -182,7 +182,7 @@ async fn v4_populator_errors_fail_the_wait_early() {
     };
     assert!(unmounted.contains(&"data".to_owned()), "{unmounted:?}");
     assert_eq!(failed_to_process, &["data"]);
-    assert!(errors.contains("not supported"), "{errors}");
+    assert!(errors.contains("need an API to read them"), "{errors}");
     assert!(
         err.to_string()
             .contains("unattached volumes=[], failed to process volumes=[data]: volume data: "),

@@ -147,7 +147,7 @@ fn test_find_and_add_new_pods_with_volume_retrieval_error() {
     f.populator.populate();
     let errors = f.dsw.pop_pod_errors(&UniquePodName::new("p"));
     assert_eq!(errors.len(), 1);
-    assert!(errors[0].contains("not supported"), "{errors:?}");
+    assert!(errors[0].contains("need an API to read them"), "{errors:?}");
     assert_eq!(
         f.dsw.volumes_to_mount().len(),
         1,

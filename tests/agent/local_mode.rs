@@ -898,5 +898,19 @@ spec:
         "from the disk"
     );
     assert_eq!(mounts_under(&local.root), [volume.to_string_lossy()]);
+    // A restart adopts the bind (reconstructed, not stacked).
+    assert!(agent.terminate().success());
+    let agent = local.start();
+    assert_eq!(self::uid(&agent.wait_for_phase("db", "Running")), uid);
+    assert_eq!(mounts_under(&local.root), [volume.to_string_lossy()]);
+    // The pod goes: the bind goes, the disk's data stays.
+    std::fs::remove_file(local.manifests.join("db.yaml")).unwrap();
+    agent.wait_for("the volume unmounted", || {
+        mounts_under(&local.root).is_empty().then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(disk.join("hello")).unwrap(),
+        "from the disk"
+    );
     assert!(agent.terminate().success());
 }

@@ -607,6 +607,7 @@ mod claims {
         o.put_claim(claim("good", "Bound", "pv-good"));
         o.put_volume(volume("pv-good", disk.path(), "uid-good", "node-a"));
         o.put_claim(claim("pending", "Pending", ""));
+        o.put_claim(claim("lost", "Lost", "pv-gone"));
         o.put_claim(claim("stolen", "Bound", "pv-stolen"));
         o.put_volume(volume("pv-stolen", disk.path(), "uid-other", "node-a"));
         o.put_claim(claim("elsewhere", "Bound", "pv-elsewhere"));
@@ -622,6 +623,7 @@ mod claims {
             ("stolen", Some("does not point to claim.UID (uid-stolen)")),
             ("elsewhere", Some("volume node affinity conflict")),
             ("missing", Some("failed to fetch PVC from API server")),
+            ("lost", Some("has non-bound phase (\"Lost\")")),
         ];
         for (i, (name, _)) in cases.iter().enumerate() {
             agent.pods.add(pod(&format!("p{i}"), name));
@@ -666,5 +668,211 @@ mod claims {
         );
         agent.cancel.cancel();
         agent.task.await.unwrap();
+    }
+
+    /// An attachable PV (the fake attachable plugin serves PVs without a `local` source).
+    fn attachable_volume(name: &str, claim_uid: &str, mode: Option<&str>) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                claim_ref: Some(ObjectReference {
+                    uid: Some(claim_uid.into()),
+                    ..Default::default()
+                }),
+                volume_mode: mode.map(str::to_owned),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    struct Attaching {
+        agent: Agent,
+        reporter: tokio::task::JoinHandle<()>,
+    }
+
+    /// A manager with the fake attachable plugin, a node that lists `attached`, and the
+    /// kubelet's node-status loop simulated (upstream `simulateVolumeInUseUpdate`).
+    fn start_attaching(root: &Path, attached: &[&str]) -> Attaching {
+        use crate::node::AttachedToNode;
+        use crate::testing::{FakeAttachablePlugin, FakeNodeStatus};
+        let pods = Arc::new(FakePods::default());
+        let objects = Arc::new(FakeVolumeObjects::default());
+        let events = Arc::new(FakeRecorder::default());
+        let mut plugins = plugins_with_objects(objects.clone());
+        plugins.register(Arc::new(FakeAttachablePlugin::default()));
+        let node = Arc::new(FakeNodeStatus::default());
+        node.set(
+            attached
+                .iter()
+                .map(|name| AttachedToNode {
+                    name: rustlet_core::UniqueVolumeName::new(*name),
+                    device_path: "/dev/fake".into(),
+                })
+                .collect(),
+        );
+        let deps = VolumeManagerDeps {
+            pods: pods.clone(),
+            states: pods.clone(),
+            mounter: Arc::new(FakeMounter::new()),
+            plugins,
+            events: events.clone(),
+            node,
+        };
+        let config = VolumeManagerConfig {
+            wait_timeout: Duration::from_secs(5),
+            node: NodeIdentity::new("node-a"),
+            ..VolumeManagerConfig::new(root)
+        };
+        let manager = Arc::new(VolumeManager::new(deps, config).with_objects(objects.clone()));
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(manager.clone().run(cancel.clone()));
+        let reporter = {
+            let (manager, cancel) = (manager.clone(), cancel.clone());
+            tokio::spawn(async move {
+                while !cancel.is_cancelled() {
+                    if manager.reconciler_states_has_been_synced() {
+                        manager.mark_volumes_as_reported_in_use(&manager.get_volumes_in_use());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        Attaching {
+            agent: Agent {
+                manager,
+                events,
+                pods,
+                objects,
+                cancel,
+                task,
+            },
+            reporter,
+        }
+    }
+
+    fn claim_pod(uid: &str) -> Arc<k8s_openapi::api::core::v1::Pod> {
+        let mut p = (*pod_with_volumes(
+            uid,
+            vec![Volume {
+                name: "vol1".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: "claim".into(),
+                    read_only: None,
+                }),
+                ..Default::default()
+            }],
+        ))
+        .clone();
+        p.metadata.namespace = Some("ns".into());
+        Arc::new(p)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_get_mounted_volumes_for_pod_and_get_volumes_in_use() {
+        let root = tempfile::tempdir().unwrap();
+        let unique = "kubernetes.io/fake-attachable/pv-1";
+        let a = start_attaching(root.path(), &[unique]);
+        assert!(
+            a.agent.manager.get_volumes_in_use().is_empty(),
+            "nothing mounted yet"
+        );
+        a.agent.objects.put_claim(claim("claim", "Bound", "pv-1"));
+        a.agent
+            .objects
+            .put_volume(attachable_volume("pv-1", "uid-claim", Some("Filesystem")));
+        let pod = claim_pod("p1");
+        a.agent.pods.add(pod.clone());
+        a.agent.manager.pod_updated();
+        a.agent
+            .manager
+            .wait_for_attach_and_mount(&pod)
+            .await
+            .unwrap();
+        let mounted = a
+            .agent
+            .manager
+            .get_mounted_volumes_for_pod(&rustlet_core::UniquePodName::new("p1"));
+        assert_eq!(
+            mounted.keys().collect::<Vec<_>>(),
+            ["vol1"],
+            "the outer name"
+        );
+        assert_eq!(mounted["vol1"].inner_volume_spec_name, "pv-1");
+        assert_eq!(
+            a.agent.manager.get_volumes_in_use(),
+            [rustlet_core::UniqueVolumeName::new(unique)]
+        );
+
+        // A Block PV used through volumeMounts fails the wait.
+        a.agent
+            .objects
+            .put_claim(claim("block", "Bound", "pv-block"));
+        a.agent
+            .objects
+            .put_volume(attachable_volume("pv-block", "uid-block", Some("Block")));
+        let mut block = (*claim_pod("p2")).clone();
+        block.spec.as_mut().unwrap().volumes.as_mut().unwrap()[0]
+            .persistent_volume_claim
+            .as_mut()
+            .unwrap()
+            .claim_name = "block".into();
+        let block = Arc::new(block);
+        a.agent.pods.add(block.clone());
+        a.agent.manager.pod_updated();
+        let err = a
+            .agent
+            .manager
+            .wait_for_attach_and_mount(&block)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("has volumeMode Block, but is specified in volumeMounts"),
+            "{err}"
+        );
+        a.agent.cancel.cancel();
+        a.agent.task.await.unwrap();
+        a.reporter.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_initial_pending_volumes_for_pod_and_get_volumes_in_use() {
+        let root = tempfile::tempdir().unwrap();
+        let unique = "kubernetes.io/fake-attachable/pv-1";
+        let a = start_attaching(root.path(), &[unique]);
+        a.agent.objects.put_claim(claim("claim", "Pending", ""));
+        a.agent
+            .objects
+            .put_volume(attachable_volume("pv-1", "uid-claim", None));
+        let pod = claim_pod("p1");
+        a.agent.pods.add(pod.clone());
+        a.agent.manager.pod_updated();
+        let binder = {
+            let objects = a.agent.objects.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                objects.put_claim(claim("claim", "Bound", "pv-1"));
+            })
+        };
+        // The caller retries every 100 ms for up to a second, as upstream's test does.
+        let started = tokio::time::Instant::now();
+        let mut result = a.agent.manager.wait_for_attach_and_mount(&pod).await;
+        while result.is_err() && started.elapsed() < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            result = a.agent.manager.wait_for_attach_and_mount(&pod).await;
+        }
+        result.unwrap();
+        binder.await.unwrap();
+        assert_eq!(
+            a.agent.manager.get_volumes_in_use(),
+            [rustlet_core::UniqueVolumeName::new(unique)]
+        );
+        a.agent.cancel.cancel();
+        a.agent.task.await.unwrap();
+        a.reporter.await.unwrap();
     }
 }

@@ -914,3 +914,44 @@ spec:
     );
     assert!(agent.terminate().success());
 }
+
+/// Issue 12, fsGroup (V110-V111): the pod's fsGroup owns its emptyDir (setgid, group rwx) and
+/// its configMap files (group read), never what a symlink in the volume points to.
+#[test]
+fn fs_group_owns_the_pods_volumes() {
+    use std::os::unix::fs::MetadataExt;
+    let manifest = "apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+data: {app.conf: x}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: grouped}
+spec:
+  securityContext: {fsGroup: 2345}
+  containers:
+  - name: c
+    image: busybox
+    volumeMounts:
+    - {name: scratch, mountPath: /scratch}
+    - {name: cfg, mountPath: /etc/cfg}
+  volumes:
+  - {name: scratch, emptyDir: {}}
+  - name: cfg
+    configMap: {name: cfg, defaultMode: 0400}
+";
+    let Some(local) = Local::new("fs_group_owns", &[("grouped.yaml", manifest)]) else {
+        return;
+    };
+    let agent = local.start();
+    let uid = uid(&agent.wait_for_phase("grouped", "Running"));
+    let pod = local.root.join(format!("pods/{uid}/volumes"));
+    let scratch = std::fs::metadata(pod.join("kubernetes.io~empty-dir/scratch")).unwrap();
+    assert_eq!(scratch.gid(), 2345);
+    assert_eq!(scratch.mode() & 0o2000, 0o2000, "setgid");
+    let file = std::fs::metadata(pod.join("kubernetes.io~configmap/cfg/app.conf")).unwrap();
+    assert_eq!(file.gid(), 2345);
+    assert_eq!(file.mode() & 0o777, 0o440, "0400 plus group read");
+    assert!(agent.terminate().success());
+}

@@ -33,6 +33,7 @@ pub mod fake;
 pub mod mounter;
 pub mod mountinfo;
 pub mod options;
+pub mod ownership;
 pub mod remove;
 pub mod safe_path;
 #[cfg(any(test, feature = "test-util"))]

@@ -31,17 +31,22 @@ use crate::error::{Error, Result, io_err};
 use crate::mountinfo::{self, SELF_MOUNTINFO};
 use crate::safe_path::Resolver;
 
-enum Guard {
+pub(crate) enum Guard {
     Kernel,
     /// The mount points, and the length of the longest (a longer path is none of them).
     MountTable(HashSet<PathBuf>, usize),
 }
 
-fn dir_flags() -> OFlag {
+pub(crate) fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
-fn open_dir(parent: &OwnedFd, name: &OsStr, path: &Path, guard: &Guard) -> Result<OwnedFd> {
+pub(crate) fn open_dir(
+    parent: &OwnedFd,
+    name: &OsStr,
+    path: &Path,
+    guard: &Guard,
+) -> Result<OwnedFd> {
     let result = match guard {
         Guard::Kernel => {
             let how = OpenHow::new()
@@ -127,9 +132,58 @@ fn reopen_parent(child: &OwnedFd, expected: (u64, u64), path: &Path) -> Result<O
     Ok(fd)
 }
 
+/// What a post-order walk does with each entry (children before their directory).
+pub(crate) trait PostOrder {
+    /// A non-directory entry of `parent` (a symlink is one: it is never followed).
+    fn leaf(&mut self, parent: &OwnedFd, name: &OsStr, path: &Path) -> Result<()>;
+    /// A directory whose entries were all visited; `dir` is its own fd.
+    fn dir_done(
+        &mut self,
+        parent: &OwnedFd,
+        name: &OsStr,
+        dir: &OwnedFd,
+        path: &Path,
+    ) -> Result<()>;
+    /// A child directory that cannot be entered (another mount): an error stops the walk, `Ok`
+    /// skips that subtree.
+    fn cannot_enter(&mut self, err: Error) -> Result<()> {
+        Err(err)
+    }
+}
+
+/// The removal's visitor: unlink everything.
+struct Unlink;
+
+impl PostOrder for Unlink {
+    fn leaf(&mut self, parent: &OwnedFd, name: &OsStr, path: &Path) -> Result<()> {
+        unlinkat(parent.as_fd(), name, UnlinkatFlags::NoRemoveDir).map_err(remove_err(path))
+    }
+
+    fn dir_done(
+        &mut self,
+        parent: &OwnedFd,
+        name: &OsStr,
+        _dir: &OwnedFd,
+        path: &Path,
+    ) -> Result<()> {
+        unlinkat(parent.as_fd(), name, UnlinkatFlags::RemoveDir).map_err(remove_err(path))
+    }
+}
+
 /// Empties the directory `dir` (at `path`), depth first, without recursion: a tree as deep as
 /// the filesystem allows needs no stack and at most [`MAX_OPEN_DIRS`] fds.
 fn remove_children(dir: OwnedFd, path: &Path, guard: &Guard) -> Result<()> {
+    walk_post_order(dir, path, guard, &mut Unlink)
+}
+
+/// Visits everything beneath `dir` (at `path`), children before their directory, without
+/// recursion and with at most [`MAX_OPEN_DIRS`] fds; `dir` itself is not visited.
+pub(crate) fn walk_post_order(
+    dir: OwnedFd,
+    path: &Path,
+    guard: &Guard,
+    visitor: &mut dyn PostOrder,
+) -> Result<()> {
     let mut current = path.to_owned();
     let mut stack = vec![Frame {
         identity: identity(&dir, path)?,
@@ -158,14 +212,14 @@ fn remove_children(dir: OwnedFd, path: &Path, guard: &Guard) -> Result<()> {
                 current.push(OsStr::from_bytes(&done.name));
                 first_open = parent_index;
             }
-            drop(child_fd);
             let parent_fd = parent.fd.as_ref().expect("reopened above");
-            unlinkat(
-                parent_fd.as_fd(),
+            visitor.dir_done(
+                parent_fd,
                 OsStr::from_bytes(&done.name),
-                UnlinkatFlags::RemoveDir,
-            )
-            .map_err(remove_err(&current))?;
+                &child_fd,
+                &current,
+            )?;
+            drop(child_fd);
             current.pop();
             continue;
         };
@@ -181,12 +235,18 @@ fn remove_children(dir: OwnedFd, path: &Path, guard: &Guard) -> Result<()> {
                 .map_err(remove_err(&current))?,
         };
         if !is_dir {
-            unlinkat(fd.as_fd(), os_name, UnlinkatFlags::NoRemoveDir)
-                .map_err(remove_err(&current))?;
+            visitor.leaf(fd, os_name, &current)?;
             current.pop();
             continue;
         }
-        let child_fd = open_dir(fd, os_name, &current, guard)?;
+        let child_fd = match open_dir(fd, os_name, &current, guard) {
+            Ok(child) => child,
+            Err(err) => {
+                visitor.cannot_enter(err)?;
+                current.pop();
+                continue;
+            }
+        };
         let frame = Frame {
             identity: identity(&child_fd, &current)?,
             entries: list(&child_fd, &current)?,
@@ -199,6 +259,26 @@ fn remove_children(dir: OwnedFd, path: &Path, guard: &Guard) -> Result<()> {
         }
         stack.push(frame);
     }
+}
+
+/// How a walk refuses to enter another mount: the kernel (`openat2`), or the mount table read
+/// now.
+pub(crate) fn guard_for(resolver: Resolver) -> Result<Guard> {
+    Ok(match resolver {
+        Resolver::Openat2 => Guard::Kernel,
+        Resolver::Walk => {
+            let points: HashSet<PathBuf> = mountinfo::read(Path::new(SELF_MOUNTINFO))?
+                .into_iter()
+                .map(|m| m.mount_point)
+                .collect();
+            let longest = points
+                .iter()
+                .map(|p| p.as_os_str().len())
+                .max()
+                .unwrap_or(0);
+            Guard::MountTable(points, longest)
+        }
+    })
 }
 
 /// Removes `path` and everything beneath it, on its own mount only. A missing path is success.
@@ -229,21 +309,7 @@ pub fn remove_all_one_filesystem_with(path: &Path, resolver: Resolver) -> Result
     if !meta.is_dir() {
         return std::fs::remove_file(&path).map_err(|error| Error::Remove { path, error });
     }
-    let guard = match resolver {
-        Resolver::Openat2 => Guard::Kernel,
-        Resolver::Walk => {
-            let points: HashSet<PathBuf> = mountinfo::read(Path::new(SELF_MOUNTINFO))?
-                .into_iter()
-                .map(|m| m.mount_point)
-                .collect();
-            let longest = points
-                .iter()
-                .map(|p| p.as_os_str().len())
-                .max()
-                .unwrap_or(0);
-            Guard::MountTable(points, longest)
-        }
-    };
+    let guard = guard_for(resolver)?;
     let parent_path = path.parent().unwrap_or(Path::new("/"));
     let name = path.file_name().unwrap_or_default();
     let parent =

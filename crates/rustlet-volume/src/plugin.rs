@@ -117,6 +117,41 @@ pub trait DeviceMounter: Send + Sync {
     fn unmount_device(&self, device_mount_path: &Path) -> Result<(), VolumeError>;
 }
 
+/// The pod's fsGroup ownership for a volume (V110), if it asks for one.
+pub fn pod_ownership(pod: &Pod, read_only: bool) -> Option<rustlet_mount::ownership::Ownership> {
+    use rustlet_mount::ownership::{ChangePolicy, Ownership};
+    let context = pod.spec.as_ref()?.security_context.as_ref()?;
+    let gid = u32::try_from(context.fs_group?).ok()?;
+    let policy = match context.fs_group_change_policy.as_deref() {
+        Some("OnRootMismatch") => ChangePolicy::OnRootMismatch,
+        _ => ChangePolicy::Always,
+    };
+    Some(Ownership {
+        gid,
+        read_only,
+        policy,
+    })
+}
+
+/// Applies [`pod_ownership`] to a volume directory; one bad entry is logged by the walk, a
+/// volume that cannot be opened fails the SetUp.
+pub fn apply_ownership(
+    dir: &Path,
+    ownership: Option<rustlet_mount::ownership::Ownership>,
+) -> Result<(), VolumeError> {
+    let Some(ownership) = ownership else {
+        return Ok(());
+    };
+    rustlet_mount::ownership::set_volume_ownership(dir, ownership)
+        .map(drop)
+        .map_err(|e| {
+            VolumeError::Final(format!(
+                "setting fsGroup ownership of {}: {e}",
+                dir.display()
+            ))
+        })
+}
+
 /// A path helper for plugins and tests.
 pub fn exists(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok()

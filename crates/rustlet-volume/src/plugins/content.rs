@@ -87,6 +87,7 @@ impl ContentPlugin {
             medium: self.medium(),
             size: None,
             mounter: host.mounter.clone(),
+            ownership: None,
         }
     }
 }
@@ -465,6 +466,10 @@ impl VolumeMounter for ContentVolume {
         writer.write(&payload).map_err(|e| {
             VolumeError::Final(format!("write {}: {e}", self.wrapped.dir.display()))
         })?;
-        Ok(())
+        // V93.5: the whole volume, read-only for containers.
+        crate::plugin::apply_ownership(
+            &self.wrapped.dir,
+            crate::plugin::pod_ownership(&self.pod, true),
+        )
     }
 }

@@ -120,6 +120,7 @@ impl VolumePlugin for EmptyDirPlugin {
                 Medium::Default => None,
             },
             mounter: host.mounter.clone(),
+            ownership: crate::plugin::pod_ownership(pod, false),
         }))
     }
 
@@ -162,6 +163,7 @@ impl VolumePlugin for EmptyDirPlugin {
             medium: Medium::Default,
             size: None,
             mounter: host.mounter.clone(),
+            ownership: None,
         }))
     }
 }
@@ -174,6 +176,8 @@ pub(crate) struct EmptyDir {
     pub(crate) medium: Medium,
     pub(crate) size: Option<u64>,
     pub(crate) mounter: Arc<dyn Mounter>,
+    /// The pod's fsGroup, applied when the volume is set up (V110).
+    pub(crate) ownership: Option<rustlet_mount::ownership::Ownership>,
 }
 
 fn fail(what: &str, path: &Path, err: impl std::fmt::Display) -> VolumeError {
@@ -217,6 +221,7 @@ impl VolumeMounter for EmptyDir {
         // V84: exactly 0777, whatever the umask.
         std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o777))
             .map_err(|e| fail("chmod", &self.dir, e))?;
+        crate::plugin::apply_ownership(&self.dir, self.ownership)?;
         std::fs::create_dir_all(&self.meta_dir).map_err(|e| fail("creating", &self.meta_dir, e))?;
         std::fs::write(self.meta_dir.join("ready"), b"")
             .map_err(|e| fail("writing the ready marker in", &self.meta_dir, e))?;

@@ -58,6 +58,7 @@ impl VolumePlugin for LocalVolumePlugin {
             path: PathBuf::from(&source.path),
             read_only: *read_only,
             mounter: host.mounter.clone(),
+            ownership: crate::plugin::pod_ownership(pod, *read_only),
         }))
     }
 
@@ -95,6 +96,7 @@ impl VolumePlugin for LocalVolumePlugin {
             path: PathBuf::new(),
             read_only: false,
             mounter: host.mounter.clone(),
+            ownership: None,
         }))
     }
 }
@@ -104,6 +106,7 @@ struct LocalVolume {
     path: PathBuf,
     read_only: bool,
     mounter: Arc<dyn Mounter>,
+    ownership: Option<rustlet_mount::ownership::Ownership>,
 }
 
 fn fail(what: &str, path: &Path, err: impl std::fmt::Display) -> VolumeError {
@@ -150,11 +153,20 @@ impl VolumeMounter for LocalVolume {
         } else {
             BindAccess::ReadWrite
         };
+        // V103.7: fsGroup only for the first mount of the path, and not when read-only.
+        let first = self
+            .mounter
+            .mount_refs(&self.path)
+            .map(|refs| refs.is_empty())
+            .unwrap_or(true);
         if let Err(e) = self.mounter.bind(&self.path, &self.dir, access) {
             let _ = self
                 .mounter
                 .cleanup_mount_point(&self.dir, MountPointCheck::Exact);
             return Err(fail("binding the local path onto", &self.dir, e));
+        }
+        if first && !self.read_only {
+            crate::plugin::apply_ownership(&self.dir, self.ownership)?;
         }
         Ok(())
     }

@@ -18,6 +18,11 @@
 //! 2. Kube mode against the test API server: API requests the agent makes per pod lifecycle
 //!    (create → Running → deleted), by verb, against upstream's shape for the same lifecycle
 //!    (a GET before every status PATCH, spec `status-manager.md` R34-R39).
+//! 3. A ConfigMap edit → its new content in a running pod's configMap volume (issue 12):
+//!    in local mode (an edited manifest; the directory is scanned every 500 ms) and in kube
+//!    mode (a PATCH to the test API server), median and p99 over 20 edits. Upstream's shape,
+//!    the periodic pod sync (60-90 s), is measured beside ours in the `content` bench of
+//!    `rustlet-volume`. `-- content` runs this part alone.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -281,12 +286,174 @@ fn kube_mode(dir: &Path, pods: usize) {
     drop(server);
 }
 
+const CONTENT_POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: reader
+  namespace: default
+spec:
+  containers:
+  - name: c
+    image: busybox
+    volumeMounts:
+    - {name: cfg, mountPath: /etc/cfg}
+  volumes:
+  - name: cfg
+    configMap: {name: cfg}
+";
+
+fn config_map(value: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cfg
+  namespace: default
+data:
+  app.conf: \"{value}\"
+"
+    )
+}
+
+/// The pod's `app.conf` under `root`, once it exists.
+fn content_file(root: &Path) -> std::path::PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = std::fs::read_dir(root.join("pods"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| {
+                e.path()
+                    .join("volumes/kubernetes.io~configmap/cfg/app.conf")
+            })
+            .find(|p| p.exists());
+        if let Some(path) = found {
+            return path;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the configMap volume never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Median and p99 of edit → visible over `rounds` edits made by `edit`.
+fn edit_latency(file: &Path, rounds: usize, mut edit: impl FnMut(&str)) -> (Duration, Duration) {
+    let mut samples = Vec::with_capacity(rounds);
+    for round in 1..=rounds {
+        let value = format!("v{round}");
+        let started = Instant::now();
+        edit(&value);
+        let deadline = started + Duration::from_secs(30);
+        while std::fs::read_to_string(file).ok().as_deref() != Some(value.as_str()) {
+            assert!(
+                Instant::now() < deadline,
+                "the edit never reached the volume"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        samples.push(started.elapsed());
+    }
+    samples.sort();
+    (percentile(&samples, 0.5), percentile(&samples, 0.99))
+}
+
+fn content_latency(dir: &Path) {
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+    println!("ConfigMap edit → new content in a running pod's volume (20 edits)");
+    println!("| mode | median | p99 |");
+    println!("|---|---|---|");
+    // Local mode.
+    let manifests = dir.join("content-manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::write(manifests.join("cfg.yaml"), config_map("v0")).unwrap();
+    std::fs::write(manifests.join("pod.yaml"), CONTENT_POD).unwrap();
+    let root = dir.join("root-content-local");
+    let port = free_port();
+    let child = start(
+        &[
+            "--node-name",
+            "bench",
+            "--root-dir",
+            root.to_str().unwrap(),
+            "--local",
+            manifests.to_str().unwrap(),
+        ],
+        port,
+    );
+    let file = content_file(&root);
+    let (median, p99) = edit_latency(&file, 20, |value| {
+        std::fs::write(manifests.join("cfg.yaml"), config_map(value)).unwrap();
+    });
+    stop(child);
+    println!(
+        "| local mode (manifest edited; scanned every 500 ms) | {} | {} |",
+        ms(median),
+        ms(p99)
+    );
+
+    // Kube mode.
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = Arc::new(Store::default());
+    let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
+    let kubeconfig = dir.join("kubeconfig-content");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let client = rt.block_on(server.client()).unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm: ConfigMap = serde_saphyr::from_str(&config_map("v0")).unwrap();
+    rt.block_on(maps.create(&PostParams::default(), &cm))
+        .unwrap();
+    let mut pod: Value = serde_saphyr::from_str(CONTENT_POD).unwrap();
+    pod["spec"]["nodeName"] = "bench".into();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    rt.block_on(pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    ))
+    .unwrap();
+    let root = dir.join("root-content-kube");
+    let port = free_port();
+    let child = start(
+        &[
+            "--node-name",
+            "bench",
+            "--root-dir",
+            root.to_str().unwrap(),
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ],
+        port,
+    );
+    let file = content_file(&root);
+    let (median, p99) = edit_latency(&file, 20, |value| {
+        let patch = serde_json::json!({"data": {"app.conf": value}});
+        rt.block_on(maps.patch("cfg", &PatchParams::default(), &Patch::Merge(&patch)))
+            .unwrap();
+    });
+    stop(child);
+    println!(
+        "| kube mode (PATCH to the test API server) | {} | {} |",
+        ms(median),
+        ms(p99)
+    );
+    drop(server);
+}
+
 fn main() {
     let Some(dir) = privileged_dir("agent benchmark") else {
         return;
     };
+    if std::env::args().any(|a| a == "content") {
+        content_latency(dir.path());
+        return;
+    }
     for pods in [100, 1_000] {
         local_mode(dir.path(), pods);
     }
     kube_mode(dir.path(), 100);
+    content_latency(dir.path());
 }

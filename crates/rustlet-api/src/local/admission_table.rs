@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use super::manifests::{DirectorySync, parse_yaml};
 use super::store::{Kind, Store};
-use crate::test_server::TestApiServer;
 
 #[derive(Debug, PartialEq)]
 enum Verdict {
@@ -121,8 +120,11 @@ fn the_table_through_the_manifest_directory() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Needs the test API server (feature `test-util`, on in `cargo xtask ci`).
+#[cfg(feature = "test-util")]
 #[tokio::test]
 async fn the_table_against_the_test_api_server() {
+    use crate::test_server::TestApiServer;
     let store = Arc::new(Store::default());
     let server = TestApiServer::start(store.clone()).await.unwrap();
     let client = server.client().await.unwrap();

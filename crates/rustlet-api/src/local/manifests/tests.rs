@@ -500,6 +500,17 @@ fn the_same_object_in_two_files_keeps_the_first_and_the_second_takes_over_when_i
         assert!(report.errors.is_empty() && report.applied.is_empty());
     }
     assert_eq!(store.get(&web()).unwrap(), before, "untouched");
+    // The losing file goes: nothing happens to the pod; it comes back: a conflict again.
+    std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    let report = sync.sync();
+    assert!(report.terminating.is_empty() && report.removed.is_empty() && report.errors.is_empty());
+    assert_eq!(store.get(&web()).unwrap(), before);
+    std::fs::write(dir.path().join("a.yaml"), pod("from-a")).unwrap();
+    assert_eq!(
+        sync.sync().errors.len(),
+        1,
+        "the conflict said again for the new file"
+    );
 
     // b.yaml goes: its pod is deleted gracefully, then a.yaml's is created.
     std::fs::remove_file(dir.path().join("b.yaml")).unwrap();

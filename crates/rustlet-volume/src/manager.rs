@@ -158,6 +158,9 @@ pub struct VolumeInfo {
     pub inner_volume_spec_name: String,
     /// The unique volume name.
     pub volume_name: UniqueVolumeName,
+    /// Containers must mount it read-only whatever their `volumeMounts` say (configMap,
+    /// secret, downwardAPI, projected: upstream's `mustMountRO`).
+    pub read_only: bool,
 }
 
 /// The volume manager.
@@ -590,6 +593,7 @@ impl VolumeManager {
                         path: mounter.path(),
                         inner_volume_spec_name: volume.spec.name().to_owned(),
                         volume_name: volume.volume_name.clone(),
+                        read_only: plugin.mounts_read_only(),
                     },
                 );
             }
@@ -607,7 +611,7 @@ impl VolumeManager {
         let volumes = self.get_mounted_volumes_for_pod(&pod_name_of(pod));
         make_mounts(
             container,
-            &|name| volumes.get(name).map(|v| v.path.clone()),
+            &|name| volumes.get(name).map(|v| (v.path.clone(), v.read_only)),
             &self.host.pod_dir(&PodUid::of(pod)),
             &*self.host.mounter,
         )

@@ -208,6 +208,11 @@ pub trait VolumePlugin: Send + Sync {
     fn is_device_mountable(&self) -> bool {
         false
     }
+    /// Whether containers always mount it read-only (upstream `GetAttributes().ReadOnly`:
+    /// configMap, secret, downwardAPI, projected).
+    fn mounts_read_only(&self) -> bool {
+        false
+    }
     /// Whether SetUp must run again periodically (configMap, secret, projected, downwardAPI).
     fn requires_remount(&self, _spec: &VolumeSpec) -> bool {
         false

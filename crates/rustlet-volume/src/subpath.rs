@@ -120,16 +120,16 @@ pub fn subpath_target(pod_dir: &Path, volume: &str, container: &str, index: usiz
 }
 
 /// The mounts of one container (upstream `makeMounts`): `volumes` maps a pod volume's name to
-/// its mounted directory.
+/// its mounted directory and whether it must be mounted read-only.
 pub fn make_mounts(
     container: &Container,
-    volumes: &dyn Fn(&str) -> Option<PathBuf>,
+    volumes: &dyn Fn(&str) -> Option<(PathBuf, bool)>,
     pod_dir: &Path,
     mounter: &dyn Mounter,
 ) -> Result<Vec<ContainerMount>, ContainerMountError> {
     let mut out = Vec::new();
     for (index, mount) in container.volume_mounts.iter().flatten().enumerate() {
-        let volume_path =
+        let (volume_path, must_mount_ro) =
             volumes(&mount.name).ok_or_else(|| ContainerMountError::VolumeNotMounted {
                 volume: mount.name.clone(),
                 container: container.name.clone(),
@@ -183,7 +183,7 @@ pub fn make_mounts(
             name: mount.name.clone(),
             container_path: mount.mount_path.clone(),
             host_path,
-            read_only: mount.read_only.unwrap_or(false),
+            read_only: mount.read_only.unwrap_or(false) || must_mount_ro,
         });
     }
     Ok(out)

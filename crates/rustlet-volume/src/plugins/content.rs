@@ -197,6 +197,10 @@ impl VolumePlugin for ContentPlugin {
         true
     }
 
+    fn mounts_read_only(&self) -> bool {
+        true
+    }
+
     fn new_mounter(
         &self,
         spec: &VolumeSpec,

@@ -54,7 +54,7 @@ fn subpaths_are_created_bound_and_cleaned_up() {
         mount("data", "/logs", Some("logs/app"), None),
         mount("data", "/per-pod", None, Some("$(POD)")),
     ]);
-    let volumes = |name: &str| (name == "data").then(|| volume.clone());
+    let volumes = |name: &str| (name == "data").then(|| (volume.clone(), false));
     let mounts = make_mounts(&c, &volumes, &pod_dir, &linux).unwrap();
     assert_eq!(mounts[0].host_path, volume, "no subPath: the volume itself");
     let logs = subpath_target(&pod_dir, "data", "app", 1);
@@ -105,7 +105,7 @@ fn symlinks_planted_by_a_container_never_lead_a_subpath_outside() {
     std::os::unix::fs::symlink(&outside, volume.join("escape")).unwrap();
     std::os::unix::fs::symlink(&outside, volume.join("mid")).unwrap();
     std::os::unix::fs::symlink("/", volume.join("root")).unwrap();
-    let volumes = |name: &str| (name == "data").then(|| volume.clone());
+    let volumes = |name: &str| (name == "data").then(|| (volume.clone(), false));
     let cases: Vec<(&str, Option<&str>, Option<&str>)> = vec![
         ("escape", Some("escape"), None),
         ("through a middle link", Some("mid/shadow"), None),

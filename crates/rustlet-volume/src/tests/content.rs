@@ -193,6 +193,12 @@ async fn config_map_and_secret_contents_modes_and_items() {
         !fake.is_tmpfs_mount_point(&config_dir).unwrap_or(false),
         "configMaps on disk"
     );
+    // Containers mount content volumes read-only whatever their volumeMounts say.
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    let mounts = agent.manager.container_mounts(&pod, container).unwrap();
+    assert_eq!(mounts.len(), 3);
+    assert!(mounts.iter().all(|m| m.read_only), "{mounts:?}");
+    assert_eq!(mounts[0].host_path, config_dir);
 
     // A change reaches the volume at once, long before the remount period.
     agent.objects.put_config_map(config_map(

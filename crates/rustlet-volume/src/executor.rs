@@ -189,6 +189,11 @@ impl OperationExecutor {
             .map(|p| p.name().to_owned())
             .unwrap_or_default();
         let started = std::time::Instant::now();
+        // The remount requests this SetUp serves: one made while it runs stays pending.
+        let epoch = self
+            .asw
+            .remount_epoch(&volume.pod_name, &volume.volume_name);
+        let needs_pass = self.needs_pass.clone();
         let handle = self.ops.run(key, op::VOLUME_MOUNT, async move {
             let outer = volume.outer_volume_spec_names.first().cloned().unwrap_or_default();
             let pod_uid = PodUid::new(volume.pod.metadata.uid.clone().unwrap_or_default());
@@ -220,6 +225,10 @@ impl OperationExecutor {
             let outcome = match result {
                 Ok(()) => {
                     let marked = asw.mark_volume_as_mounted(opts(VolumeMountState::Mounted));
+                    if asw.mark_remount_served(&volume.pod_name, &volume.volume_name, epoch) {
+                        // A change came during this SetUp: the next pass sets it up again.
+                        Self::notify(&needs_pass);
+                    }
                     if remount {
                         debug!(volume = %volume.volume_name, pod = %volume.pod_name, "MountVolume.SetUp succeeded (remount)");
                     } else {

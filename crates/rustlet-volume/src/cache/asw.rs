@@ -192,7 +192,10 @@ struct PodMount {
     pod_uid: PodUid,
     spec: VolumeSpec,
     outer_names: Vec<String>,
-    remount_required: bool,
+    /// Remounts asked for (V19), and the number served by a SetUp that started after them: a
+    /// request made while a SetUp runs is not lost when that SetUp ends.
+    remount_requested: u64,
+    remount_served: u64,
     gid: Option<String>,
     state: VolumeMountState,
 }
@@ -335,14 +338,14 @@ impl ActualStateOfWorld {
                     pod_uid: opts.pod_uid.clone(),
                     spec: opts.spec.clone(),
                     outer_names: vec![opts.outer_volume_spec_name.clone()],
-                    remount_required: false,
+                    remount_requested: 0,
+                    remount_served: 0,
                     gid: opts.volume_gid.clone(),
                     state: opts.state,
                 },
             );
         }
         let pod = volume.pods.get_mut(&opts.pod_name).expect("inserted above");
-        pod.remount_required = false;
         pod.state = opts.state;
         if !pod.outer_names.contains(&opts.outer_volume_spec_name) {
             pod.outer_names.push(opts.outer_volume_spec_name.clone());
@@ -418,9 +421,38 @@ impl ActualStateOfWorld {
                     .find_by_spec(&pod.spec)
                     .is_ok_and(|p| p.requires_remount(&pod.spec))
             {
-                pod.remount_required = true;
+                pod.remount_requested += 1;
             }
         }
+    }
+
+    /// The remount requests of a pod's mount so far: a SetUp started now serves them.
+    pub fn remount_epoch(&self, pod_name: &UniquePodName, volume_name: &UniqueVolumeName) -> u64 {
+        self.read()
+            .volumes
+            .get(volume_name)
+            .and_then(|v| v.pods.get(pod_name))
+            .map_or(0, |p| p.remount_requested)
+    }
+
+    /// A SetUp that started at `epoch` succeeded: the requests up to it are served. Returns
+    /// whether a newer request is still pending (it came while the SetUp ran).
+    pub fn mark_remount_served(
+        &self,
+        pod_name: &UniquePodName,
+        volume_name: &UniqueVolumeName,
+        epoch: u64,
+    ) -> bool {
+        let mut inner = self.write();
+        let Some(pod) = inner
+            .volumes
+            .get_mut(volume_name)
+            .and_then(|v| v.pods.get_mut(pod_name))
+        else {
+            return false;
+        };
+        pod.remount_served = pod.remount_served.max(epoch);
+        pod.remount_requested > pod.remount_served
     }
 
     /// V38: sets the global mount state; an empty `device_path` keeps the stored one.
@@ -504,7 +536,7 @@ impl ActualStateOfWorld {
             Some(pod) => match pod.state {
                 VolumeMountState::NotMounted => PodVolumeState::NotMounted { device_path },
                 VolumeMountState::Uncertain => PodVolumeState::Uncertain { device_path },
-                VolumeMountState::Mounted if pod.remount_required => {
+                VolumeMountState::Mounted if pod.remount_requested > pod.remount_served => {
                     PodVolumeState::RemountRequired { device_path }
                 }
                 VolumeMountState::Mounted => PodVolumeState::Mounted { device_path },
@@ -528,7 +560,9 @@ impl ActualStateOfWorld {
             .volumes
             .get(volume_name)
             .and_then(|v| v.pods.get(pod_name))
-            .is_some_and(|p| p.state == VolumeMountState::Mounted && !p.remount_required)
+            .is_some_and(|p| {
+                p.state == VolumeMountState::Mounted && p.remount_requested <= p.remount_served
+            })
     }
 
     /// V34: the pod's mount is gone (no entry, or `NotMounted`).
@@ -794,6 +828,8 @@ impl AswReader<'_> {
             .volumes
             .get(volume_name)
             .and_then(|v| v.pods.get(pod_name))
-            .is_some_and(|p| p.state == VolumeMountState::Mounted && !p.remount_required)
+            .is_some_and(|p| {
+                p.state == VolumeMountState::Mounted && p.remount_requested <= p.remount_served
+            })
     }
 }

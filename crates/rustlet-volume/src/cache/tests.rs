@@ -551,14 +551,32 @@ fn v37_remount_required_for_plugins_that_ask_for_it() {
             device_path: String::new()
         }
     );
+    // A SetUp starts (it serves the requests so far); a change comes while it runs.
+    let epoch = asw.remount_epoch(&pod_name("p"), &name);
+    asw.mark_remount_required(&pod_name("p"));
     asw.mark_volume_as_mounted(opts("p", &name, empty_dir("v"), VolumeMountState::Mounted))
         .unwrap();
+    assert!(
+        asw.mark_remount_served(&pod_name("p"), &name, epoch),
+        "the newer request is still pending"
+    );
+    assert!(
+        matches!(
+            asw.pod_exists_in_volume(&pod_name("p"), &name),
+            PodVolumeState::RemountRequired { .. }
+        ),
+        "not lost when the older SetUp ends"
+    );
+    let epoch = asw.remount_epoch(&pod_name("p"), &name);
+    asw.mark_volume_as_mounted(opts("p", &name, empty_dir("v"), VolumeMountState::Mounted))
+        .unwrap();
+    assert!(!asw.mark_remount_served(&pod_name("p"), &name, epoch));
     assert!(
         matches!(
             asw.pod_exists_in_volume(&pod_name("p"), &name),
             PodVolumeState::Mounted { .. }
         ),
-        "cleared by the remount"
+        "cleared by the remount that started after every request"
     );
 }
 

@@ -451,6 +451,11 @@ fn main() {
         content_latency(dir.path());
         return;
     }
+    // `-- pods=N`: local mode with N pods alone.
+    if let Some(pods) = std::env::args().find_map(|a| a.strip_prefix("pods=")?.parse().ok()) {
+        local_mode(dir.path(), pods);
+        return;
+    }
     for pods in [100, 1_000] {
         local_mode(dir.path(), pods);
     }

@@ -222,6 +222,7 @@ impl VolumePlugin for ContentPlugin {
         Ok(Box::new(ContentVolume {
             kind: self.kind,
             pod: pod.clone(),
+            volume_name: volume.name.clone(),
             source,
             wrapped,
             objects: self.objects.clone(),
@@ -273,6 +274,8 @@ impl VolumePlugin for ContentPlugin {
 struct ContentVolume {
     kind: ContentKind,
     pod: Pod,
+    /// The volume's name in the pod.
+    volume_name: String,
     source: Source,
     wrapped: EmptyDir,
     objects: Arc<dyn VolumeObjects>,
@@ -449,6 +452,52 @@ impl ContentVolume {
     }
 }
 
+/// V93 step 4 (upstream `MakeNestedMountpoints`): for every other mount of a container that
+/// uses this volume whose `mountPath` lies below this volume's, the directory is made inside the
+/// volume (beneath it, never through a symlink), so the runtime can mount over it.
+fn make_nested_mountpoints(pod: &Pod, volume: &str, dir: &Path) -> Result<(), VolumeError> {
+    let spec = pod.spec.as_ref();
+    let containers = spec.into_iter().flat_map(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+    });
+    for container in containers {
+        let mounts = container.volume_mounts.as_deref().unwrap_or_default();
+        for own in mounts.iter().filter(|m| m.name == volume) {
+            let base = own.mount_path.trim_end_matches('/');
+            for other in mounts.iter().filter(|m| m.name != volume) {
+                let Some(rest) = other.mount_path.strip_prefix(base) else {
+                    continue;
+                };
+                let Some(rest) = rest.strip_prefix('/') else {
+                    continue;
+                };
+                let rel = Path::new(rest.trim_end_matches('/'));
+                if rel.as_os_str().is_empty() {
+                    continue;
+                }
+                // The first element must not be the writer's own (`..data`, versions).
+                if rest.starts_with("..")
+                    || rustlet_mount::safe_path::plain_components(rel).is_err()
+                {
+                    return Err(VolumeError::Final(format!(
+                        "invalid nested mount point {:?} of volume {volume:?}",
+                        other.mount_path
+                    )));
+                }
+                rustlet_mount::create_dir_all_beneath(dir, rel, 0o755).map_err(|e| {
+                    VolumeError::Final(format!(
+                        "making nested mount point {:?} of volume {volume:?}: {e}",
+                        other.mount_path
+                    ))
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl VolumeMounter for ContentVolume {
     fn path(&self) -> PathBuf {
         self.wrapped.dir.clone()
@@ -465,6 +514,7 @@ impl VolumeMounter for ContentVolume {
                 self.wrapped.dir.display()
             )));
         }
+        make_nested_mountpoints(&self.pod, &self.volume_name, &self.wrapped.dir)?;
         let writer =
             AtomicWriter::new(&self.wrapped.dir).map_err(|e| VolumeError::Final(e.to_string()))?;
         writer.write(&payload).map_err(|e| {

@@ -882,3 +882,78 @@ mod claims {
         a.reporter.await.unwrap();
     }
 }
+
+/// V93 step 4: another mount of the same container below a content volume's mount path gets
+/// its directory inside the volume, so the runtime can mount over it.
+#[tokio::test(start_paused = true)]
+async fn nested_mount_points_are_made_inside_a_content_volume() {
+    use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, PodSpec, VolumeMount};
+    let root = tempfile::tempdir().unwrap();
+    let agent = start(root.path(), Arc::new(FakeMounter::new()));
+    agent
+        .objects
+        .put_config_map(config_map("app", &[("a.conf", "alpha")]));
+    let mut pod = (*crate::testing::pod("nested")).clone();
+    pod.metadata.namespace = Some("ns".into());
+    pod.spec = Some(PodSpec {
+        containers: vec![Container {
+            name: "c".into(),
+            volume_mounts: Some(vec![
+                VolumeMount {
+                    name: "config".into(),
+                    mount_path: "/etc/app".into(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "cache".into(),
+                    mount_path: "/etc/app/cache/".into(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "elsewhere".into(),
+                    mount_path: "/etc/application".into(),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }],
+        volumes: Some(vec![
+            cm_volume(
+                "config",
+                ConfigMapVolumeSource {
+                    name: "app".into(),
+                    ..Default::default()
+                },
+            ),
+            Volume {
+                name: "cache".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+            Volume {
+                name: "elsewhere".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    });
+    let pod = Arc::new(pod);
+    agent.pods.add(pod.clone());
+    agent.manager.pod_updated();
+    agent.manager.wait_for_attach_and_mount(&pod).await.unwrap();
+    let volume = root
+        .path()
+        .join("pods/nested/volumes/kubernetes.io~configmap/config");
+    assert!(volume.join("cache").is_dir(), "made for the nested mount");
+    assert!(
+        !volume.join("ication").exists(),
+        "a mere prefix is not nested"
+    );
+    assert_eq!(
+        std::fs::read_to_string(volume.join("a.conf")).unwrap(),
+        "alpha"
+    );
+    agent.cancel.cancel();
+    agent.task.await.unwrap();
+}

@@ -381,3 +381,17 @@ fn a_reader_never_sees_a_torn_or_missing_file_while_versions_change() {
     stop.store(true, Ordering::Relaxed);
     reader.join().expect("the reader saw every version whole");
 }
+
+#[test]
+fn a_mode_only_change_is_not_rewritten_as_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = AtomicWriter::new(dir.path()).unwrap();
+    writer.write(&payload(&[("foo", "same", 0o644)])).unwrap();
+    let version = data_target(dir.path());
+    assert!(
+        !writer.write(&payload(&[("foo", "same", 0o600)])).unwrap(),
+        "V99 step 4: only bytes count"
+    );
+    assert_eq!(data_target(dir.path()), version);
+    assert_eq!(contents(dir.path()), expect(&[("foo", "same", 0o644)]));
+}

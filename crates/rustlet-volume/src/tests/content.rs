@@ -263,7 +263,27 @@ async fn a_missing_object_fails_the_wait_unless_optional_and_a_missing_key_is_na
             ..Default::default()
         },
     );
-    for p in [&missing, &optional, &bad_key] {
+    let optional_key = pod(
+        "p-optional-key",
+        ConfigMapVolumeSource {
+            name: "app".into(),
+            optional: Some(true),
+            items: Some(vec![
+                KeyToPath {
+                    key: "nope".into(),
+                    path: "x".into(),
+                    ..Default::default()
+                },
+                KeyToPath {
+                    key: "a".into(),
+                    path: "y".into(),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        },
+    );
+    for p in [&missing, &optional, &bad_key, &optional_key] {
         agent.pods.add(p.clone());
     }
     agent.manager.pod_updated();
@@ -279,6 +299,16 @@ async fn a_missing_object_fails_the_wait_unless_optional_and_a_missing_key_is_na
     .unwrap()
     .count();
     assert_eq!(listing, 2, "an empty version: ..data and its directory");
+    agent
+        .manager
+        .wait_for_attach_and_mount(&optional_key)
+        .await
+        .unwrap();
+    let v = root
+        .path()
+        .join("pods/p-optional-key/volumes/kubernetes.io~configmap/v");
+    assert!(!v.join("x").exists(), "an optional missing key is skipped");
+    assert_eq!(std::fs::read_to_string(v.join("y")).unwrap(), "1");
     for (p, expected) in [
         (&missing, "get configmap ns/absent: not found"),
         (

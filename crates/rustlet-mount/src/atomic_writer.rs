@@ -6,8 +6,8 @@
 //! Safer than upstream: every file operation is relative to a directory fd opened with
 //! `O_NOFOLLOW`, so a symlink planted in the volume (by a container that can write to it) is
 //! never followed: nothing is ever written outside the target directory. The version just
-//! replaced is removed one write later than upstream does, so a reader resolving a name during
-//! an update never meets a vanished directory. A planted entry at a
+//! replaced is removed at the next call (the next change or periodic SetUp) rather than at
+//! once, so a reader resolving a name during an update never meets a vanished directory. A planted entry at a
 //! user-visible name is replaced by the writer's own symlink; `..data` pointing anywhere but a
 //! `..<timestamp>` sibling is ignored (a first write).
 
@@ -345,6 +345,10 @@ impl AtomicWriter {
         };
         if !changed && to_remove.is_empty() {
             self.user_visible(&target, &payload)?;
+            // The version replaced by the last write goes now (see step 11).
+            if let Some(current) = old.as_deref() {
+                self.remove_versions_except(&target, &[current]);
+            }
             return Ok(false);
         }
         let new = timestamped_name();
@@ -378,10 +382,11 @@ impl AtomicWriter {
                     .map_err(self.io("remove", path))?;
             }
         }
-        // V99 step 11, one version later than upstream: the version just replaced stays until
-        // the next write, so a reader in the middle of resolving `key -> ..data/key` never meets
-        // a vanished directory (upstream removes it at once, and such a reader gets ENOENT).
-        // Older versions go; an error leaves only an unreachable version behind.
+        // V99 step 11, a little later than upstream: the version just replaced stays until the
+        // next call (a change, or the periodic SetUp that finds nothing changed: at most the
+        // remount period), so a reader in the middle of resolving `key -> ..data/key` never
+        // meets a vanished directory (upstream removes it at once, and such a reader gets
+        // ENOENT). Older versions go; an error leaves only an unreachable version behind.
         self.remove_versions_except(&target, &[new.as_str(), old.as_deref().unwrap_or("")]);
         Ok(true)
     }

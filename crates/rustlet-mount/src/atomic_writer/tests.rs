@@ -215,12 +215,18 @@ fn test_update_add_delete_and_no_op() {
     assert!(!dir.path().join("zip").exists(), "its symlink went");
     assert!(
         dir.path().join(&first).exists(),
-        "the version just replaced stays until the next write"
+        "the version just replaced stays until the next call"
     );
+    let second = data_target(dir.path());
+    assert!(!writer.write(&payload(&next)).unwrap(), "nothing changed");
+    assert!(
+        !dir.path().join(&first).exists(),
+        "a call that changes nothing removes the replaced version"
+    );
+    assert_eq!(data_target(dir.path()), second);
     // Delete all: an empty version, no user-visible names left.
     assert!(writer.write(&BTreeMap::new()).unwrap());
     assert!(contents(dir.path()).is_empty());
-    assert!(!dir.path().join(&first).exists(), "older versions go");
     let names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -229,6 +235,12 @@ fn test_update_add_delete_and_no_op() {
         names.len(),
         3,
         "..data, this version and the one before: {names:?}"
+    );
+    assert!(!writer.write(&BTreeMap::new()).unwrap());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        2,
+        "..data and this version"
     );
 }
 

@@ -658,12 +658,27 @@ spec:
     image: busybox
     volumeMounts:
     - {name: podinfo, mountPath: /etc/podinfo}
+    - {name: all, mountPath: /etc/all}
   volumes:
   - name: podinfo
     downwardAPI:
       items:
       - {path: labels, fieldRef: {fieldPath: metadata.labels}}
       - {path: name, fieldRef: {fieldPath: metadata.name}}
+  - name: all
+    projected:
+      defaultMode: 0440
+      sources:
+      - configMap:
+          name: info-config
+          items: [{key: level, path: config/level}]
+      - downwardAPI:
+          items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: info-config}
+data: {level: debug}
 ---
 apiVersion: v1
 kind: Pod
@@ -706,6 +721,26 @@ fn downward_api_follows_labels_and_a_token_volume_fails_clearly_in_local_mode() 
     assert_eq!(
         std::fs::read_to_string(podinfo.join("name")).unwrap(),
         "info"
+    );
+    let all = root.join(format!("pods/{info}/volumes/kubernetes.io~projected/all"));
+    assert_eq!(
+        std::fs::read_to_string(all.join("config/level")).unwrap(),
+        "debug"
+    );
+    assert_eq!(std::fs::read_to_string(all.join("ns")).unwrap(), "default");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(all.join("ns"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o440);
+    }
+    let mounted = mounts_under(&root.join(format!("pods/{info}")));
+    assert!(
+        mounted.contains(&podinfo.to_string_lossy().into_owned())
+            && mounted.contains(&all.to_string_lossy().into_owned()),
+        "downwardAPI and projected on tmpfs: {mounted:?}"
     );
     std::fs::write(
         manifests.join("pods.yaml"),

@@ -111,6 +111,22 @@ fn start(args: &[&str], port: u16) -> Child {
     child
 }
 
+/// `rustlet --node-name bench --root-dir ROOT FLAG VALUE` (`--local DIR` or
+/// `--kubeconfig FILE`), once healthy.
+fn start_agent(root: &Path, (flag, value): (&str, &Path), port: u16) -> Child {
+    start(
+        &[
+            "--node-name",
+            "bench",
+            "--root-dir",
+            root.to_str().unwrap(),
+            flag,
+            value.to_str().unwrap(),
+        ],
+        port,
+    )
+}
+
 fn stop(mut child: Child) {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
@@ -149,17 +165,7 @@ fn local_mode(dir: &Path, pods: usize) {
     let manifests = dir.join(format!("manifests-{pods}"));
     std::fs::create_dir_all(&manifests).unwrap();
     let port = free_port();
-    let child = start(
-        &[
-            "--node-name",
-            "bench",
-            "--root-dir",
-            root.to_str().unwrap(),
-            "--local",
-            manifests.to_str().unwrap(),
-        ],
-        port,
-    );
+    let child = start_agent(&root, ("--local", &manifests), port);
     let pid = child.id();
     let start = Instant::now();
     let mut written = Vec::with_capacity(pods);
@@ -225,17 +231,7 @@ fn kube_mode(dir: &Path, pods: usize) {
     std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
     let root = dir.join("root-kube");
     let port = free_port();
-    let child = start(
-        &[
-            "--node-name",
-            "bench",
-            "--root-dir",
-            root.to_str().unwrap(),
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-        ],
-        port,
-    );
+    let child = start_agent(&root, ("--kubeconfig", &kubeconfig), port);
     let api: Api<Pod> = Api::namespaced(rt.block_on(server.client()).unwrap(), "default");
     let before = server.requests().len();
     for i in 0..pods {
@@ -372,17 +368,7 @@ fn content_latency(dir: &Path) {
     std::fs::write(manifests.join("pod.yaml"), CONTENT_POD).unwrap();
     let root = dir.join("root-content-local");
     let port = free_port();
-    let child = start(
-        &[
-            "--node-name",
-            "bench",
-            "--root-dir",
-            root.to_str().unwrap(),
-            "--local",
-            manifests.to_str().unwrap(),
-        ],
-        port,
-    );
+    let child = start_agent(&root, ("--local", &manifests), port);
     let file = content_file(&root);
     let (median, p99) = edit_latency(&file, 20, |value| {
         std::fs::write(manifests.join("cfg.yaml"), config_map(value)).unwrap();
@@ -417,17 +403,7 @@ fn content_latency(dir: &Path) {
     .unwrap();
     let root = dir.join("root-content-kube");
     let port = free_port();
-    let child = start(
-        &[
-            "--node-name",
-            "bench",
-            "--root-dir",
-            root.to_str().unwrap(),
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-        ],
-        port,
-    );
+    let child = start_agent(&root, ("--kubeconfig", &kubeconfig), port);
     let file = content_file(&root);
     let (median, p99) = edit_latency(&file, 20, |value| {
         let patch = serde_json::json!({"data": {"app.conf": value}});

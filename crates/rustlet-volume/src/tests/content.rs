@@ -32,20 +32,41 @@ struct Agent {
 }
 
 fn start(root: &Path, mounter: Arc<dyn Mounter>) -> Agent {
+    start_with(root, mounter, Setup::default())
+}
+
+/// What a test changes in the manager it starts.
+#[derive(Default)]
+struct Setup {
+    /// Plugins beside the built-in and content ones.
+    extra_plugin: Option<Arc<dyn crate::plugin::VolumePlugin>>,
+    node_status: Option<Arc<dyn crate::node::NodeStatus>>,
+    node: crate::claims::NodeIdentity,
+    wait_timeout: Option<Duration>,
+}
+
+fn start_with(root: &Path, mounter: Arc<dyn Mounter>, setup: Setup) -> Agent {
     let pods = Arc::new(FakePods::default());
     let objects = Arc::new(FakeVolumeObjects::default());
     let events = Arc::new(FakeRecorder::default());
+    let mut plugins = plugins_with_objects(objects.clone());
+    if let Some(plugin) = setup.extra_plugin {
+        plugins.register(plugin);
+    }
     let deps = VolumeManagerDeps {
         pods: pods.clone(),
         states: pods.clone(),
         mounter,
-        plugins: plugins_with_objects(objects.clone()),
+        plugins,
         events: events.clone(),
-        node: Arc::new(crate::node::NothingAttached),
+        node: setup
+            .node_status
+            .unwrap_or_else(|| Arc::new(crate::node::NothingAttached)),
     };
     let config = VolumeManagerConfig {
-        wait_timeout: Duration::from_secs(10),
+        wait_timeout: setup.wait_timeout.unwrap_or(Duration::from_secs(10)),
         node_allocatable_memory: Some(64 << 20),
+        node: setup.node,
         ..VolumeManagerConfig::new(root)
     };
     let manager = Arc::new(VolumeManager::new(deps, config).with_objects(objects.clone()));
@@ -604,33 +625,14 @@ mod claims {
     }
 
     fn start_on_node(root: &Path, mounter: Arc<dyn Mounter>) -> Agent {
-        let pods = Arc::new(FakePods::default());
-        let objects = Arc::new(FakeVolumeObjects::default());
-        let events = Arc::new(FakeRecorder::default());
-        let deps = VolumeManagerDeps {
-            pods: pods.clone(),
-            states: pods.clone(),
+        start_with(
+            root,
             mounter,
-            plugins: plugins_with_objects(objects.clone()),
-            events: events.clone(),
-            node: Arc::new(crate::node::NothingAttached),
-        };
-        let config = VolumeManagerConfig {
-            wait_timeout: Duration::from_secs(10),
-            node: NodeIdentity::new("node-a"),
-            ..VolumeManagerConfig::new(root)
-        };
-        let manager = Arc::new(VolumeManager::new(deps, config).with_objects(objects.clone()));
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn(manager.clone().run(cancel.clone()));
-        Agent {
-            manager,
-            events,
-            pods,
-            objects,
-            cancel,
-            task,
-        }
+            Setup {
+                node: NodeIdentity::new("node-a"),
+                ..Setup::default()
+            },
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -735,11 +737,6 @@ mod claims {
     fn start_attaching(root: &Path, attached: &[&str]) -> Attaching {
         use crate::node::AttachedToNode;
         use crate::testing::{FakeAttachablePlugin, FakeNodeStatus};
-        let pods = Arc::new(FakePods::default());
-        let objects = Arc::new(FakeVolumeObjects::default());
-        let events = Arc::new(FakeRecorder::default());
-        let mut plugins = plugins_with_objects(objects.clone());
-        plugins.register(Arc::new(FakeAttachablePlugin::default()));
         let node = Arc::new(FakeNodeStatus::default());
         node.set(
             attached
@@ -750,24 +747,18 @@ mod claims {
                 })
                 .collect(),
         );
-        let deps = VolumeManagerDeps {
-            pods: pods.clone(),
-            states: pods.clone(),
-            mounter: Arc::new(FakeMounter::new()),
-            plugins,
-            events: events.clone(),
-            node,
-        };
-        let config = VolumeManagerConfig {
-            wait_timeout: Duration::from_secs(5),
-            node: NodeIdentity::new("node-a"),
-            ..VolumeManagerConfig::new(root)
-        };
-        let manager = Arc::new(VolumeManager::new(deps, config).with_objects(objects.clone()));
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn(manager.clone().run(cancel.clone()));
+        let agent = start_with(
+            root,
+            Arc::new(FakeMounter::new()),
+            Setup {
+                extra_plugin: Some(Arc::new(FakeAttachablePlugin::default())),
+                node_status: Some(node),
+                node: NodeIdentity::new("node-a"),
+                wait_timeout: Some(Duration::from_secs(5)),
+            },
+        );
         let reporter = {
-            let (manager, cancel) = (manager.clone(), cancel.clone());
+            let (manager, cancel) = (agent.manager.clone(), agent.cancel.clone());
             tokio::spawn(async move {
                 while !cancel.is_cancelled() {
                     if manager.reconciler_states_has_been_synced() {
@@ -777,17 +768,7 @@ mod claims {
                 }
             })
         };
-        Attaching {
-            agent: Agent {
-                manager,
-                events,
-                pods,
-                objects,
-                cancel,
-                task,
-            },
-            reporter,
-        }
+        Attaching { agent, reporter }
     }
 
     fn claim_pod(uid: &str) -> Arc<k8s_openapi::api::core::v1::Pod> {

@@ -15,6 +15,9 @@
 //!   meets (same-filesystem bind mounts included) and touches nothing beneath it;
 //!   [`LinuxMounter::cleanup_mount_point`] unmounts and then removes only an empty directory.
 //! * **Secrets.** [`SensitiveOptions`] reach the kernel but never a log line or a `Debug`.
+//! * **Content.** [`atomic_writer`] and [`ownership`] work only through directory fds opened
+//!   without following symlinks: a volume's own (hostile) content never leads a write, a chown
+//!   or a chmod outside it, and their walks are iterative with a bounded number of fds.
 //! * **Errors** say which operation failed, on which path, with which errno, and whether a
 //!   retry can help ([`Error::is_retryable`]).
 //!

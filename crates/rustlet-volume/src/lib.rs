@@ -35,8 +35,13 @@
 //! UnmountDevice and drop volumes nobody uses); [`reconstruct`] rebuilds the actual state from
 //! the pod directories after a restart. [`manager::VolumeManager`] runs it all, event-driven.
 //!
-//! Built-in plugins: emptyDir and hostPath. The content plugins (configMap, secret, projected,
-//! downwardAPI), subPath and PVC/local volumes plug into this engine next.
+//! Plugins: emptyDir and hostPath ([`plugins::builtin_plugins`]); with an objects seam
+//! ([`objects::VolumeObjects`], [`plugins::plugins_with_objects`] and
+//! [`manager::VolumeManager::with_objects`]) also configMap, secret, downwardAPI and projected
+//! ([`plugins::content`]: written by `rustlet_mount::atomic_writer`, never on disk except a
+//! configMap) and local PersistentVolumes reached through their claims ([`claims`],
+//! [`plugins::local`]). [`subpath`] prepares containers' subPaths safely; fsGroup ownership
+//! comes from `rustlet_mount::ownership`.
 
 pub mod cache;
 pub mod claims;

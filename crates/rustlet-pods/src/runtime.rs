@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
+use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
 
 /// `<namespace>/<name>`, as errors and logs name a pod.
@@ -146,12 +147,14 @@ pub trait Runtime: Send + Sync {
     /// Creates the pod's sandbox if it has no ready one; returns it.
     async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError>;
 
-    /// Creates and starts a new instance of `container`.
+    /// Creates and starts a new instance of `container` with `mounts` (the volume manager's
+    /// `container_mounts`: each volume directory or prepared subPath, and whether read-only).
     async fn start_container(
         &self,
         pod: &Pod,
         container: &Container,
         kind: ContainerKind,
+        mounts: &[ContainerMount],
     ) -> Result<(), RuntimeError>;
 
     /// What runs for this pod now.

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use rustlet_core::PodUid;
+use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
 
 use crate::runtime::{
@@ -208,12 +209,21 @@ impl Runtime for SimulatedRuntime {
         pod: &Pod,
         container: &Container,
         kind: ContainerKind,
+        mounts: &[ContainerMount],
     ) -> Result<(), RuntimeError> {
         let failed = |message: String| RuntimeError::StartContainer {
             pod: full_name(pod),
             container: container.name.clone(),
             message,
         };
+        // As a real runtime's CreateContainer: every bind source must exist.
+        if let Some(missing) = mounts.iter().find(|m| !m.host_path.exists()) {
+            return Err(failed(format!(
+                "the source of mount {:?} ({}) does not exist",
+                missing.container_path,
+                missing.host_path.display()
+            )));
+        }
         let exit = match kind {
             ContainerKind::Init => Some((Duration::ZERO, 0)),
             ContainerKind::Regular => simulated_exit(pod).map_err(failed)?,

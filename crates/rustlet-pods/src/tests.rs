@@ -231,7 +231,7 @@ async fn s11_s12_a_crash_loop_shows_the_exit_as_last_state_under_crash_loop_back
     let container = p.spec.as_ref().unwrap().containers[0].clone();
     runtime.run_pod_sandbox(&p).await.unwrap();
     runtime
-        .start_container(&p, &container, ContainerKind::Regular)
+        .start_container(&p, &container, ContainerKind::Regular, &[])
         .await
         .unwrap();
     let uid = rustlet_core::PodUid::of(&p);
@@ -288,7 +288,7 @@ async fn s11_s12_a_crash_loop_shows_the_exit_as_last_state_under_crash_loop_back
     // The restart: a second instance, the first becomes lastState; two are kept per name.
     for _ in 0..3 {
         runtime
-            .start_container(&p, &container, ContainerKind::Regular)
+            .start_container(&p, &container, ContainerKind::Regular, &[])
             .await
             .unwrap();
     }
@@ -346,11 +346,16 @@ async fn a_kill_stops_every_container_and_the_sandbox() {
     let sandbox = runtime.run_pod_sandbox(&p).await.unwrap();
     assert_eq!(sandbox.ip.as_deref(), Some("10.88.0.2"));
     runtime
-        .start_container(&p, &spec.init_containers.unwrap()[0], ContainerKind::Init)
+        .start_container(
+            &p,
+            &spec.init_containers.unwrap()[0],
+            ContainerKind::Init,
+            &[],
+        )
         .await
         .unwrap();
     runtime
-        .start_container(&p, &spec.containers[0], ContainerKind::Regular)
+        .start_container(&p, &spec.containers[0], ContainerKind::Regular, &[])
         .await
         .unwrap();
     let uid = rustlet_core::PodUid::of(&p);
@@ -360,8 +365,52 @@ async fn a_kill_stops_every_container_and_the_sandbox() {
     assert!(!status.any_running());
     assert!(!status.sandbox.unwrap().ready);
     let err = runtime
-        .start_container(&p, &spec.containers[0], ContainerKind::Regular)
+        .start_container(&p, &spec.containers[0], ContainerKind::Regular, &[])
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no ready sandbox"), "{err}");
+}
+
+/// The simulated runtime checks its mounts as a real CreateContainer would: a bind source that
+/// does not exist fails the start, naming the mount.
+#[tokio::test(start_paused = true)]
+async fn a_container_whose_mount_source_is_missing_does_not_start() {
+    use rustlet_volume::subpath::ContainerMount;
+    let runtime = SimulatedRuntime::new(SimulatedConfig::default());
+    let p = pod("Always", &[], &["a"]);
+    let container = p.spec.as_ref().unwrap().containers[0].clone();
+    runtime.run_pod_sandbox(&p).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let present = ContainerMount {
+        name: "data".into(),
+        container_path: "/data".into(),
+        host_path: dir.path().to_owned(),
+        read_only: false,
+    };
+    let missing = ContainerMount {
+        host_path: dir.path().join("gone"),
+        container_path: "/gone".into(),
+        ..present.clone()
+    };
+    let err = runtime
+        .start_container(
+            &p,
+            &container,
+            ContainerKind::Regular,
+            &[present.clone(), missing],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("\"/gone\""), "{err}");
+    assert!(
+        runtime
+            .pod_status(&rustlet_core::PodUid::of(&p))
+            .await
+            .containers
+            .is_empty()
+    );
+    runtime
+        .start_container(&p, &container, ContainerKind::Regular, &[present])
+        .await
+        .unwrap();
 }

@@ -29,6 +29,7 @@ use rustlet_status::StatusManager;
 use rustlet_volume::events::{EventKind, EventRecorder, FAILED_MOUNT};
 use rustlet_volume::manager::VolumeManager;
 use rustlet_volume::populator::{PodSource, PodStateProvider};
+use rustlet_volume::subpath::ContainerMount;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -517,16 +518,19 @@ impl Worker {
                     self.set_status(pod, &runtime, false, &no_waiting);
                     return Ok(Synced::Terminal);
                 }
-                _ => {
-                    if let Some(waiting) = self.prepare_mounts(pod, container) {
+                _ => match self.prepare_mounts(pod, container) {
+                    Err(waiting) => {
                         let runtime = runtime_api.pod_status(&self.uid).await;
                         let waiting = HashMap::from([(container.name.clone(), waiting)]);
                         self.set_status(pod, &runtime, false, &waiting);
                         let retry = Instant::now() + self.shared.config.sync_error_backoff;
                         return Ok(Synced::Running(Some(retry)));
                     }
-                    self.start(pod, container, ContainerKind::Init).await?;
-                }
+                    Ok(mounts) => {
+                        self.start(pod, container, ContainerKind::Init, &mounts)
+                            .await?;
+                    }
+                },
             }
             let runtime = runtime_api.pod_status(&self.uid).await;
             if !matches!(
@@ -594,13 +598,17 @@ impl Worker {
                     },
                 );
             }
-            if let Some(reason) = self.prepare_mounts(pod, container) {
-                waiting.insert(container.name.clone(), reason);
-                let retry = now + self.shared.config.sync_error_backoff;
-                wake = Some(wake.map_or(retry, |w| w.min(retry)));
-                continue;
-            }
-            self.start(pod, container, ContainerKind::Regular).await?;
+            let mounts = match self.prepare_mounts(pod, container) {
+                Ok(mounts) => mounts,
+                Err(reason) => {
+                    waiting.insert(container.name.clone(), reason);
+                    let retry = now + self.shared.config.sync_error_backoff;
+                    wake = Some(wake.map_or(retry, |w| w.min(retry)));
+                    continue;
+                }
+            };
+            self.start(pod, container, ContainerKind::Regular, &mounts)
+                .await?;
         }
         let runtime = runtime_api.pod_status(&self.uid).await;
         let status = self.set_status(pod, &runtime, false, &waiting);
@@ -617,13 +625,21 @@ impl Worker {
     /// Upstream `makeMounts` before a container is created: its subPaths prepared safely. A
     /// failure is the container's `CreateContainerConfigError` (and a `Failed` event), retried
     /// after the sync back-off.
-    fn prepare_mounts(&self, pod: &Pod, container: &Container) -> Option<WaitingReason> {
-        let err = self.shared.volumes.container_mounts(pod, container).err()?;
-        self.event(pod, EventKind::Warning, "Failed", &format!("Error: {err}"));
-        Some(WaitingReason {
-            reason: "CreateContainerConfigError".into(),
-            message: err.to_string(),
-        })
+    fn prepare_mounts(
+        &self,
+        pod: &Pod,
+        container: &Container,
+    ) -> Result<Vec<ContainerMount>, WaitingReason> {
+        self.shared
+            .volumes
+            .container_mounts(pod, container)
+            .map_err(|err| {
+                self.event(pod, EventKind::Warning, "Failed", &format!("Error: {err}"));
+                WaitingReason {
+                    reason: "CreateContainerConfigError".into(),
+                    message: err.to_string(),
+                }
+            })
     }
 
     async fn start(
@@ -631,10 +647,11 @@ impl Worker {
         pod: &Pod,
         container: &Container,
         kind: ContainerKind,
+        mounts: &[ContainerMount],
     ) -> Result<(), SyncError> {
         self.shared
             .runtime
-            .start_container(pod, container, kind)
+            .start_container(pod, container, kind, mounts)
             .await?;
         let name = &container.name;
         self.event(

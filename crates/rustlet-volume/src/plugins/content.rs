@@ -413,15 +413,16 @@ impl ContentVolume {
                     .service_account_token(&key)
                     .await
                     .map_err(|e| e.to_string())?;
-                // V94: 0600 when the pod sets an fsGroup.
+                // V94: 0600, owned by the pod's user, when the pod has an fsUser or an fsGroup
+                // (the fsGroup walk then adds group read: 0640).
                 let fs_group = spec
                     .and_then(|s| s.security_context.as_ref())
                     .is_some_and(|c| c.fs_group.is_some());
-                let mode = fs_group.then_some(0o600);
-                out.insert(
-                    token.path.clone(),
-                    self.file(issued.token.into_bytes(), mode),
-                );
+                let fs_user = fs_user_of(&self.pod);
+                let mode = (fs_group || fs_user.is_some()).then_some(0o600);
+                let mut file = self.file(issued.token.into_bytes(), mode);
+                file.fs_user = fs_user;
+                out.insert(token.path.clone(), file);
             }
             Projection::Unsupported(what) => {
                 return Err(format!("{what} sources are not supported by this agent"));
@@ -449,6 +450,29 @@ impl ContentVolume {
                 Err(VolumeError::Final(errors.join("; ")))
             }
         })
+    }
+}
+
+/// Upstream `FsUserFrom`: the user every container (init containers included) runs as, when
+/// they all run as the same one (a container's `runAsUser`, else the pod's).
+fn fs_user_of(pod: &Pod) -> Option<u32> {
+    let spec = pod.spec.as_ref()?;
+    let pod_user = spec.security_context.as_ref().and_then(|c| c.run_as_user);
+    let mut users = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .map(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.run_as_user)
+                .or(pod_user)
+        });
+    let first = users.next()??;
+    if users.all(|u| u == Some(first)) {
+        u32::try_from(first).ok()
+    } else {
+        None
     }
 }
 

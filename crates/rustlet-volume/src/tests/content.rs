@@ -968,3 +968,76 @@ async fn nested_mount_points_are_made_inside_a_content_volume() {
     agent.cancel.cancel();
     agent.task.await.unwrap();
 }
+
+/// V94: a projected token is 0600 and owned by the pod's user when every container runs as the
+/// same one; with an fsGroup too, the ownership walk makes it 0640 and the group's.
+#[tokio::test(start_paused = true)]
+async fn a_projected_token_belongs_to_the_pods_user() {
+    use std::os::unix::fs::MetadataExt;
+
+    use k8s_openapi::api::core::v1::{
+        PodSecurityContext, ProjectedVolumeSource, SecurityContext, ServiceAccountTokenProjection,
+        VolumeProjection,
+    };
+    let root = tempfile::tempdir().unwrap();
+    let agent = start(root.path(), Arc::new(FakeMounter::new()));
+    let token_volume = Volume {
+        name: "token".into(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o644),
+            sources: Some(vec![VolumeProjection {
+                service_account_token: Some(ServiceAccountTokenProjection {
+                    path: "token".into(),
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pod = |uid: &str, fs_group: Option<i64>, other_user: Option<i64>| {
+        let mut pod = (*pod_with_volumes(uid, vec![token_volume.clone()])).clone();
+        pod.metadata.namespace = Some("ns".into());
+        let spec = pod.spec.as_mut().unwrap();
+        spec.security_context = Some(PodSecurityContext {
+            run_as_user: Some(1234),
+            fs_group,
+            ..Default::default()
+        });
+        if let Some(user) = other_user {
+            let mut second = spec.containers[0].clone();
+            second.name = "second".into();
+            second.security_context = Some(SecurityContext {
+                run_as_user: Some(user),
+                ..Default::default()
+            });
+            spec.containers.push(second);
+        }
+        Arc::new(pod)
+    };
+    let cases = [
+        ("t-user", None, None, (1234, 0o600)),
+        ("t-group", Some(4321), None, (1234, 0o640)),
+        ("t-mixed", None, Some(99), (0, 0o644)),
+    ];
+    for (uid, fs_group, other, _) in &cases {
+        agent.pods.add(pod(uid, *fs_group, *other));
+    }
+    agent.manager.pod_updated();
+    for (uid, fs_group, other, (owner, mode)) in cases {
+        agent
+            .manager
+            .wait_for_attach_and_mount(&pod(uid, fs_group, other))
+            .await
+            .unwrap();
+        let token = root.path().join(format!(
+            "pods/{uid}/volumes/kubernetes.io~projected/token/token"
+        ));
+        let meta = std::fs::metadata(&token).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (owner, mode), "{uid}");
+    }
+    agent.cancel.cancel();
+    agent.task.await.unwrap();
+}

@@ -24,8 +24,8 @@ fn parse(text: &str) -> Option<Decimal> {
         .unwrap_or(rest.len());
     let (number, suffix) = rest.split_at(number_end);
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    if int_part.is_empty() && frac_part.is_empty() {
-        return None;
+    if int_part.is_empty() && frac_part.is_empty() || frac_part.contains('.') {
+        return None; // "." alone, or a second point ("1..2")
     }
     let mut mantissa: i128 = 0;
     for digit in int_part.bytes().chain(frac_part.bytes()) {
@@ -52,7 +52,14 @@ fn parse(text: &str) -> Option<Decimal> {
         "T" => exponent += 12,
         "P" => exponent += 15,
         "E" => exponent += 18,
-        s if s.starts_with(['e', 'E']) => exponent += s[1..].parse::<i32>().ok()?,
+        s if s.starts_with(['e', 'E']) => {
+            let power = &s[1..];
+            let digits = power.trim_start_matches(['+', '-']);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            exponent = exponent.checked_add(power.parse::<i32>().ok()?)?;
+        }
         _ => return None,
     }
     if negative {
@@ -100,6 +107,30 @@ pub fn quantity_milli_ceil(q: &Quantity) -> Option<i128> {
     )))
 }
 
+/// Whether `text` is a quantity upstream's `ParseQuantity` accepts (its grammar:
+/// `^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$`, one point at most, a known suffix).
+pub fn is_quantity(text: &str) -> bool {
+    parse(text).is_some()
+}
+
+/// The order of two quantities' values; `None` when either does not parse.
+pub fn quantity_cmp(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    let (x, y) = (parse(a)?, parse(b)?);
+    // Align to the smaller exponent; if that overflows, the magnitudes decide (approximately).
+    let common = x.exponent.min(y.exponent);
+    let scale = |d: &Decimal| -> Option<i128> {
+        d.mantissa
+            .checked_mul(10i128.checked_pow(u32::try_from(d.exponent - common).ok()?)?)
+    };
+    match (scale(&x), scale(&y)) {
+        (Some(a), Some(b)) => Some(a.cmp(&b)),
+        _ => {
+            let value = |d: &Decimal| d.mantissa as f64 * 10f64.powi(d.exponent);
+            value(&x).partial_cmp(&value(&y))
+        }
+    }
+}
+
 /// True when both quantities denote the same value.
 pub fn quantity_eq(a: &Quantity, b: &Quantity) -> bool {
     if a.0 == b.0 {
@@ -117,6 +148,38 @@ mod tests {
 
     fn q(s: &str) -> Quantity {
         Quantity(s.to_owned())
+    }
+
+    #[test]
+    fn malformed_quantities_are_refused_without_a_panic() {
+        for text in [
+            "1..2", ".", "", "1.2.3", "1e", "1e+", "1ex", "12x", "Gi", "1Gb", "m1",
+        ] {
+            assert!(!is_quantity(text), "{text}");
+        }
+        for text in ["1", "1.5", ".5", "100m", "1Gi", "1e3", "+2k", "-1"] {
+            assert!(is_quantity(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn quantities_compare_by_value() {
+        use std::cmp::Ordering::*;
+        assert_eq!(quantity_cmp("2", "1"), Some(Greater));
+        assert_eq!(quantity_cmp("1000m", "1"), Some(Equal));
+        assert_eq!(quantity_cmp("128Mi", "1Gi"), Some(Less));
+        assert_eq!(quantity_cmp("-1", "0"), Some(Less));
+        assert_eq!(quantity_cmp("1E18", "1n"), Some(Greater), "far apart");
+        assert_eq!(quantity_cmp("x", "1"), None);
+        for (a, b) in [
+            ("100m", "0.1"),
+            ("1Gi", "1073741824"),
+            ("+2k", "2000"),
+            ("1e3", "1000"),
+            ("128Mi", "134217728"),
+        ] {
+            assert_eq!(quantity_cmp(a, b), Some(Equal), "{a} = {b}");
+        }
     }
 
     #[test]

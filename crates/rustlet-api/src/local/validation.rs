@@ -4,11 +4,13 @@
 //! sources, hostPath types, restart policy) and typed Secrets. Admission calls it; the test
 //! API server shares it through the store.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use rustlet_core::quantity::{is_quantity, quantity_cmp};
 use serde_json::Value;
 
 /// The API's field errors, reported together (upstream `field.ErrorList`).
@@ -258,82 +260,38 @@ fn base64_problem(text: &str) -> Option<String> {
 const QUANTITY_MESSAGE: &str =
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 
-/// Upstream `ParseQuantity`, as a float (enough to compare requests with limits).
-pub fn parse_quantity(text: &str) -> Option<f64> {
-    let text = text.trim();
-    let number_end = text
-        .char_indices()
-        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && matches!(c, '+' | '-'))))
-        .map_or(text.len(), |(i, _)| i);
-    let (number, suffix) = text.split_at(number_end);
-    let digits = number.trim_start_matches(['+', '-']);
-    if digits.is_empty() || digits == "." || digits.matches('.').count() > 1 {
-        return None;
-    }
-    let value: f64 = number.parse().ok()?;
-    let multiplier = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        exponent => {
-            let rest = exponent.strip_prefix(['e', 'E'])?;
-            let unsigned = rest.trim_start_matches(['+', '-']);
-            if unsigned.is_empty() || !unsigned.chars().all(|c| c.is_ascii_digit()) {
-                return None;
-            }
-            10f64.powi(rest.parse().ok()?)
-        }
-    };
-    Some(value * multiplier)
-}
-
 fn validate_resources(field: &str, container: &Container, errors: &mut FieldErrors) {
     let Some(resources) = &container.resources else {
         return;
     };
-    let mut parsed = |part: &str, list: Option<&BTreeMap<String, Quantity>>| {
+    let mut valid = |part: &str, list: Option<&BTreeMap<String, Quantity>>| {
         let mut out = BTreeMap::new();
         for (name, quantity) in list.into_iter().flatten() {
             let path = format!("{field}.resources.{part}[{name}]");
-            match parse_quantity(&quantity.0) {
-                None => errors.invalid(&path, &quoted(&quantity.0), QUANTITY_MESSAGE),
-                Some(value) if value < 0.0 => {
-                    errors.invalid(
-                        &path,
-                        &quoted(&quantity.0),
-                        "must be greater than or equal to 0",
-                    );
-                }
-                Some(value) => {
-                    out.insert(name.clone(), (value, quantity.0.clone()));
-                }
+            if !is_quantity(&quantity.0) {
+                errors.invalid(&path, &quoted(&quantity.0), QUANTITY_MESSAGE);
+            } else if quantity_cmp(&quantity.0, "0") == Some(Ordering::Less) {
+                errors.invalid(
+                    &path,
+                    &quoted(&quantity.0),
+                    "must be greater than or equal to 0",
+                );
+            } else {
+                out.insert(name.clone(), quantity.0.clone());
             }
         }
         out
     };
-    let limits = parsed("limits", resources.limits.as_ref());
-    let requests = parsed("requests", resources.requests.as_ref());
-    for (name, (request, text)) in &requests {
-        if let Some((limit, limit_text)) = limits.get(name)
-            && request > limit
+    let limits = valid("limits", resources.limits.as_ref());
+    let requests = valid("requests", resources.requests.as_ref());
+    for (name, request) in &requests {
+        if let Some(limit) = limits.get(name)
+            && quantity_cmp(request, limit) == Some(Ordering::Greater)
         {
             errors.invalid(
                 &format!("{field}.resources.requests[{name}]"),
-                &quoted(text),
-                &format!("must be less than or equal to {name} limit of {limit_text}"),
+                &quoted(request),
+                &format!("must be less than or equal to {name} limit of {limit}"),
             );
         }
     }
@@ -657,24 +615,6 @@ pub fn field_path(path: &serde_path_to_error::Path) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn quantities_parse_as_upstream() {
-        for (text, value) in [
-            ("1", 1.0),
-            ("100m", 0.1),
-            ("1Gi", 1073741824.0),
-            ("128Mi", 134217728.0),
-            ("1e3", 1000.0),
-            ("1.5", 1.5),
-            ("+2k", 2000.0),
-        ] {
-            assert_eq!(parse_quantity(text), Some(value), "{text}");
-        }
-        for text in ["", "12x", "1Gb", "Gi", ".", "1..2", "1e", "m1"] {
-            assert_eq!(parse_quantity(text), None, "{text}");
-        }
-    }
 
     #[test]
     fn base64_problems_name_the_character() {

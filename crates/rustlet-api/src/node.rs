@@ -40,7 +40,8 @@ pub struct NodeConfig {
     pub renew_interval: Duration,
 }
 
-fn host_memory_bytes() -> u64 {
+/// This host's memory (`MemTotal`), 0 when unknown.
+pub fn host_memory_bytes() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -82,17 +83,7 @@ impl NodeConfig {
         Node {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
-                labels: Some(
-                    [
-                        ("kubernetes.io/hostname".to_owned(), self.name.clone()),
-                        (
-                            "kubernetes.io/os".to_owned(),
-                            std::env::consts::OS.to_owned(),
-                        ),
-                        ("kubernetes.io/arch".to_owned(), go_arch().to_owned()),
-                    ]
-                    .into(),
-                ),
+                labels: Some(rustlet_core::node::well_known_labels(&self.name)),
                 ..Default::default()
             },
             status: Some(NodeStatus {
@@ -111,14 +102,6 @@ impl NodeConfig {
             }),
             ..Default::default()
         }
-    }
-}
-
-fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
     }
 }
 

@@ -39,6 +39,7 @@ pub mod features;
 pub mod generate;
 pub mod ids;
 pub mod merge;
+pub mod node;
 pub mod normalize;
 pub mod patch;
 pub mod pod;

@@ -22,24 +22,11 @@ pub struct NodeIdentity {
 }
 
 impl NodeIdentity {
-    /// A node with the well-known labels the agent registers.
+    /// A node with the well-known labels the agent registers (the same function makes them).
     pub fn new(name: &str) -> Self {
-        let labels = BTreeMap::from([
-            ("kubernetes.io/hostname".to_owned(), name.to_lowercase()),
-            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
-            (
-                "kubernetes.io/arch".to_owned(),
-                match std::env::consts::ARCH {
-                    "x86_64" => "amd64",
-                    "aarch64" => "arm64",
-                    other => other,
-                }
-                .to_owned(),
-            ),
-        ]);
         Self {
             name: name.to_owned(),
-            labels,
+            labels: rustlet_core::node::well_known_labels(name),
         }
     }
 }

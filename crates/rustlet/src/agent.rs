@@ -233,6 +233,9 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             },
             VolumeManagerConfig {
                 node: NodeIdentity::new(&config.node_name),
+                // A Memory emptyDir without limits, and downward API limits, use it.
+                node_allocatable_memory: Some(rustlet_api::node::host_memory_bytes())
+                    .filter(|m| *m > 0),
                 ..VolumeManagerConfig::new(&config.root_dir)
             },
         )

@@ -176,21 +176,7 @@ impl FakeMounter {
     /// within the volume), the target created to match, and a recorded bind of the resolved
     /// path (a fake cannot pin an inode).
     pub fn prepare_subpath(&self, subpath: &crate::safe_path::Subpath) -> Result<()> {
-        crate::safe_path::plain_components(&subpath.path)?;
-        let canon = |p: &Path| {
-            std::fs::canonicalize(p).map_err(|error| Error::Stat {
-                path: p.to_owned(),
-                error,
-            })
-        };
-        let volume = canon(&subpath.volume_path)?;
-        let resolved = canon(&subpath.volume_path.join(&subpath.path))?;
-        if !crate::safe_path::path_within_base(&resolved, &volume) {
-            return Err(Error::NotWithinBase {
-                path: resolved,
-                base: volume,
-            });
-        }
+        let (_, resolved) = crate::safe_path::resolve_subpath(subpath)?;
         if let Some(parent) = subpath.target.parent() {
             std::fs::create_dir_all(parent).map_err(|error| Error::Create {
                 path: parent.to_owned(),

@@ -248,11 +248,9 @@ pub struct Subpath {
     pub target: PathBuf,
 }
 
-/// Upstream `PrepareSafeSubpath`: resolve the volume path and the subpath once, require the
-/// subpath to stay within the volume, open it with no symlink allowed from there (pinning the
-/// inode), create the target as a directory (0750) or empty file (0640) to match, and bind the
-/// pinned fd onto it. An existing mount on the target is replaced.
-pub fn prepare_subpath(mounter: &LinuxMounter, subpath: &Subpath) -> Result<()> {
+/// V107 steps 1-2: a plain relative path, the volume and the subpath each resolved once, the
+/// subpath within the volume. Returns both resolved paths.
+pub fn resolve_subpath(subpath: &Subpath) -> Result<(PathBuf, PathBuf)> {
     plain_components(&subpath.path)?;
     let canon = |p: &Path| {
         std::fs::canonicalize(p).map_err(|error| Error::Stat {
@@ -268,6 +266,15 @@ pub fn prepare_subpath(mounter: &LinuxMounter, subpath: &Subpath) -> Result<()> 
             base: volume,
         });
     }
+    Ok((volume, resolved))
+}
+
+/// Upstream `PrepareSafeSubpath`: resolve the volume path and the subpath once, require the
+/// subpath to stay within the volume, open it with no symlink allowed from there (pinning the
+/// inode), create the target as a directory (0750) or empty file (0640) to match, and bind the
+/// pinned fd onto it. An existing mount on the target is replaced.
+pub fn prepare_subpath(mounter: &LinuxMounter, subpath: &Subpath) -> Result<()> {
+    let (volume, resolved) = resolve_subpath(subpath)?;
     let rel = resolved.strip_prefix(&volume).unwrap_or(Path::new(""));
     let fd = open_beneath(&volume, rel, OpenKind::Path)?;
     let st = fstat(fd.as_fd()).map_err(|e| Error::Stat {

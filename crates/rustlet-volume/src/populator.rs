@@ -212,13 +212,11 @@ impl Populator {
     /// The pod's labels or annotations changed since its downward API volumes were set up
     /// (upstream notices at the next pod sync; the agent asks on every sync of the pod).
     pub fn downward_fields_changed(&self, pod: &Pod) -> bool {
-        let fields = (
-            pod.metadata.labels.clone(),
-            pod.metadata.annotations.clone(),
-        );
         self.downward()
             .get(&unique_pod_name(pod))
-            .is_some_and(|seen| *seen != fields)
+            .is_some_and(|(labels, annotations)| {
+                *labels != pod.metadata.labels || *annotations != pod.metadata.annotations
+            })
     }
 
     /// Registers every pod's references with `objects` before any of its volumes is added

@@ -41,7 +41,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::store::{
-    DeleteOptions, Deleted, Kind, ObjectRef, Selection, Store, StoreError, random_uid, uid_from,
+    DeleteOptions, Deleted, Kind, ObjectRef, Selection, Store, StoreError, pod_is_terminal,
+    random_uid, uid_from,
 };
 
 /// How often [`DirectorySync::run`] looks at the directory.
@@ -321,13 +322,6 @@ fn write_state(path: &Path, value: &impl serde::Serialize) -> Result<(), Manifes
         })
 }
 
-fn terminal_phase(pod: &Value) -> bool {
-    matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    )
-}
-
 /// What applying one document did.
 enum Applied1 {
     Unchanged,
@@ -563,7 +557,7 @@ impl DirectorySync {
         let (pods, _) = self.store.list(&Selection::all(Kind::Pod));
         let terminal: BTreeMap<String, Value> = pods
             .iter()
-            .filter(|pod| terminal_phase(pod))
+            .filter(|pod| pod_is_terminal(pod))
             .filter_map(|pod| {
                 let uid = pod.pointer("/metadata/uid")?.as_str()?;
                 Some((uid.to_owned(), pod["status"].clone()))

@@ -403,6 +403,12 @@ fn now_string(clock: &dyn Clock) -> String {
         .to_string()
 }
 
+/// A stored pod whose phase is terminal (`Succeeded` or `Failed`).
+pub(crate) fn pod_is_terminal(pod: &Value) -> bool {
+    rustlet_core::pod::PodPhase::parse(pod.pointer("/status/phase").and_then(Value::as_str))
+        .is_terminal()
+}
+
 /// Gives `object` this status, or none.
 fn set_status(object: &mut Value, status: Option<&Value>) {
     match status {
@@ -828,10 +834,7 @@ impl Store {
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
             .is_none_or(str::is_empty);
-        let finished = matches!(
-            stored.pointer("/status/phase").and_then(Value::as_str),
-            Some("Succeeded" | "Failed")
-        );
+        let finished = pod_is_terminal(stored);
         if unscheduled || finished {
             grace = 0;
         }

@@ -102,6 +102,7 @@ async fn a_pod_is_mounted_reported_and_deleted_with_its_uid_after_its_volumes_ar
             plugins: builtin_plugins(),
             events: Arc::new(FakeRecorder::default()),
             node: node.clone(),
+            objects: None,
         },
         VolumeManagerConfig::new(root.path()),
     ));

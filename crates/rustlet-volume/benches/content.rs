@@ -32,7 +32,7 @@ use rustlet_volume::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerD
 use rustlet_volume::objects::{
     ObjectChange, ObjectError, ServiceAccountToken, TokenRequestKey, VolumeObjects,
 };
-use rustlet_volume::plugins::plugins_with_objects;
+use rustlet_volume::plugins::builtin_plugins;
 use rustlet_volume::testing::{FakePods, FakeRecorder, FakeVolumeObjects, pod_with_volumes};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -113,23 +113,21 @@ async fn change_latency(root: &Path, announced: bool, rounds: usize) -> (Duratio
         Arc::new(Unannounced(fake.clone(), broadcast::channel(1).0))
     };
     let pods = Arc::new(FakePods::default());
-    let manager = Arc::new(
-        VolumeManager::new(
-            VolumeManagerDeps {
-                pods: pods.clone(),
-                states: pods.clone(),
-                mounter: Arc::new(LinuxMounter::new()),
-                plugins: plugins_with_objects(objects.clone()),
-                events: Arc::new(FakeRecorder::default()),
-                node: Arc::new(rustlet_volume::node::NothingAttached),
-            },
-            VolumeManagerConfig {
-                remount_period: Duration::from_secs(1),
-                ..VolumeManagerConfig::new(root)
-            },
-        )
-        .with_objects(objects),
-    );
+    let manager = Arc::new(VolumeManager::new(
+        VolumeManagerDeps {
+            pods: pods.clone(),
+            states: pods.clone(),
+            mounter: Arc::new(LinuxMounter::new()),
+            plugins: builtin_plugins(),
+            events: Arc::new(FakeRecorder::default()),
+            node: Arc::new(rustlet_volume::node::NothingAttached),
+            objects: Some(objects),
+        },
+        VolumeManagerConfig {
+            remount_period: Duration::from_secs(1),
+            ..VolumeManagerConfig::new(root)
+        },
+    ));
     let cancel = CancellationToken::new();
     let task = tokio::spawn(manager.clone().run(cancel.clone()));
     let mut pod = (*pod_with_volumes(

@@ -87,6 +87,7 @@ fn agent(root: &Path, resync: Duration) -> Agent {
         plugins: builtin_plugins(),
         events: Arc::new(FakeRecorder::default()),
         node: Arc::new(rustlet_volume::node::NothingAttached),
+        objects: None,
     };
     let config = VolumeManagerConfig {
         resync_period: resync,

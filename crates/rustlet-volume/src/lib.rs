@@ -36,8 +36,7 @@
 //! the pod directories after a restart. [`manager::VolumeManager`] runs it all, event-driven.
 //!
 //! Plugins: emptyDir and hostPath ([`plugins::builtin_plugins`]); with an objects seam
-//! ([`objects::VolumeObjects`], [`plugins::plugins_with_objects`] and
-//! [`manager::VolumeManager::with_objects`]) also configMap, secret, downwardAPI and projected
+//! ([`objects::VolumeObjects`] in [`manager::VolumeManagerDeps::objects`]) also configMap, secret, downwardAPI and projected
 //! ([`plugins::content`]: written by `rustlet_mount::atomic_writer`, never on disk except a
 //! configMap) and local PersistentVolumes reached through their claims ([`claims`],
 //! [`plugins::local`]). [`subpath`] prepares containers' subPaths safely; fsGroup ownership

@@ -78,6 +78,12 @@ pub struct VolumeManagerDeps {
     pub events: Arc<dyn EventRecorder>,
     /// `node.status.volumesAttached`, for attachable volumes.
     pub node: Arc<dyn NodeStatus>,
+    /// ConfigMaps, Secrets, claims and tokens. With them the content plugins (configMap,
+    /// secret, downwardAPI, projected) and the local PV plugin join `plugins`; the populator
+    /// registers every pod's references before its volumes are mounted; and a change of a
+    /// registered ConfigMap or Secret sets the volumes of the pods that reference it up again
+    /// at once (upstream waits for the next pod sync, 60-90 s).
+    pub objects: Option<Arc<dyn VolumeObjects>>,
 }
 
 /// Why a wait ended without success (upstream's message shapes, V5 and V7).
@@ -189,7 +195,10 @@ fn pod_name_of(pod: &Pod) -> UniquePodName {
 
 impl VolumeManager {
     /// A manager with empty caches; call [`Self::run`] to start it.
-    pub fn new(deps: VolumeManagerDeps, config: VolumeManagerConfig) -> Self {
+    pub fn new(mut deps: VolumeManagerDeps, config: VolumeManagerConfig) -> Self {
+        if let Some(objects) = &deps.objects {
+            crate::plugins::add_object_plugins(&mut deps.plugins, objects.clone());
+        }
         let dsw = Arc::new(DesiredStateOfWorld::new(deps.plugins.clone()));
         let asw = Arc::new(ActualStateOfWorld::new(deps.plugins.clone()));
         let host = VolumeHost {
@@ -203,13 +212,16 @@ impl VolumeManager {
                 .with_metrics(metrics.clone())
                 .with_node_status(deps.node),
         );
-        let populator = Populator::new(
+        let mut populator = Populator::new(
             dsw.clone(),
             asw.clone(),
             deps.pods.clone(),
             deps.states.clone(),
         )
         .with_node(config.node.clone());
+        if let Some(objects) = &deps.objects {
+            populator = populator.with_objects(objects.clone());
+        }
         let reconciler = Reconciler::new(
             dsw.clone(),
             asw.clone(),
@@ -231,19 +243,8 @@ impl VolumeManager {
             changed: watch::channel(0).0,
             synced: AtomicBool::new(false),
             metrics,
-            objects: None,
+            objects: deps.objects,
         }
-    }
-
-    /// Content volumes read objects from `objects` (register it with the plugins too, see
-    /// [`crate::plugins::plugins_with_objects`]): the populator registers every pod's
-    /// references before its volumes are mounted, and a change of a registered ConfigMap or
-    /// Secret sets the volumes of the pods that reference it up again at once (upstream waits
-    /// for the next pod sync, 60-90 s).
-    pub fn with_objects(mut self, objects: Arc<dyn VolumeObjects>) -> Self {
-        self.populator = self.populator.with_objects(objects.clone());
-        self.objects = Some(objects);
-        self
     }
 
     /// The pods that reference a changed object are processed again (their content volumes

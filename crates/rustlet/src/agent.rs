@@ -32,7 +32,7 @@ use rustlet_volume::events::EventRecorder;
 use rustlet_volume::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps};
 use rustlet_volume::node::{NodeStatus, NothingAttached};
 use rustlet_volume::objects::VolumeObjects;
-use rustlet_volume::plugins::plugins_with_objects;
+use rustlet_volume::plugins::builtin_plugins;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -221,26 +221,24 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         api.backend.clone(),
         ObjectSourceConfig::default(),
     ));
-    let volumes = Arc::new(
-        VolumeManager::new(
-            VolumeManagerDeps {
-                pods: pods.clone(),
-                states: lifecycles.clone(),
-                mounter: Arc::new(rustlet_mount::LinuxMounter::new()),
-                plugins: plugins_with_objects(objects.clone()),
-                events: api.events.clone(),
-                node: node_status,
-            },
-            VolumeManagerConfig {
-                node: NodeIdentity::new(&config.node_name),
-                // A Memory emptyDir without limits, and downward API limits, use it.
-                node_allocatable_memory: Some(rustlet_api::node::host_memory_bytes())
-                    .filter(|m| *m > 0),
-                ..VolumeManagerConfig::new(&config.root_dir)
-            },
-        )
-        .with_objects(objects),
-    );
+    let volumes = Arc::new(VolumeManager::new(
+        VolumeManagerDeps {
+            pods: pods.clone(),
+            states: lifecycles.clone(),
+            mounter: Arc::new(rustlet_mount::LinuxMounter::new()),
+            plugins: builtin_plugins(),
+            events: api.events.clone(),
+            node: node_status,
+            objects: Some(objects),
+        },
+        VolumeManagerConfig {
+            node: NodeIdentity::new(&config.node_name),
+            // A Memory emptyDir without limits, and downward API limits, use it.
+            node_allocatable_memory: Some(rustlet_api::node::host_memory_bytes())
+                .filter(|m| *m > 0),
+            ..VolumeManagerConfig::new(&config.root_dir)
+        },
+    ));
     volumes.metrics().register(&mut registry);
 
     let status_metrics = StatusMetrics::default();

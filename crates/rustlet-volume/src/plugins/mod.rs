@@ -19,21 +19,17 @@ pub fn builtin_plugins() -> PluginManager {
     ])
 }
 
-/// emptyDir, hostPath, the content volumes (configMap, secret, downwardAPI, projected) over
-/// `objects`, and local PersistentVolumes (their claims read through `objects`).
-pub fn plugins_with_objects(objects: Arc<dyn VolumeObjects>) -> PluginManager {
-    let mut plugins = builtin_plugins();
-    plugins.register(Arc::new(content::ContentPlugin::new(
-        content::ContentKind::ConfigMap,
-        objects.clone(),
-    )));
+/// Adds the plugins that read objects: the content volumes (configMap, secret, downwardAPI,
+/// projected) over `objects`, and local PersistentVolumes (their claims are read through
+/// `objects` by the populator). `VolumeManagerDeps::objects` calls it.
+pub fn add_object_plugins(plugins: &mut PluginManager, objects: Arc<dyn VolumeObjects>) {
     plugins.register(Arc::new(local::LocalVolumePlugin));
     for kind in [
+        content::ContentKind::ConfigMap,
         content::ContentKind::Secret,
         content::ContentKind::DownwardApi,
         content::ContentKind::Projected,
     ] {
         plugins.register(Arc::new(content::ContentPlugin::new(kind, objects.clone())));
     }
-    plugins
 }

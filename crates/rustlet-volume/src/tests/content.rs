@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps, WaitCause, WaitError};
 use crate::mounter::Mounter;
-use crate::plugins::plugins_with_objects;
+use crate::plugins::builtin_plugins;
 use crate::testing::{FakePods, FakeRecorder, FakeVolumeObjects, pod_with_volumes};
 
 struct Agent {
@@ -49,7 +49,7 @@ fn start_with(root: &Path, mounter: Arc<dyn Mounter>, setup: Setup) -> Agent {
     let pods = Arc::new(FakePods::default());
     let objects = Arc::new(FakeVolumeObjects::default());
     let events = Arc::new(FakeRecorder::default());
-    let mut plugins = plugins_with_objects(objects.clone());
+    let mut plugins = builtin_plugins();
     if let Some(plugin) = setup.extra_plugin {
         plugins.register(plugin);
     }
@@ -62,6 +62,7 @@ fn start_with(root: &Path, mounter: Arc<dyn Mounter>, setup: Setup) -> Agent {
         node: setup
             .node_status
             .unwrap_or_else(|| Arc::new(crate::node::NothingAttached)),
+        objects: Some(objects.clone()),
     };
     let config = VolumeManagerConfig {
         wait_timeout: setup.wait_timeout.unwrap_or(Duration::from_secs(10)),
@@ -69,7 +70,7 @@ fn start_with(root: &Path, mounter: Arc<dyn Mounter>, setup: Setup) -> Agent {
         node: setup.node,
         ..VolumeManagerConfig::new(root)
     };
-    let manager = Arc::new(VolumeManager::new(deps, config).with_objects(objects.clone()));
+    let manager = Arc::new(VolumeManager::new(deps, config));
     let cancel = CancellationToken::new();
     let task = tokio::spawn(manager.clone().run(cancel.clone()));
     Agent {

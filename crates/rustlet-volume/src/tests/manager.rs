@@ -54,6 +54,7 @@ fn start(root: &std::path::Path, mounter: Arc<dyn Mounter>, wait_timeout: Durati
         plugins: builtin_plugins(),
         events: Arc::new(FakeRecorder::default()),
         node: Arc::new(crate::node::NothingAttached),
+        objects: None,
     };
     let config = VolumeManagerConfig {
         wait_timeout,
@@ -235,6 +236,7 @@ async fn v13_not_synced_before_the_sources_are_ready() {
         plugins: builtin_plugins(),
         events: Arc::new(FakeRecorder::default()),
         node: Arc::new(crate::node::NothingAttached),
+        objects: None,
     };
     let manager = VolumeManager::new(deps, VolumeManagerConfig::new(root.path()));
     manager.sync_once();
@@ -341,6 +343,7 @@ async fn test_wait_for_attach_and_mount_error_names_unattached_volumes() {
         plugins: PluginManager::new(plugins),
         events: Arc::new(FakeRecorder::default()),
         node: Arc::new(crate::node::NothingAttached),
+        objects: None,
     };
     let config = VolumeManagerConfig {
         wait_timeout: Duration::from_secs(2),
@@ -533,6 +536,7 @@ async fn volumes_that_require_remount_are_set_up_again_every_remount_period() {
             plugins: PluginManager::new(vec![Arc::new(plugin.clone())]),
             events: Arc::new(FakeRecorder::default()),
             node: Arc::new(crate::node::NothingAttached),
+            objects: None,
         },
         VolumeManagerConfig::new(root.path()),
     ));

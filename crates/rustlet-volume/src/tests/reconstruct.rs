@@ -208,6 +208,7 @@ fn start_full(
         plugins,
         events: Arc::new(FakeRecorder::default()),
         node,
+        objects: None,
     };
     let config = VolumeManagerConfig {
         node_allocatable_memory: Some(64 << 20),

@@ -241,7 +241,7 @@ async fn steady_state_pass(root: &Path) {
             dsw.add_pod_to_volume(
                 &UniquePodName::new(format!("s-{i}")),
                 pod.clone(),
-                rustlet_volume::VolumeSpec::Pod(v),
+                rustlet_volume::VolumeSpec::pod(v),
                 &name,
             )
             .unwrap();

@@ -189,10 +189,10 @@ impl Populator {
                 &self.node,
                 on_done,
             ) {
-                ClaimLookup::Bound(pv) => SpecOutcome::Ready(Box::new(VolumeSpec::Persistent {
-                    pv: *pv,
-                    read_only: source.read_only.unwrap_or(false),
-                })),
+                ClaimLookup::Bound(pv) => SpecOutcome::Ready(Box::new(VolumeSpec::persistent(
+                    *pv,
+                    source.read_only.unwrap_or(false),
+                ))),
                 ClaimLookup::Failed(err) => SpecOutcome::Failed(err),
                 ClaimLookup::Pending => SpecOutcome::Pending,
             };
@@ -202,7 +202,7 @@ impl Populator {
                 "volume {name} has volumeMode Filesystem, but is specified in volumeDevices"
             ));
         }
-        SpecOutcome::Ready(Box::new(VolumeSpec::Pod(volume.clone())))
+        SpecOutcome::Ready(Box::new(VolumeSpec::pod(volume.clone())))
     }
 
     fn downward(&self) -> std::sync::MutexGuard<'_, HashMap<UniquePodName, PodFields>> {

@@ -234,7 +234,7 @@ pub fn fake_plugins() -> PluginManager {
 
 /// An emptyDir pod volume.
 pub fn empty_dir(name: &str) -> VolumeSpec {
-    VolumeSpec::Pod(Volume {
+    VolumeSpec::pod(Volume {
         name: name.into(),
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Default::default()
@@ -243,7 +243,7 @@ pub fn empty_dir(name: &str) -> VolumeSpec {
 
 /// A hostPath pod volume.
 pub fn host_path(name: &str, path: &str) -> VolumeSpec {
-    VolumeSpec::Pod(Volume {
+    VolumeSpec::pod(Volume {
         name: name.into(),
         host_path: Some(HostPathVolumeSource {
             path: path.into(),
@@ -255,8 +255,8 @@ pub fn host_path(name: &str, path: &str) -> VolumeSpec {
 
 /// A PersistentVolume spec.
 pub fn persistent(name: &str) -> VolumeSpec {
-    VolumeSpec::Persistent {
-        pv: PersistentVolume {
+    VolumeSpec::persistent(
+        PersistentVolume {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 ..Default::default()
@@ -264,8 +264,8 @@ pub fn persistent(name: &str) -> VolumeSpec {
             spec: Some(PersistentVolumeSpec::default()),
             ..Default::default()
         },
-        read_only: false,
-    }
+        false,
+    )
 }
 
 /// A pod with a UID and name.
@@ -380,7 +380,7 @@ pub fn pod_with_volumes(uid: &str, volumes: Vec<Volume>) -> Arc<Pod> {
 /// The inline volume of a pod-volume spec.
 pub fn volume(spec: VolumeSpec) -> Volume {
     match spec {
-        VolumeSpec::Pod(v) => v,
+        VolumeSpec::Pod(v) => Arc::unwrap_or_clone(v),
         VolumeSpec::Persistent { .. } => panic!("not an inline volume"),
     }
 }
@@ -455,7 +455,7 @@ impl FakeAttachablePlugin {
 pub fn local_persistent(name: &str) -> VolumeSpec {
     let mut spec = persistent(name);
     if let VolumeSpec::Persistent { pv, .. } = &mut spec {
-        pv.spec.get_or_insert_default().local = Some(Default::default());
+        Arc::make_mut(pv).spec.get_or_insert_default().local = Some(Default::default());
     }
     spec
 }

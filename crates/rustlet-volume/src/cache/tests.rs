@@ -93,7 +93,7 @@ fn v25_a_second_outer_name_for_the_same_volume_is_appended() {
 #[test]
 fn v25_no_plugin_is_an_error() {
     let dsw = DesiredStateOfWorld::new(fake_plugins());
-    let spec = VolumeSpec::Pod(Volume {
+    let spec = VolumeSpec::pod(Volume {
         name: "nothing".into(),
         ..Default::default()
     });
@@ -169,7 +169,11 @@ fn pod_with_ephemeral_limit(limit: Option<&str>) -> Pod {
 fn empty_dir_with_limit(limit: Option<&str>) -> VolumeSpec {
     let mut spec = empty_dir("cache");
     if let VolumeSpec::Pod(v) = &mut spec {
-        v.empty_dir.as_mut().unwrap().size_limit = limit.map(|l| Quantity(l.to_owned()));
+        std::sync::Arc::make_mut(v)
+            .empty_dir
+            .as_mut()
+            .unwrap()
+            .size_limit = limit.map(|l| Quantity(l.to_owned()));
     }
     spec
 }

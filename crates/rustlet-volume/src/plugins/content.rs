@@ -258,7 +258,7 @@ impl VolumePlugin for ContentPlugin {
             ContentKind::DownwardApi => volume.downward_api = Some(Default::default()),
             ContentKind::Projected => volume.projected = Some(Default::default()),
         }
-        Ok(VolumeSpec::Pod(volume))
+        Ok(VolumeSpec::pod(volume))
     }
 
     fn new_unmounter(

@@ -141,7 +141,7 @@ impl VolumePlugin for EmptyDirPlugin {
             })?
             .iter()
             .any(|m| m.mount_point == mount_path && m.fstype == "tmpfs");
-        Ok(VolumeSpec::Pod(Volume {
+        Ok(VolumeSpec::pod(Volume {
             name: inner_name.to_owned(),
             empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource {
                 medium: tmpfs.then(|| "Memory".to_owned()),
@@ -268,7 +268,7 @@ mod tests {
     use crate::testing::pod;
 
     fn memory_volume(name: &str, size_limit: Option<&str>) -> VolumeSpec {
-        VolumeSpec::Pod(Volume {
+        VolumeSpec::pod(Volume {
             name: name.into(),
             empty_dir: Some(EmptyDirVolumeSource {
                 medium: Some("Memory".into()),

@@ -105,7 +105,7 @@ impl VolumePlugin for HostPathPlugin {
         _mount_path: &Path,
         _host: &VolumeHost,
     ) -> Result<VolumeSpec, PluginError> {
-        Ok(VolumeSpec::Pod(k8s_openapi::api::core::v1::Volume {
+        Ok(VolumeSpec::pod(k8s_openapi::api::core::v1::Volume {
             name: inner_name.to_owned(),
             host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
                 path: inner_name.to_owned(),

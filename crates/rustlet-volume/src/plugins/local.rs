@@ -69,8 +69,8 @@ impl VolumePlugin for LocalVolumePlugin {
         _mount_path: &Path,
         _host: &VolumeHost,
     ) -> Result<VolumeSpec, PluginError> {
-        Ok(VolumeSpec::Persistent {
-            pv: PersistentVolume {
+        Ok(VolumeSpec::persistent(
+            PersistentVolume {
                 metadata: ObjectMeta {
                     name: Some(inner_name.to_owned()),
                     ..Default::default()
@@ -81,8 +81,8 @@ impl VolumePlugin for LocalVolumePlugin {
                 }),
                 ..Default::default()
             },
-            read_only: false,
-        })
+            false,
+        ))
     }
 
     fn new_unmounter(

@@ -25,6 +25,8 @@
 //! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`;
 //!   [`client::build_client`] builds that client (rate limit, and kube's own retries on or off).
 //! * [`events::KubeEventRecorder`]: events.k8s.io/v1 through kube-runtime's recorder.
+//! * [`dir_watch::DirWatch`]: inotify on a manifest directory, so `DirectorySync` and the
+//!   static pod source read a change at once (a periodic scan stays as the safety net).
 //! * [`static_pods`]: static pods from a manifest directory (`--pod-manifest-path`) into the
 //!   pod cache, and their mirror pods in the API.
 //! * [`node::NodeRegistrar`]: registers the Node when absent, writes `status.volumesInUse`, and
@@ -44,6 +46,7 @@
 pub mod backend;
 pub mod client;
 pub mod content;
+pub mod dir_watch;
 pub mod events;
 pub mod kube_status;
 pub mod local;

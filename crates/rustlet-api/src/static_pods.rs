@@ -30,6 +30,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::dir_watch::DirWatch;
 use crate::kube_status::client_error;
 use crate::local::admission::{Operation, admit};
 use crate::local::manifests::{MAX_MANIFEST_BYTES, ManifestError, parse_documents};
@@ -43,7 +44,7 @@ pub const CONFIG_HASH: &str = "kubernetes.io/config.hash";
 /// `kubernetes.io/config.mirror`: on a mirror pod, the hash of its static pod.
 pub const CONFIG_MIRROR: &str = rustlet_core::pod::CONFIG_MIRROR_ANNOTATION;
 
-/// How often the directory is read again.
+/// How often the directory is read again while it has no inotify watch.
 pub const STATIC_SCAN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The static pods of one directory.
@@ -139,27 +140,30 @@ impl StaticPodSource {
         static_pod(path, documents.remove(0), &self.node_name)
     }
 
-    /// Reads the directory every [`STATIC_SCAN_INTERVAL`] into `cache` until cancelled (the
-    /// first read marks the static source ready).
+    /// Reads the directory into `cache` until cancelled: at once, on every change its
+    /// [`DirWatch`] announces, and every [`DirWatch::period`] (the first read marks the static
+    /// source ready).
     pub async fn run(self, cache: Arc<PodCache>, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(STATIC_SCAN_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watch = DirWatch::new(&self.dir, STATIC_SCAN_INTERVAL);
+        let mut next = tokio::time::Instant::now();
         let mut reported: Vec<String> = Vec::new();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
-                _ = tick.tick() => {
-                    let (pods, errors) = self.scan();
-                    let now: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                    if now != reported {
-                        for error in &now {
-                            warn!("static pod manifest skipped: {error}");
-                        }
-                        reported = now;
-                    }
-                    cache.set_static_pods(pods);
-                }
+                () = watch.changed() => {}
+                () = tokio::time::sleep_until(next) => {}
             }
+            let (pods, errors) = self.scan();
+            let now: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            if now != reported {
+                for error in &now {
+                    warn!("static pod manifest skipped: {error}");
+                }
+                reported = now;
+            }
+            cache.set_static_pods(pods);
+            watch.rearm();
+            next = tokio::time::Instant::now() + watch.period();
         }
     }
 }

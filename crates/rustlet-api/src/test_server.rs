@@ -617,7 +617,7 @@ impl Context<'_> {
                     return None;
                 }
                 let line = match watch.next().await {
-                    Ok(event) => json!({"type": event.type_.as_str(), "object": event.object}),
+                    Ok(event) => json!({"type": event.type_.as_str(), "object": *event.object}),
                     Err(e) => json!({"type": "ERROR", "object": {"kind":"Status","apiVersion":"v1",
                     "status":"Failure","reason":e.reason(),"code":e.code(),"message":e.to_string()}}),
                 };

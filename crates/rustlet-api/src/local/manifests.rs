@@ -28,7 +28,10 @@
 //!   and takes over when the first one goes;
 //! * every problem is reported once per file content, and again only when the file changes.
 //!
-//! [`DirectorySync::run`] calls it every 500 ms, so a change is applied within a second.
+//! [`DirectorySync::run`] calls it when the directory's inotify watch announces a change
+//! ([`crate::dir_watch`]: a closed write, a rename, a removal, a touch), so a change is applied
+//! within milliseconds, and every [`WATCHED_PERIOD`](crate::dir_watch::WATCHED_PERIOD) as a
+//! safety net (every [`SCAN_INTERVAL`] while no watch could be set up).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -40,12 +43,14 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::dir_watch::DirWatch;
+
 use super::store::{
     DeleteOptions, Deleted, Kind, ObjectRef, Selection, Store, StoreError, pod_is_terminal,
     random_uid, uid_from,
 };
 
-/// How often [`DirectorySync::run`] looks at the directory.
+/// How often [`DirectorySync::run`] looks at the directory while it has no inotify watch.
 pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The largest manifest file read (upstream's limit on a static pod manifest fetched by URL:
@@ -554,7 +559,7 @@ impl DirectorySync {
         if seen == self.statuses.seen {
             return;
         }
-        let (pods, _) = self.store.list(&Selection::all(Kind::Pod));
+        let (pods, _) = self.store.list_shared(&Selection::all(Kind::Pod));
         let terminal: BTreeMap<String, Value> = pods
             .iter()
             .filter(|pod| pod_is_terminal(pod))
@@ -843,8 +848,11 @@ impl DirectorySync {
     /// to date one last time (cancel it after the status manager's last flush, so a pod that
     /// finished just before a shutdown keeps its status).
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(SCAN_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watch = DirWatch::new(&self.dir, SCAN_INTERVAL);
+        let mut next = tokio::time::Instant::now();
+        // Statuses change without the directory changing: their state file keeps its period.
+        let mut statuses = tokio::time::interval(SCAN_INTERVAL);
+        statuses.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = cancel.cancelled() => {
@@ -855,12 +863,22 @@ impl DirectorySync {
                     }
                     return;
                 }
-                _ = tick.tick() => {
-                    for err in self.sync().errors {
+                _ = statuses.tick() => {
+                    let mut report = SyncReport::default();
+                    self.save_statuses(&mut report);
+                    for err in report.errors {
                         warn!("{err}");
                     }
+                    continue;
                 }
+                () = watch.changed() => {}
+                () = tokio::time::sleep_until(next) => {}
             }
+            for err in self.sync().errors {
+                warn!("{err}");
+            }
+            watch.rearm();
+            next = tokio::time::Instant::now() + watch.period();
         }
     }
 }

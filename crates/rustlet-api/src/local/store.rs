@@ -258,11 +258,11 @@ pub struct WatchEvent {
     pub type_: EventType,
     /// Which object.
     pub reference: ObjectRef,
-    /// The object after the change (before it, for a deletion).
-    pub object: Value,
+    /// The object after the change (before it, for a deletion), shared with the store.
+    pub object: Arc<Value>,
     /// For a modification, the object before it (a watch with a field selector turns an object
     /// that starts or stops matching into ADDED or DELETED, as the API server does).
-    pub previous: Option<Value>,
+    pub previous: Option<Arc<Value>>,
     /// The store's resourceVersion of this change.
     pub resource_version: u64,
 }
@@ -368,7 +368,9 @@ pub enum Deleted {
 
 struct Inner {
     resource_version: u64,
-    objects: BTreeMap<ObjectRef, Value>,
+    /// Shared with the watch history: one copy of each version (a pod as a `Value` tree is
+    /// ~20 KB).
+    objects: BTreeMap<ObjectRef, Arc<Value>>,
     history: VecDeque<Arc<WatchEvent>>,
 }
 
@@ -510,7 +512,13 @@ impl Store {
         Ok(ObjectRef::new(kind, namespace, name))
     }
 
-    fn commit(&self, inner: &mut Inner, type_: EventType, reference: ObjectRef, object: Value) {
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        type_: EventType,
+        reference: ObjectRef,
+        object: Arc<Value>,
+    ) {
         self.commit_change(inner, type_, reference, object, None);
     }
 
@@ -519,8 +527,8 @@ impl Store {
         inner: &mut Inner,
         type_: EventType,
         reference: ObjectRef,
-        object: Value,
-        previous: Option<Value>,
+        object: Arc<Value>,
+        previous: Option<Arc<Value>>,
     ) {
         let event = Arc::new(WatchEvent {
             type_,
@@ -548,12 +556,13 @@ impl Store {
     /// Store a changed object under a new resourceVersion and announce it as MODIFIED.
     fn write_modified(&self, inner: &mut Inner, reference: &ObjectRef, object: &mut Value) {
         Self::bump(inner, object);
-        let previous = inner.objects.insert(reference.clone(), object.clone());
+        let shared = Arc::new(object.clone());
+        let previous = inner.objects.insert(reference.clone(), shared.clone());
         self.commit_change(
             inner,
             EventType::Modified,
             reference.clone(),
-            object.clone(),
+            shared,
             previous,
         );
     }
@@ -589,8 +598,9 @@ impl Store {
         meta.insert("creationTimestamp".into(), Value::String(created));
         meta.remove("deletionTimestamp");
         Self::bump(&mut inner, &mut object);
-        inner.objects.insert(reference.clone(), object.clone());
-        self.commit(&mut inner, EventType::Added, reference, object.clone());
+        let shared = Arc::new(object.clone());
+        inner.objects.insert(reference.clone(), shared.clone());
+        self.commit(&mut inner, EventType::Added, reference, shared);
         Ok(object)
     }
 
@@ -599,8 +609,20 @@ impl Store {
         self.lock()
             .objects
             .get(reference)
-            .cloned()
+            .map(|o| Value::clone(o))
             .ok_or_else(|| StoreError::NotFound(reference.clone()))
+    }
+
+    /// [`Store::list`] without copying: the stored versions themselves.
+    pub fn list_shared(&self, selection: &Selection) -> (Vec<Arc<Value>>, u64) {
+        let inner = self.lock();
+        let items = inner
+            .objects
+            .iter()
+            .filter(|(r, o)| selection.matches(r, o))
+            .map(|(_, o)| o.clone())
+            .collect();
+        (items, inner.resource_version)
     }
 
     /// The objects `selection` selects, and the resourceVersion to watch from.
@@ -610,7 +632,7 @@ impl Store {
             .objects
             .iter()
             .filter(|(r, o)| selection.matches(r, o))
-            .map(|(_, o)| o.clone())
+            .map(|(_, o)| Value::clone(o))
             .collect();
         (items, inner.resource_version)
     }
@@ -686,7 +708,7 @@ impl Store {
                 Value::String(reference.namespace.clone()),
             );
         }
-        if *stored == object {
+        if **stored == object {
             return Ok(object);
         }
         self.write_modified(&mut inner, &reference, &mut object);
@@ -723,9 +745,9 @@ impl Store {
             .get(&reference)
             .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
         Self::check(&reference, stored, &preconditions)?;
-        let mut updated = stored.clone();
+        let mut updated = Value::clone(stored);
         set_status(&mut updated, object.get("status"));
-        if updated == *stored {
+        if updated == **stored {
             return Ok(updated);
         }
         check_decodes(&reference, &updated)?;
@@ -772,12 +794,12 @@ impl Store {
                 reference.name
             )));
         }
-        let mut object = stored.clone();
+        let mut object = Value::clone(stored);
         match kind {
             PatchKind::Json => {
                 let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                     .map_err(|e| StoreError::Invalid(format!("a JSON patch: {e}")))?;
-                let mut patched = stored.clone();
+                let mut patched = Value::clone(stored);
                 json_patch::patch(&mut patched, &ops)
                     .map_err(|e| StoreError::Invalid(format!("the JSON patch failed: {e}")))?;
                 set_status(&mut object, patched.get("status"));
@@ -799,7 +821,7 @@ impl Store {
                 }
             }
         }
-        if object == *stored {
+        if object == **stored {
             return Ok(object);
         }
         check_decodes(reference, &object)?;
@@ -847,10 +869,10 @@ impl Store {
                 .unwrap_or(0);
             let shorter = options.grace_period_seconds.is_some() || unscheduled || finished;
             if !shorter || grace >= current {
-                return Ok(Deleted::Terminating(stored.clone()));
+                return Ok(Deleted::Terminating(Value::clone(stored)));
             }
             if grace > 0 {
-                let mut object = stored.clone();
+                let mut object = Value::clone(stored);
                 let since = stored
                     .pointer("/metadata/deletionTimestamp")
                     .and_then(Value::as_str)
@@ -865,7 +887,7 @@ impl Store {
                 return Ok(Deleted::Terminating(object));
             }
         } else if reference.kind == Kind::Pod && grace > 0 {
-            let mut object = stored.clone();
+            let mut object = Value::clone(stored);
             let at = self.clock.now() + SignedDuration::from_secs(grace);
             let meta = metadata_mut(&mut object);
             meta.insert(
@@ -880,16 +902,18 @@ impl Store {
             self.write_modified(&mut inner, reference, &mut object);
             return Ok(Deleted::Terminating(object));
         }
-        let mut object = inner
-            .objects
-            .remove(reference)
-            .expect("checked present under the same lock");
+        let mut object = Arc::unwrap_or_clone(
+            inner
+                .objects
+                .remove(reference)
+                .expect("checked present under the same lock"),
+        );
         Self::bump(&mut inner, &mut object);
         self.commit(
             &mut inner,
             EventType::Deleted,
             reference.clone(),
-            object.clone(),
+            Arc::new(object.clone()),
         );
         Ok(Deleted::Removed(object))
     }
@@ -997,7 +1021,7 @@ impl Watch {
             };
             self.last = self.last.max(event.resource_version);
             let matches = |object: &Value| self.selection.matches(&event.reference, object);
-            let matched_before = event.previous.as_ref().map(matches);
+            let matched_before = event.previous.as_deref().map(matches);
             let as_type = |type_| {
                 Arc::new(WatchEvent {
                     type_,

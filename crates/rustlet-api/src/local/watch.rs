@@ -30,7 +30,7 @@ impl<K: DeserializeOwned> State<K> {
     /// List, queue `Init`, one `InitApply` per object and `InitDone`, and watch from the
     /// list's resourceVersion.
     fn relist(&mut self) -> Result<(), WatchError> {
-        let (items, resource_version) = self.store.list(&self.selection);
+        let (items, resource_version) = self.store.list_shared(&self.selection);
         self.watch = Some(self.store.watch(self.selection.clone(), resource_version)?);
         self.queue.push_back(Ok(Event::Init));
         for item in &items {

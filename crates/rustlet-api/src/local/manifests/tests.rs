@@ -331,6 +331,41 @@ async fn run_applies_a_new_file_within_a_second() {
     task.await.unwrap();
 }
 
+/// The directory's inotify watch: a written manifest is applied in milliseconds, long before
+/// the safety-net scan (10 s), and so is its removal; nothing is read in between.
+#[tokio::test(start_paused = true)]
+async fn run_applies_a_change_when_the_watch_announces_it() {
+    use crate::dir_watch::{SETTLE_AT_MOST, WATCHED_PERIOD};
+
+    let (dir, store, sync) = setup();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(sync.run(cancel.clone()));
+    // Past the first scan.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // The file's ConfigMap (a pod is deleted gracefully, a ConfigMap at once).
+    let config = ObjectRef::new(Kind::ConfigMap, "ns", "web-config");
+    let applied = |present: bool| {
+        let store = store.clone();
+        let config = config.clone();
+        async move {
+            let start = tokio::time::Instant::now();
+            while store.get(&config).is_ok() != present {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            start.elapsed()
+        }
+    };
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    let took = applied(true).await;
+    assert!(took <= SETTLE_AT_MOST, "{took:?}: not the watch");
+    assert!(took < WATCHED_PERIOD);
+    std::fs::remove_file(dir.path().join("web.yaml")).unwrap();
+    let took = applied(false).await;
+    assert!(took <= SETTLE_AT_MOST, "{took:?}: not the watch");
+    cancel.cancel();
+    task.await.unwrap();
+}
+
 #[tokio::test]
 async fn an_object_moved_to_another_file_in_one_scan_is_not_withdrawn() {
     use super::super::store::{EventType, Selection};

@@ -1,8 +1,10 @@
 //! The volume manager's `EventRecorder` over the local store: events.k8s.io/v1 Event objects
 //! next to the pods they are about, shaped as kube-runtime's recorder shapes them (a repeated
 //! event is one object whose `series.count` grows), so local mode shows what a cluster shows.
+//! As the API server (`--event-ttl`, 1 h), an event is removed [`EVENT_TTL`] after it was
+//! last written: a long-running agent's store does not grow with every event it ever made.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -11,7 +13,7 @@ use rustlet_volume::events::{EventKind, EventRecorder};
 use serde_json::{Value, json};
 use tracing::warn;
 
-use super::store::{Kind, ObjectRef, Store, uid_from};
+use super::store::{DeleteOptions, Kind, ObjectRef, Store, StoreError, uid_from};
 
 /// What makes two events one series (kube-runtime's key: regarding object, reason, note, type).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -22,13 +24,25 @@ struct SeriesKey {
     warning: bool,
 }
 
+/// How long an event stays after it was last written (the API server's default `--event-ttl`).
+pub const EVENT_TTL: k8s_openapi::jiff::SignedDuration =
+    k8s_openapi::jiff::SignedDuration::from_secs(3600);
+
+/// The stored series, and when each expires, oldest first (an entry whose series was written
+/// again since is skipped: the series' own deadline is the one that counts).
+#[derive(Default)]
+struct Series {
+    by_key: HashMap<SeriesKey, (ObjectRef, k8s_openapi::jiff::Timestamp)>,
+    expiry: VecDeque<(k8s_openapi::jiff::Timestamp, SeriesKey)>,
+}
+
 /// Records events into the local store.
 pub struct LocalEventRecorder {
     store: Arc<Store>,
     clock: Arc<dyn Clock>,
     controller: String,
     instance: String,
-    series: Mutex<HashMap<SeriesKey, ObjectRef>>,
+    series: Mutex<Series>,
 }
 
 impl std::fmt::Debug for LocalEventRecorder {
@@ -107,14 +121,45 @@ impl LocalEventRecorder {
         match self.store.create(event) {
             Ok(_) => {
                 let reference = ObjectRef::new(Kind::Event, &namespace, &event_name);
-                self.lock().insert(key.clone(), reference);
+                self.written(key, reference);
             }
             Err(err) => warn!("recording event {reason} about {namespace}/{name}: {err}"),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SeriesKey, ObjectRef>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Series> {
         self.series.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The series `key` (event `reference`) was just written: it expires [`EVENT_TTL`] from now.
+    fn written(&self, key: &SeriesKey, reference: ObjectRef) {
+        let deadline = self.clock.now() + EVENT_TTL;
+        let mut series = self.lock();
+        series.by_key.insert(key.clone(), (reference, deadline));
+        series.expiry.push_back((deadline, key.clone()));
+    }
+
+    /// Removes the events whose deadline has passed (amortised: each write is looked at once).
+    fn expire(&self) {
+        let now = self.clock.now();
+        let mut gone = Vec::new();
+        {
+            let mut series = self.lock();
+            while series.expiry.front().is_some_and(|(at, _)| *at <= now) {
+                let (at, key) = series.expiry.pop_front().expect("checked above");
+                if series.by_key.get(&key).is_some_and(|(_, due)| *due == at)
+                    && let Some((reference, _)) = series.by_key.remove(&key)
+                {
+                    gone.push(reference);
+                }
+            }
+        }
+        for reference in gone {
+            match self.store.delete(&reference, &DeleteOptions::default()) {
+                Ok(_) | Err(StoreError::NotFound(_)) => {}
+                Err(err) => warn!("expiring event {reference}: {err}"),
+            }
+        }
     }
 }
 
@@ -126,10 +171,12 @@ impl EventRecorder for LocalEventRecorder {
             note: message.to_owned(),
             warning: matches!(kind, EventKind::Warning),
         };
-        let known = self.lock().get(&key).cloned();
+        self.expire();
+        let known = self.lock().by_key.get(&key).map(|(r, _)| r.clone());
         if let Some(reference) = known
             && self.repeat(&reference)
         {
+            self.written(&key, reference);
             return;
         }
         self.create(pod, &key, kind, reason, message);
@@ -180,6 +227,71 @@ mod tests {
         recorder.event(&pod("u1"), EventKind::Warning, "FailedMount", "other");
         recorder.event(&pod("u2"), EventKind::Warning, "FailedMount", "boom");
         assert_eq!(events().len(), 3);
+    }
+
+    /// A clock the test moves.
+    #[derive(Clone)]
+    struct StepClock(Arc<Mutex<k8s_openapi::jiff::Timestamp>>);
+
+    impl Clock for StepClock {
+        fn now(&self) -> k8s_openapi::jiff::Timestamp {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    impl StepClock {
+        fn advance(&self, by: k8s_openapi::jiff::SignedDuration) {
+            let mut now = self.0.lock().unwrap();
+            *now = now.checked_add(by).unwrap();
+        }
+    }
+
+    /// As the API server's `--event-ttl`: an event goes one hour after its last write (a
+    /// repeat keeps its series), so the store does not grow with every event ever made.
+    #[test]
+    fn an_event_expires_an_hour_after_its_last_write() {
+        use k8s_openapi::jiff::SignedDuration;
+
+        let store = Arc::new(Store::default());
+        let clock = StepClock(Arc::new(Mutex::new(
+            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+        )));
+        let recorder =
+            LocalEventRecorder::new(store.clone(), Arc::new(clock.clone()), "kubelet", "node-a");
+        let reasons = || {
+            let mut r: Vec<String> = store
+                .list(&Selection::all(Kind::Event))
+                .0
+                .iter()
+                .map(|e| e["reason"].as_str().unwrap().to_owned())
+                .collect();
+            r.sort();
+            r
+        };
+        recorder.event(&pod("u1"), EventKind::Normal, "Created", "a");
+        recorder.event(&pod("u1"), EventKind::Warning, "FailedMount", "b");
+        clock.advance(SignedDuration::from_mins(40));
+        // Written again: its hour starts again.
+        recorder.event(&pod("u1"), EventKind::Warning, "FailedMount", "b");
+        clock.advance(SignedDuration::from_mins(20));
+        recorder.event(&pod("u2"), EventKind::Normal, "Started", "c");
+        assert_eq!(
+            reasons(),
+            ["FailedMount", "Started"],
+            "Created is an hour old"
+        );
+        clock.advance(SignedDuration::from_mins(40));
+        recorder.event(&pod("u2"), EventKind::Normal, "Started", "d");
+        assert_eq!(reasons(), ["Started", "Started"]);
+        assert_eq!(recorder.lock().by_key.len(), 2);
+        // An expired series that happens again is a new event, counted from 1.
+        recorder.event(&pod("u1"), EventKind::Warning, "FailedMount", "b");
+        let events = store.list(&Selection::all(Kind::Event)).0;
+        let again = events
+            .iter()
+            .find(|e| e["reason"] == "FailedMount")
+            .unwrap();
+        assert!(again.get("series").is_none());
     }
 
     #[test]

@@ -500,9 +500,9 @@ impl VolumeManager {
         }
         let attachable: BTreeSet<UniqueVolumeName> = self
             .dsw
-            .volumes_to_mount()
+            .volumes_to_mount_for_pod(&pod_name)
             .into_iter()
-            .filter(|v| v.pod_name == pod_name && v.plugin_is_attachable)
+            .filter(|v| v.plugin_is_attachable)
             .map(|v| v.volume_name)
             .collect();
         let unattached = names
@@ -568,12 +568,7 @@ impl VolumeManager {
         pod_name: &UniquePodName,
     ) -> BTreeMap<String, VolumeInfo> {
         let mut out = BTreeMap::new();
-        for volume in self
-            .dsw
-            .volumes_to_mount()
-            .into_iter()
-            .filter(|v| v.pod_name == *pod_name)
-        {
+        for volume in self.dsw.volumes_to_mount_for_pod(pod_name) {
             if !self
                 .asw
                 .pod_exists_in_volume(pod_name, &volume.volume_name)

@@ -48,6 +48,11 @@ fn main() -> ExitCode {
     init_logging(config.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Volume operations run on blocking threads. A storm of 1,000 pods started ~180 of
+        // them (each with its stack and malloc arena) to contend for the kernel's mount and
+        // inode locks on two cores; 32 keep the same pace with a third of the threads, and
+        // leave room for a few operations stuck in the kernel.
+        .max_blocking_threads(32)
         .enable_all()
         .build()
     {

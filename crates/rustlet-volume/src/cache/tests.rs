@@ -90,6 +90,51 @@ fn v25_a_second_outer_name_for_the_same_volume_is_appended() {
     assert_eq!(names.get("claim-b"), Some(&name));
 }
 
+/// The per-pod query (through the index) gives what filtering the whole desired state gives:
+/// one entry per volume even with two outer names, another pod's volumes left out, nothing
+/// once the pod's volumes are gone.
+#[test]
+fn volumes_to_mount_for_pod_is_the_whole_list_filtered_by_pod() {
+    let dsw = DesiredStateOfWorld::new(fake_plugins());
+    dsw.add_pod_to_volume(&pod_name("a"), pod("a"), persistent("pv-1"), "claim-a")
+        .unwrap();
+    dsw.add_pod_to_volume(&pod_name("a"), pod("a"), persistent("pv-1"), "claim-b")
+        .unwrap();
+    let shared = dsw
+        .add_pod_to_volume(&pod_name("a"), pod("a"), persistent("pv-2"), "c")
+        .unwrap();
+    dsw.add_pod_to_volume(&pod_name("b"), pod("b"), persistent("pv-2"), "c")
+        .unwrap();
+    dsw.add_pod_to_volume(&pod_name("b"), pod("b"), empty_dir("v"), "v")
+        .unwrap();
+    let key = |v: &crate::cache::dsw::VolumeToMount| {
+        (
+            v.volume_name.clone(),
+            v.pod_name.clone(),
+            v.outer_volume_spec_names.clone(),
+        )
+    };
+    for uid in ["a", "b", "c"] {
+        let mut whole: Vec<_> = dsw
+            .volumes_to_mount()
+            .iter()
+            .filter(|v| v.pod_name == pod_name(uid))
+            .map(key)
+            .collect();
+        whole.sort();
+        let per_pod: Vec<_> = dsw
+            .volumes_to_mount_for_pod(&pod_name(uid))
+            .iter()
+            .map(key)
+            .collect();
+        assert_eq!(per_pod, whole, "pod {uid}");
+    }
+    assert_eq!(dsw.volumes_to_mount_for_pod(&pod_name("a")).len(), 2);
+    dsw.delete_pod_from_volume(&pod_name("b"), &shared);
+    assert_eq!(dsw.volumes_to_mount_for_pod(&pod_name("b")).len(), 1);
+    assert_eq!(dsw.volumes_to_mount_for_pod(&pod_name("a")).len(), 2);
+}
+
 #[test]
 fn v25_no_plugin_is_an_error() {
     let dsw = DesiredStateOfWorld::new(fake_plugins());

@@ -66,6 +66,27 @@ struct Inner {
     pod_errors: HashMap<UniquePodName, BTreeSet<String>>,
 }
 
+/// One (volume, pod) pair as the reconciler gets it.
+fn to_mount(
+    volume_name: &UniqueVolumeName,
+    pod_name: &UniquePodName,
+    entry: &VolumeEntry,
+    pod: &PodToMount,
+) -> VolumeToMount {
+    VolumeToMount {
+        volume_name: volume_name.clone(),
+        pod_name: pod_name.clone(),
+        pod: pod.pod.clone(),
+        spec: pod.spec.clone(),
+        outer_volume_spec_names: pod.outer_names.clone(),
+        plugin_is_attachable: entry.attachable,
+        plugin_is_device_mountable: entry.device_mountable,
+        volume_gid: entry.gid.clone(),
+        reported_in_use: entry.reported_in_use,
+        desired_size_limit: entry.size_limit,
+    }
+}
+
 /// The desired state of world. One lock over everything, as upstream.
 #[derive(Debug)]
 pub struct DesiredStateOfWorld {
@@ -298,18 +319,7 @@ impl DesiredStateOfWorld {
             .filter_map(|volume_name| {
                 let entry = inner.volumes.get(volume_name)?;
                 let pod = entry.pods.get(pod_name)?;
-                Some(VolumeToMount {
-                    volume_name: volume_name.clone(),
-                    pod_name: pod_name.clone(),
-                    pod: pod.pod.clone(),
-                    spec: pod.spec.clone(),
-                    outer_volume_spec_names: pod.outer_names.clone(),
-                    plugin_is_attachable: entry.attachable,
-                    plugin_is_device_mountable: entry.device_mountable,
-                    volume_gid: entry.gid.clone(),
-                    reported_in_use: entry.reported_in_use,
-                    desired_size_limit: entry.size_limit,
-                })
+                Some(to_mount(volume_name, pod_name, entry, pod))
             })
             .collect()
     }
@@ -325,18 +335,7 @@ impl DesiredStateOfWorld {
         for (volume_name, entry) in &inner.volumes {
             for (pod_name, pod) in &entry.pods {
                 if wanted(volume_name, pod_name) {
-                    out.push(VolumeToMount {
-                        volume_name: volume_name.clone(),
-                        pod_name: pod_name.clone(),
-                        pod: pod.pod.clone(),
-                        spec: pod.spec.clone(),
-                        outer_volume_spec_names: pod.outer_names.clone(),
-                        plugin_is_attachable: entry.attachable,
-                        plugin_is_device_mountable: entry.device_mountable,
-                        volume_gid: entry.gid.clone(),
-                        reported_in_use: entry.reported_in_use,
-                        desired_size_limit: entry.size_limit,
-                    });
+                    out.push(to_mount(volume_name, pod_name, entry, pod));
                 }
             }
         }

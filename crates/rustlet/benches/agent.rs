@@ -160,7 +160,66 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[index.min(sorted.len() - 1)]
 }
 
+/// The directories and files the kubelet's layout gives one pod with a disk and a Memory
+/// emptyDir (`pods/<uid>/volumes/...` and the plugin's `ready` markers), relative to its
+/// directory.
+const POD_LAYOUT_DIRS: [&str; 8] = [
+    "volumes",
+    "volumes/kubernetes.io~empty-dir",
+    "volumes/kubernetes.io~empty-dir/disk",
+    "volumes/kubernetes.io~empty-dir/mem",
+    "plugins",
+    "plugins/kubernetes.io~empty-dir",
+    "plugins/kubernetes.io~empty-dir/disk",
+    "plugins/kubernetes.io~empty-dir/mem",
+];
+
+/// The floor under the storm: the same directories and `ready` files for `pods` pods, made
+/// with plain syscalls on the same file system just before the agent runs, by one thread and
+/// by 32 (the agent's blocking threads). The trees stay until the bench ends, so that their
+/// removal does not slow the agent's run (ext4 scans for recently freed inodes).
+fn layout_floor(dir: &Path, pods: usize) -> (Duration, Duration) {
+    fn one(pod_dir: &Path) {
+        std::fs::create_dir(pod_dir).unwrap();
+        for sub in POD_LAYOUT_DIRS {
+            std::fs::create_dir(pod_dir.join(sub)).unwrap();
+        }
+        for volume in ["disk", "mem"] {
+            std::fs::File::create(
+                pod_dir.join(format!("plugins/kubernetes.io~empty-dir/{volume}/ready")),
+            )
+            .unwrap();
+        }
+    }
+    let sequential = dir.join(format!("floor-{pods}-1"));
+    std::fs::create_dir_all(&sequential).unwrap();
+    let start = Instant::now();
+    for i in 0..pods {
+        one(&sequential.join(format!("pod-{i}")));
+    }
+    let alone = start.elapsed();
+    let parallel = dir.join(format!("floor-{pods}-32"));
+    std::fs::create_dir_all(&parallel).unwrap();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..32 {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= pods {
+                        break;
+                    }
+                    one(&parallel.join(format!("pod-{i}")));
+                }
+            });
+        }
+    });
+    (alone, start.elapsed())
+}
+
 fn local_mode(dir: &Path, pods: usize) {
+    let (floor_alone, floor_parallel) = layout_floor(dir, pods);
     let root = dir.join(format!("root-{pods}"));
     let manifests = dir.join(format!("manifests-{pods}"));
     std::fs::create_dir_all(&manifests).unwrap();
@@ -211,6 +270,11 @@ fn local_mode(dir: &Path, pods: usize) {
         cpu / idle.as_secs_f64() * 100.0,
         idle.as_secs(),
         rss,
+    );
+    println!(
+        "  floor, same file system, just before: {pods} pods' directories and ready files by plain syscalls: {:.1} ms by one thread, {:.1} ms by 32",
+        floor_alone.as_secs_f64() * 1e3,
+        floor_parallel.as_secs_f64() * 1e3,
     );
     // Clean up this run's mounts before the next (the agent leaves them in place).
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();

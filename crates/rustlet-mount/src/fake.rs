@@ -63,6 +63,8 @@ struct State {
     mounts: Vec<FakeMount>,
     log: Vec<FakeAction>,
     errors: HashMap<(FakeOp, PathBuf), Errno>,
+    /// Reads of the whole table (`list`): what a caller pays per read on a busy node.
+    table_reads: usize,
 }
 
 /// The fake. Cloning shares the table (like an `Arc`).
@@ -94,6 +96,11 @@ impl FakeMounter {
     /// The mounts, oldest first.
     pub fn mounts(&self) -> Vec<FakeMount> {
         self.state().mounts.clone()
+    }
+
+    /// How many times the whole mount table was read ([`FakeMounter::list`]).
+    pub fn table_reads(&self) -> usize {
+        self.state().table_reads
     }
 
     /// The action log so far.
@@ -271,8 +278,9 @@ impl FakeMounter {
 
     /// The table as mountinfo entries (ids in mount order, device 0:0).
     pub fn list(&self) -> Result<Vec<MountInfo>> {
-        Ok(self
-            .state()
+        let mut state = self.state();
+        state.table_reads += 1;
+        Ok(state
             .mounts
             .iter()
             .zip(1u32..)

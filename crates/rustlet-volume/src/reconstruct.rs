@@ -163,15 +163,18 @@ pub enum OrphanKept {
 pub fn cleanup_orphaned_pod_dirs(
     host: &VolumeHost,
     asw: &Arc<ActualStateOfWorld>,
-    known: &BTreeSet<PodUid>,
+    known: &dyn Fn(&PodUid) -> bool,
     states: &dyn crate::populator::PodStateProvider,
 ) -> Vec<OrphanKept> {
     let mut kept = Vec::new();
     let pods_dir = host.root_dir.join("pods");
-    let table = host.mounter.list();
+    // Read only when an orphan gets that far: with every pod known (each second on a busy
+    // node) the mount table is not read at all (it was 30 % of the idle agent's CPU at 1,000
+    // pods).
+    let mut table = None;
     for uid in read_dir_names(&pods_dir) {
         let uid = PodUid::new(uid);
-        if known.contains(&uid) {
+        if known(&uid) {
             continue;
         }
         if !states.should_pod_runtime_be_removed(&uid) {
@@ -186,7 +189,7 @@ pub fn cleanup_orphaned_pod_dirs(
             continue;
         }
         let pod_dir = pods_dir.join(uid.as_str());
-        let mounted = match &table {
+        let mounted = match table.get_or_insert_with(|| host.mounter.list()) {
             Ok(table) => table.iter().any(|m| m.mount_point.starts_with(&pod_dir)),
             Err(_) => true, // fail safe
         };

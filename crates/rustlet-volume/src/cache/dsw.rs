@@ -361,11 +361,17 @@ impl DesiredStateOfWorld {
 
     /// Volumes per plugin (for the `volume_manager_total_volumes` metric).
     pub fn volume_counts_by_plugin(&self) -> BTreeMap<String, i64> {
-        let mut counts = BTreeMap::new();
-        for v in self.read().volumes.values() {
-            *counts.entry(v.plugin_name.clone()).or_insert(0) += 1;
+        let inner = self.read();
+        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+        for v in inner.volumes.values() {
+            *counts.entry(v.plugin_name.as_str()).or_insert(0) += 1;
         }
-        counts
+        counts.into_iter().map(|(k, n)| (k.to_owned(), n)).collect()
+    }
+
+    /// Whether `pod_name` has at least one desired volume.
+    pub fn pod_has_volumes(&self, pod_name: &UniquePodName) -> bool {
+        self.read().by_pod.contains_key(pod_name)
     }
 
     /// The pods that have at least one desired volume.

@@ -294,6 +294,9 @@ struct StatusState {
     saved: BTreeMap<String, Value>,
     /// The store's resourceVersion when the file was last brought up to date.
     seen: u64,
+    /// A scan has applied the directory (and so given back the kept statuses): before it,
+    /// the store lacks the finished pods, and saving would erase their statuses.
+    scanned: bool,
 }
 
 /// Reads a JSON state file; an absent one is empty.
@@ -417,6 +420,7 @@ impl DirectorySync {
             path: Some(path),
             saved,
             seen: 0,
+            scanned: false,
         };
         Ok(self)
     }
@@ -555,6 +559,9 @@ impl DirectorySync {
         let Some(path) = self.statuses.path.clone() else {
             return;
         };
+        if !self.statuses.scanned {
+            return;
+        }
         let seen = self.store.resource_version();
         if seen == self.statuses.seen {
             return;
@@ -840,6 +847,7 @@ impl DirectorySync {
             self.withdraw(reference, &mut report);
         }
         self.save_uids(&mut report);
+        self.statuses.scanned = true;
         self.save_statuses(&mut report);
         report
     }

@@ -145,6 +145,42 @@ fn terminal_statuses_come_back_after_a_restart_and_others_do_not() {
     assert!(kept.is_empty(), "{kept:?}");
 }
 
+/// `run()` without a `sync()` before it: the status state file's periodic save must not run
+/// before the first scan (the store is still empty then, and saving would erase the kept
+/// statuses): the finished pod comes back finished.
+#[tokio::test(start_paused = true)]
+async fn run_after_a_restart_keeps_the_finished_statuses() {
+    let (dir, store, sync) = setup();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let (uids, statuses) = (state.join("uids.json"), state.join("statuses.json"));
+    let mut sync = sync
+        .with_uid_state(&uids)
+        .unwrap()
+        .with_status_state(&statuses)
+        .unwrap();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    sync.sync();
+    store
+        .patch_status(&web(), &json!({"status": {"phase": "Failed"}}))
+        .unwrap();
+    assert!(sync.sync().errors.is_empty());
+    for _ in 0..20 {
+        let store = Arc::new(Store::default());
+        let restarted = DirectorySync::new(dir.path(), "node-a", store.clone())
+            .with_uid_state(&uids)
+            .unwrap()
+            .with_status_state(&statuses)
+            .unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(restarted.run(cancel.clone()));
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        assert_eq!(store.get(&web()).unwrap()["status"]["phase"], "Failed");
+        cancel.cancel();
+        task.await.unwrap();
+    }
+}
+
 #[test]
 fn a_corrupt_status_state_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -15,6 +15,26 @@ fn setup() -> (tempfile::TempDir, Arc<Store>, DirectorySync) {
     (dir, store, sync)
 }
 
+/// [`setup`] with a UID and a status state file (`state/uids.json`, `state/statuses.json`).
+fn setup_with_state() -> (
+    tempfile::TempDir,
+    Arc<Store>,
+    DirectorySync,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let (dir, store, sync) = setup();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let (uids, statuses) = (state.join("uids.json"), state.join("statuses.json"));
+    let sync = sync
+        .with_uid_state(&uids)
+        .unwrap()
+        .with_status_state(&statuses)
+        .unwrap();
+    (dir, store, sync, uids, statuses)
+}
+
 const WEB: &str = "apiVersion: v1
 kind: Pod
 metadata:
@@ -88,15 +108,7 @@ fn a_corrupt_uid_state_is_a_clear_error() {
 
 #[test]
 fn terminal_statuses_come_back_after_a_restart_and_others_do_not() {
-    let (dir, store, sync) = setup();
-    let state = dir.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let (uids, statuses) = (state.join("uids.json"), state.join("statuses.json"));
-    let mut sync = sync
-        .with_uid_state(&uids)
-        .unwrap()
-        .with_status_state(&statuses)
-        .unwrap();
+    let (dir, store, mut sync, uids, statuses) = setup_with_state();
     std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
     sync.sync();
     store
@@ -150,15 +162,7 @@ fn terminal_statuses_come_back_after_a_restart_and_others_do_not() {
 /// statuses): the finished pod comes back finished.
 #[tokio::test(start_paused = true)]
 async fn run_after_a_restart_keeps_the_finished_statuses() {
-    let (dir, store, sync) = setup();
-    let state = dir.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let (uids, statuses) = (state.join("uids.json"), state.join("statuses.json"));
-    let mut sync = sync
-        .with_uid_state(&uids)
-        .unwrap()
-        .with_status_state(&statuses)
-        .unwrap();
+    let (dir, store, mut sync, uids, statuses) = setup_with_state();
     std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
     sync.sync();
     store

@@ -43,6 +43,9 @@ pub struct DirWatch {
     dir: PathBuf,
     fd: Option<AsyncFd<Fd>>,
     unwatched_period: Duration,
+    /// Events were drained and not yet announced: a [`DirWatch::changed`] dropped while its
+    /// burst settled (another `select!` branch won) must not lose them.
+    pending: bool,
 }
 
 impl std::fmt::Debug for DirWatch {
@@ -83,6 +86,7 @@ impl DirWatch {
             dir: dir.into(),
             fd: None,
             unwatched_period,
+            pending: false,
         };
         watch.rearm();
         watch
@@ -160,48 +164,54 @@ impl DirWatch {
     /// Waits for a change, then for its burst to settle ([`SETTLE`] without an event, at most
     /// [`SETTLE_AT_MOST`]). Never returns while inactive. When the watch ends (the directory
     /// went away, events were lost) it returns at once and becomes inactive: scan, then
-    /// [`DirWatch::rearm`].
+    /// [`DirWatch::rearm`]. Cancel-safe: a change drained by a call that was dropped is
+    /// announced by the next call.
     pub async fn changed(&mut self) {
         let Some(fd) = &self.fd else {
             return std::future::pending().await;
         };
-        let ended = loop {
-            let Ok(mut ready) = fd.readable().await else {
-                break true;
-            };
-            match Self::drain(fd) {
-                Ok(any) => {
-                    // Drained to EAGAIN: wait for the next edge.
-                    ready.clear_ready();
-                    if any {
-                        break false;
-                    }
-                }
-                Err(()) => break true,
-            }
-        };
-        if !ended {
-            let deadline = tokio::time::Instant::now() + SETTLE_AT_MOST;
-            let ended = loop {
-                let quiet = tokio::time::Instant::now() + SETTLE;
-                let Ok(Ok(mut ready)) =
-                    tokio::time::timeout_at(quiet.min(deadline), fd.readable()).await
-                else {
-                    break false;
+        if !self.pending {
+            loop {
+                let Ok(mut ready) = fd.readable().await else {
+                    return self.end();
                 };
                 match Self::drain(fd) {
-                    Ok(_) => ready.clear_ready(),
-                    Err(()) => break true,
+                    Ok(any) => {
+                        // Drained to EAGAIN: wait for the next edge.
+                        ready.clear_ready();
+                        if any {
+                            self.pending = true;
+                            break;
+                        }
+                    }
+                    Err(()) => return self.end(),
                 }
-                if tokio::time::Instant::now() >= deadline {
-                    break false;
-                }
-            };
-            if !ended {
-                return;
             }
         }
+        let deadline = tokio::time::Instant::now() + SETTLE_AT_MOST;
+        loop {
+            let quiet = tokio::time::Instant::now() + SETTLE;
+            let Ok(Ok(mut ready)) =
+                tokio::time::timeout_at(quiet.min(deadline), fd.readable()).await
+            else {
+                break;
+            };
+            match Self::drain(fd) {
+                Ok(_) => ready.clear_ready(),
+                Err(()) => return self.end(),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+        }
+        self.pending = false;
+    }
+
+    /// The watch ended (the directory went away, events were lost): announce it (the caller
+    /// scans) and stay inactive until [`DirWatch::rearm`].
+    fn end(&mut self) {
         debug!(dir = %self.dir.display(), "inotify watch ended; scanning until it is set up again");
+        self.pending = false;
         self.fd = None;
     }
 }

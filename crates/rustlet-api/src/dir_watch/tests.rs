@@ -101,3 +101,23 @@ async fn a_missing_directory_is_scanned_at_the_short_period() {
     assert!(!watch.is_active());
     assert_eq!(watch.period(), Duration::from_millis(500));
 }
+
+/// `changed()` sits in a `select!` beside timers: dropped while its burst settles, it must not
+/// lose the change it drained (the next call announces it at once).
+#[tokio::test(start_paused = true)]
+async fn a_change_drained_by_a_dropped_call_is_announced_by_the_next() {
+    let (dir, mut watch) = watched();
+    std::fs::write(dir.path().join("a.yaml"), "x").unwrap();
+    // Long enough to drain, shorter than the settle time.
+    assert!(
+        timeout(SETTLE / 5, watch.changed()).await.is_err(),
+        "dropped while settling"
+    );
+    timeout(LONG, watch.changed())
+        .await
+        .expect("the drained change is still announced");
+    assert!(
+        timeout(LONG, watch.changed()).await.is_err(),
+        "and only once"
+    );
+}

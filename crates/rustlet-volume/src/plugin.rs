@@ -194,6 +194,16 @@ pub enum PluginError {
     },
 }
 
+impl PluginError {
+    /// [`PluginError::InvalidSpec`] from `plugin`.
+    pub fn invalid_spec(plugin: &str, reason: impl Into<String>) -> Self {
+        Self::InvalidSpec {
+            plugin: plugin.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
 /// A volume plugin, as the caches see it.
 pub trait VolumePlugin: Send + Sync {
     /// The plugin name, e.g. `kubernetes.io/empty-dir`.

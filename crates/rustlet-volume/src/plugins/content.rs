@@ -207,10 +207,7 @@ impl VolumePlugin for ContentPlugin {
         pod: &Pod,
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeMounter>, PluginError> {
-        let invalid = |reason: &str| PluginError::InvalidSpec {
-            plugin: self.plugin_name().into(),
-            reason: reason.into(),
-        };
+        let invalid = |reason: &str| PluginError::invalid_spec(self.plugin_name(), reason);
         let volume = spec
             .volume()
             .ok_or_else(|| invalid("not an inline volume"))?;

@@ -94,10 +94,7 @@ impl VolumePlugin for EmptyDirPlugin {
         pod: &Pod,
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeMounter>, PluginError> {
-        let invalid = |reason: &str| PluginError::InvalidSpec {
-            plugin: PLUGIN_NAME.into(),
-            reason: reason.into(),
-        };
+        let invalid = |reason: &str| PluginError::invalid_spec(PLUGIN_NAME, reason);
         let volume = spec
             .volume()
             .ok_or_else(|| invalid("not an inline volume"))?;
@@ -135,10 +132,7 @@ impl VolumePlugin for EmptyDirPlugin {
         let tmpfs = host
             .mounter
             .list()
-            .map_err(|e| PluginError::InvalidSpec {
-                plugin: PLUGIN_NAME.into(),
-                reason: e.to_string(),
-            })?
+            .map_err(|e| PluginError::invalid_spec(PLUGIN_NAME, e.to_string()))?
             .iter()
             .any(|m| m.mount_point == mount_path && m.fstype == "tmpfs");
         Ok(VolumeSpec::pod(Volume {

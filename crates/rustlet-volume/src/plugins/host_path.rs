@@ -88,10 +88,7 @@ impl VolumePlugin for HostPathPlugin {
                 .and_then(|s| s.host_path.as_ref())
                 .map(|h| (h.path.clone(), h.type_.clone())),
         }
-        .ok_or_else(|| PluginError::InvalidSpec {
-            plugin: PLUGIN_NAME.into(),
-            reason: "no hostPath source".into(),
-        })?;
+        .ok_or_else(|| PluginError::invalid_spec(PLUGIN_NAME, "no hostPath source"))?;
         Ok(Box::new(HostPath {
             path: PathBuf::from(path),
             type_,

@@ -41,10 +41,7 @@ impl VolumePlugin for LocalVolumePlugin {
         pod: &Pod,
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeMounter>, PluginError> {
-        let invalid = |reason: &str| PluginError::InvalidSpec {
-            plugin: PLUGIN_NAME.into(),
-            reason: reason.into(),
-        };
+        let invalid = |reason: &str| PluginError::invalid_spec(PLUGIN_NAME, reason);
         let VolumeSpec::Persistent { pv, read_only } = spec else {
             return Err(invalid("not a PersistentVolume"));
         };

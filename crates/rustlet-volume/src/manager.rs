@@ -676,13 +676,8 @@ impl VolumeManager {
 
     /// V12: attachable volumes desired or attached, sorted: what `node.status.volumesInUse` lists.
     pub fn get_volumes_in_use(&self) -> Vec<UniqueVolumeName> {
-        let mut set: BTreeSet<UniqueVolumeName> = self
-            .dsw
-            .volumes_to_mount()
-            .into_iter()
-            .filter(|v| v.plugin_is_attachable)
-            .map(|v| v.volume_name)
-            .collect();
+        let mut set: BTreeSet<UniqueVolumeName> =
+            self.dsw.attachable_volume_names().into_iter().collect();
         set.extend(
             self.asw
                 .attached_volumes()

@@ -627,14 +627,9 @@ impl Store {
 
     /// The objects `selection` selects, and the resourceVersion to watch from.
     pub fn list(&self, selection: &Selection) -> (Vec<Value>, u64) {
-        let inner = self.lock();
-        let items = inner
-            .objects
-            .iter()
-            .filter(|(r, o)| selection.matches(r, o))
-            .map(|(_, o)| Value::clone(o))
-            .collect();
-        (items, inner.resource_version)
+        let (items, resource_version) = self.list_shared(selection);
+        let items = items.iter().map(|o| Value::clone(o)).collect();
+        (items, resource_version)
     }
 
     fn check(

@@ -369,6 +369,17 @@ impl DesiredStateOfWorld {
         counts.into_iter().map(|(k, n)| (k.to_owned(), n)).collect()
     }
 
+    /// The attachable volumes some pod wants (V12), without copying the pairs: the agent asks
+    /// every second for `node.status.volumesInUse`.
+    pub fn attachable_volume_names(&self) -> Vec<UniqueVolumeName> {
+        self.read()
+            .volumes
+            .iter()
+            .filter(|(_, entry)| entry.attachable && !entry.pods.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// Whether `pod_name` has at least one desired volume.
     pub fn pod_has_volumes(&self, pod_name: &UniquePodName) -> bool {
         self.read().by_pod.contains_key(pod_name)

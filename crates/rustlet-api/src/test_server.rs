@@ -579,7 +579,9 @@ impl Context<'_> {
 
     fn selection(&self, kind: Kind, namespace: Option<String>) -> Result<Selection, Response> {
         let fields = query_param(&self.query, "fieldSelector").unwrap_or_default();
-        let fields = FieldSelector::parse(&fields).map_err(|e| store_error(&e))?;
+        let fields = FieldSelector::parse(&fields)
+            .and_then(|f| f.check(kind).map(|()| f))
+            .map_err(|e| store_error(&e))?;
         Ok(Selection {
             kind,
             namespace,
@@ -616,12 +618,18 @@ impl Context<'_> {
                 if sent >= limit {
                     return None;
                 }
-                let line = match watch.next().await {
-                    Ok(event) => json!({"type": event.type_.as_str(), "object": *event.object}),
-                    Err(e) => json!({"type": "ERROR", "object": {"kind":"Status","apiVersion":"v1",
-                    "status":"Failure","reason":e.reason(),"code":e.code(),"message":e.to_string()}}),
+                let mut bytes = match watch.next().await {
+                    // The stored text as it is: no tree is built per watcher and event.
+                    Ok(event) => format!(
+                        r#"{{"type":"{}","object":{}}}"#,
+                        event.type_.as_str(),
+                        event.object.json()
+                    )
+                    .into_bytes(),
+                    Err(e) => serde_json::to_vec(&json!({"type": "ERROR", "object": {"kind":"Status","apiVersion":"v1",
+                    "status":"Failure","reason":e.reason(),"code":e.code(),"message":e.to_string()}}))
+                    .unwrap_or_default(),
                 };
-                let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
                 bytes.push(b'\n');
                 Some((
                     Ok::<_, std::io::Error>(Bytes::from(bytes)),

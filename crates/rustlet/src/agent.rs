@@ -13,7 +13,7 @@ use rustlet_api::content::ObjectSourceConfig;
 use rustlet_api::local::LocalPodStatusClient;
 use rustlet_api::local::events::LocalEventRecorder;
 use rustlet_api::local::manifests::DirectorySync;
-use rustlet_api::local::store::Store;
+use rustlet_api::local::store::{Store, StoreConfig};
 use rustlet_api::node::{NodeConfig, NodeRegistrar};
 use rustlet_api::static_pods::{MirrorPods, StaticPodSource};
 use rustlet_api::{
@@ -85,7 +85,10 @@ struct Api {
 async fn connect(config: &AgentConfig) -> Result<Api> {
     let kube_config = match &config.mode {
         Mode::Local(dir) => {
-            let store = Arc::new(Store::default());
+            let store = Arc::new(Store::with_config(
+                Arc::new(SystemClock),
+                StoreConfig::in_process(),
+            ));
             // Pods without a UID of their own keep theirs across restarts through this file,
             // so a restart adopts their mounts.
             // And finished pods keep their statuses, so a restart does not run them again.

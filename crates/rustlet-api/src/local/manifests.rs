@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ring::digest::{SHA256, digest};
+use rustlet_core::pod::PodPhase;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -46,8 +47,7 @@ use tracing::warn;
 use crate::dir_watch::DirWatch;
 
 use super::store::{
-    DeleteOptions, Deleted, Kind, ObjectRef, Selection, Store, StoreError, pod_is_terminal,
-    random_uid, uid_from,
+    DeleteOptions, Deleted, Kind, ObjectRef, Selection, Store, StoreError, random_uid, uid_from,
 };
 
 /// How often [`DirectorySync::run`] looks at the directory while it has no inotify watch.
@@ -569,8 +569,10 @@ impl DirectorySync {
         let (pods, _) = self.store.list_shared(&Selection::all(Kind::Pod));
         let terminal: BTreeMap<String, Value> = pods
             .iter()
-            .filter(|pod| pod_is_terminal(pod))
+            // The phase is kept beside the text: only finished pods are parsed.
+            .filter(|pod| PodPhase::parse(Some(pod.field("status.phase"))).is_terminal())
             .filter_map(|pod| {
+                let pod = pod.to_value();
                 let uid = pod.pointer("/metadata/uid")?.as_str()?;
                 Some((uid.to_owned(), pod["status"].clone()))
             })

@@ -19,8 +19,37 @@ use tokio::sync::broadcast;
 
 use super::admission::{Operation, admit, check_decodes};
 
-/// How many past events a watch can resume from.
-const HISTORY: usize = 1024;
+/// How a store keeps its past.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// How many past events a watch can resume from (older: 410 Gone, the watcher lists
+    /// again). Each one can keep an old version of its object alive.
+    pub history: usize,
+    /// How many events a live watcher may fall behind before it has to list again.
+    pub watch_buffer: usize,
+}
+
+impl Default for StoreConfig {
+    /// The test API server's: resumes as a cluster's watch cache allows them.
+    fn default() -> Self {
+        Self {
+            history: 1024,
+            watch_buffer: 1024,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// An agent's own store in local mode: its watchers resume only across the gap between
+    /// a list and its watch (a few events), so a short history is enough, and it keeps no
+    /// old versions of a thousand pods alive (about 10 KB each as `Value` trees).
+    pub fn in_process() -> Self {
+        Self {
+            history: 64,
+            watch_buffer: 1024,
+        }
+    }
+}
 
 /// The kinds the store keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -103,6 +132,39 @@ impl Kind {
     /// Whether objects of this kind live in a namespace.
     pub fn is_namespaced(self) -> bool {
         !matches!(self, Kind::PersistentVolume | Kind::Node)
+    }
+
+    /// The fields a field selector may name (the API server's selectable fields; any other
+    /// is refused with 400 "field label not supported").
+    pub fn selectable_fields(self) -> &'static [&'static str] {
+        match self {
+            Kind::Pod => &[
+                "metadata.name",
+                "metadata.namespace",
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            ],
+            Kind::Secret => &["metadata.name", "metadata.namespace", "type"],
+            Kind::Node => &["metadata.name", "spec.unschedulable"],
+            Kind::Event => &[
+                "metadata.name",
+                "metadata.namespace",
+                "reason",
+                "type",
+                "reportingController",
+                "regarding.kind",
+                "regarding.name",
+                "regarding.namespace",
+                "regarding.uid",
+            ],
+            _ => &["metadata.name", "metadata.namespace"],
+        }
     }
 
     /// Whether it has a `status` subresource.
@@ -196,6 +258,9 @@ pub enum StoreError {
     /// 422: the body is not a valid object of its kind.
     #[error("{0}")]
     Invalid(String),
+    /// 400: the request itself is malformed (a field selector the kind does not support).
+    #[error("{0}")]
+    BadRequest(String),
     /// 410: a watch asked for a resourceVersion older than the history kept.
     #[error("too old resource version: {requested} (oldest kept {oldest})")]
     Gone {
@@ -213,6 +278,7 @@ impl StoreError {
             Self::NotFound(_) => 404,
             Self::AlreadyExists(_) | Self::Conflict { .. } => 409,
             Self::Invalid(_) => 422,
+            Self::BadRequest(_) => 400,
             Self::Gone { .. } => 410,
         }
     }
@@ -224,6 +290,7 @@ impl StoreError {
             Self::AlreadyExists(_) => "AlreadyExists",
             Self::Conflict { .. } => "Conflict",
             Self::Invalid(_) => "Invalid",
+            Self::BadRequest(_) => "BadRequest",
             Self::Gone { .. } => "Expired",
         }
     }
@@ -259,10 +326,10 @@ pub struct WatchEvent {
     /// Which object.
     pub reference: ObjectRef,
     /// The object after the change (before it, for a deletion), shared with the store.
-    pub object: Arc<Value>,
+    pub object: Arc<StoredObject>,
     /// For a modification, the object before it (a watch with a field selector turns an object
     /// that starts or stops matching into ADDED or DELETED, as the API server does).
-    pub previous: Option<Arc<Value>>,
+    pub previous: Option<Arc<StoredObject>>,
     /// The store's resourceVersion of this change.
     pub resource_version: u64,
 }
@@ -295,7 +362,7 @@ impl FieldSelector {
             } else if let Some((f, v)) = term.split_once('=') {
                 (f, true, v)
             } else {
-                return Err(StoreError::Invalid(format!(
+                return Err(StoreError::BadRequest(format!(
                     "field selector term {term:?} is not field=value"
                 )));
             };
@@ -305,15 +372,91 @@ impl FieldSelector {
     }
 
     /// Whether `object` matches every term (a missing field is the empty string).
-    pub fn matches(&self, object: &Value) -> bool {
-        self.0.iter().all(|(field, equal, value)| {
-            let pointer = format!("/{}", field.replace('.', "/"));
-            let found = object
-                .pointer(&pointer)
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            (found == value) == *equal
-        })
+    pub fn matches(&self, object: &StoredObject) -> bool {
+        self.0
+            .iter()
+            .all(|(field, equal, value)| (object.field(field) == value) == *equal)
+    }
+
+    /// As the API server: a field `kind` cannot be selected by is a 400.
+    pub fn check(&self, kind: Kind) -> Result<(), StoreError> {
+        match self
+            .0
+            .iter()
+            .find(|(field, _, _)| !kind.selectable_fields().contains(&field.as_str()))
+        {
+            Some((field, _, _)) => Err(StoreError::BadRequest(format!(
+                "field label not supported: {field}"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One stored version of an object: its compact JSON text (what a GET or a watch sends, and
+/// a few KB where the same pod as a `Value` tree takes ~20 KB), with the values of its kind's
+/// selectable fields kept beside it so a watch's field selector never parses the text.
+#[derive(Debug, PartialEq, Eq)]
+pub struct StoredObject {
+    json: Box<str>,
+    fields: Box<[(&'static str, Box<str>)]>,
+    resource_version: u64,
+}
+
+impl StoredObject {
+    fn new(kind: Kind, object: &Value) -> Self {
+        let fields = kind
+            .selectable_fields()
+            .iter()
+            .filter_map(|name| {
+                let pointer = format!("/{}", name.replace('.', "/"));
+                let text = match object.pointer(&pointer)? {
+                    Value::String(s) => s.clone(),
+                    Value::Bool(b) => b.to_string(),
+                    Value::Number(n) => n.to_string(),
+                    _ => return None,
+                };
+                Some((*name, text.into_boxed_str()))
+            })
+            .collect();
+        let resource_version = field(object, "/metadata/resourceVersion")
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or(0);
+        Self {
+            json: object.to_string().into_boxed_str(),
+            fields,
+            resource_version,
+        }
+    }
+
+    /// The object as JSON text.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The object as a `Value` tree (parsed from the text).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(&self.json).expect("the store wrote this text from a Value")
+    }
+
+    /// The object as `K`. Through a `Value` tree, whose arrays know their lengths: decoded
+    /// straight from the text, every list of `K` would grow by doubling and keep up to
+    /// twice the room it needs (a typed pod is kept for as long as the pod lives).
+    pub fn decode<K: serde::de::DeserializeOwned>(&self) -> serde_json::Result<K> {
+        serde_json::from_value(serde_json::from_str(&self.json)?)
+    }
+
+    /// A selectable field's value (`status.phase`); empty when absent or not selectable.
+    pub fn field(&self, name: &str) -> &str {
+        self.fields
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |(_, v)| v)
+    }
+
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> u64 {
+        self.resource_version
     }
 }
 
@@ -338,7 +481,7 @@ impl Selection {
         }
     }
 
-    fn matches(&self, reference: &ObjectRef, object: &Value) -> bool {
+    fn matches(&self, reference: &ObjectRef, object: &StoredObject) -> bool {
         reference.kind == self.kind
             && self
                 .namespace
@@ -368,10 +511,10 @@ pub enum Deleted {
 
 struct Inner {
     resource_version: u64,
-    /// Shared with the watch history: one copy of each version (a pod as a `Value` tree is
-    /// ~20 KB).
-    objects: BTreeMap<ObjectRef, Arc<Value>>,
+    /// Shared with the watch history: one copy of each version, as JSON text.
+    objects: BTreeMap<ObjectRef, Arc<StoredObject>>,
     history: VecDeque<Arc<WatchEvent>>,
+    history_limit: usize,
 }
 
 /// The store.
@@ -471,15 +614,22 @@ pub fn random_uid() -> String {
 impl Store {
     /// An empty store using `clock` for timestamps.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::with_config(clock, StoreConfig::default())
+    }
+
+    /// An empty store that keeps its past as `config` says.
+    pub fn with_config(clock: Arc<dyn Clock>, config: StoreConfig) -> Self {
+        let history_limit = config.history.max(1);
         Self {
             // Never 0, which means "any" to a watch: an empty store lists at "1", as etcd's
             // revisions start above 0.
             inner: Mutex::new(Inner {
                 resource_version: 1,
                 objects: BTreeMap::new(),
-                history: VecDeque::with_capacity(HISTORY),
+                history: VecDeque::with_capacity(history_limit),
+                history_limit,
             }),
-            events: broadcast::channel(HISTORY).0,
+            events: broadcast::channel(config.watch_buffer.max(1)).0,
             clock,
         }
     }
@@ -517,7 +667,7 @@ impl Store {
         inner: &mut Inner,
         type_: EventType,
         reference: ObjectRef,
-        object: Arc<Value>,
+        object: Arc<StoredObject>,
     ) {
         self.commit_change(inner, type_, reference, object, None);
     }
@@ -527,8 +677,8 @@ impl Store {
         inner: &mut Inner,
         type_: EventType,
         reference: ObjectRef,
-        object: Arc<Value>,
-        previous: Option<Arc<Value>>,
+        object: Arc<StoredObject>,
+        previous: Option<Arc<StoredObject>>,
     ) {
         let event = Arc::new(WatchEvent {
             type_,
@@ -537,7 +687,7 @@ impl Store {
             previous,
             resource_version: inner.resource_version,
         });
-        if inner.history.len() == HISTORY {
+        if inner.history.len() == inner.history_limit {
             inner.history.pop_front();
         }
         inner.history.push_back(event.clone());
@@ -556,7 +706,7 @@ impl Store {
     /// Store a changed object under a new resourceVersion and announce it as MODIFIED.
     fn write_modified(&self, inner: &mut Inner, reference: &ObjectRef, object: &mut Value) {
         Self::bump(inner, object);
-        let shared = Arc::new(object.clone());
+        let shared = Arc::new(StoredObject::new(reference.kind, object));
         let previous = inner.objects.insert(reference.clone(), shared.clone());
         self.commit_change(
             inner,
@@ -598,7 +748,7 @@ impl Store {
         meta.insert("creationTimestamp".into(), Value::String(created));
         meta.remove("deletionTimestamp");
         Self::bump(&mut inner, &mut object);
-        let shared = Arc::new(object.clone());
+        let shared = Arc::new(StoredObject::new(reference.kind, &object));
         inner.objects.insert(reference.clone(), shared.clone());
         self.commit(&mut inner, EventType::Added, reference, shared);
         Ok(object)
@@ -609,12 +759,21 @@ impl Store {
         self.lock()
             .objects
             .get(reference)
-            .map(|o| Value::clone(o))
+            .map(|o| o.to_value())
+            .ok_or_else(|| StoreError::NotFound(reference.clone()))
+    }
+
+    /// The stored version, parsed.
+    fn stored(inner: &Inner, reference: &ObjectRef) -> Result<Value, StoreError> {
+        inner
+            .objects
+            .get(reference)
+            .map(|o| o.to_value())
             .ok_or_else(|| StoreError::NotFound(reference.clone()))
     }
 
     /// [`Store::list`] without copying: the stored versions themselves.
-    pub fn list_shared(&self, selection: &Selection) -> (Vec<Arc<Value>>, u64) {
+    pub fn list_shared(&self, selection: &Selection) -> (Vec<Arc<StoredObject>>, u64) {
         let inner = self.lock();
         let items = inner
             .objects
@@ -628,7 +787,7 @@ impl Store {
     /// The objects `selection` selects, and the resourceVersion to watch from.
     pub fn list(&self, selection: &Selection) -> (Vec<Value>, u64) {
         let (items, resource_version) = self.list_shared(selection);
-        let items = items.iter().map(|o| Value::clone(o)).collect();
+        let items = items.iter().map(|o| o.to_value()).collect();
         (items, resource_version)
     }
 
@@ -668,11 +827,8 @@ impl Store {
         let preconditions = Preconditions::from_body(&object);
         let mut object = admit(&reference, object, Operation::Update)?;
         let mut inner = self.lock();
-        let stored = inner
-            .objects
-            .get(&reference)
-            .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
-        Self::check(&reference, stored, &preconditions)?;
+        let stored = Self::stored(&inner, &reference)?;
+        Self::check(&reference, &stored, &preconditions)?;
         if reference.kind.has_status() {
             match stored.get("status") {
                 Some(status) => object["status"] = status.clone(),
@@ -703,7 +859,7 @@ impl Store {
                 Value::String(reference.namespace.clone()),
             );
         }
-        if **stored == object {
+        if stored == object {
             return Ok(object);
         }
         self.write_modified(&mut inner, &reference, &mut object);
@@ -735,14 +891,11 @@ impl Store {
         }
         let preconditions = Preconditions::from_body(&object);
         let mut inner = self.lock();
-        let stored = inner
-            .objects
-            .get(&reference)
-            .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
-        Self::check(&reference, stored, &preconditions)?;
-        let mut updated = Value::clone(stored);
+        let stored = Self::stored(&inner, &reference)?;
+        Self::check(&reference, &stored, &preconditions)?;
+        let mut updated = stored.clone();
         set_status(&mut updated, object.get("status"));
-        if updated == **stored {
+        if updated == stored {
             return Ok(updated);
         }
         check_decodes(&reference, &updated)?;
@@ -766,22 +919,19 @@ impl Store {
         }
         let preconditions = Preconditions::from_body(patch);
         let mut inner = self.lock();
-        let stored = inner
-            .objects
-            .get(reference)
-            .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
+        let stored = Self::stored(&inner, reference)?;
         // A patch has no storage preconditions: as the API server, the resourceVersion in the
         // body is compared first (409), then validation finds an immutable UID changed (422).
         Self::check(
             reference,
-            stored,
+            &stored,
             &Preconditions {
                 uid: None,
                 resource_version: preconditions.resource_version.clone(),
             },
         )?;
         if let Some(uid) = &preconditions.uid
-            && field(stored, "/metadata/uid") != Some(uid.as_str())
+            && field(&stored, "/metadata/uid") != Some(uid.as_str())
         {
             return Err(StoreError::Invalid(format!(
                 "{} {:?} is invalid: metadata.uid: Invalid value: {uid:?}: field is immutable",
@@ -789,12 +939,12 @@ impl Store {
                 reference.name
             )));
         }
-        let mut object = Value::clone(stored);
+        let mut object = stored.clone();
         match kind {
             PatchKind::Json => {
                 let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                     .map_err(|e| StoreError::Invalid(format!("a JSON patch: {e}")))?;
-                let mut patched = Value::clone(stored);
+                let mut patched = stored.clone();
                 json_patch::patch(&mut patched, &ops)
                     .map_err(|e| StoreError::Invalid(format!("the JSON patch failed: {e}")))?;
                 set_status(&mut object, patched.get("status"));
@@ -816,7 +966,7 @@ impl Store {
                 }
             }
         }
-        if object == **stored {
+        if object == stored {
             return Ok(object);
         }
         check_decodes(reference, &object)?;
@@ -834,11 +984,8 @@ impl Store {
         options: &DeleteOptions,
     ) -> Result<Deleted, StoreError> {
         let mut inner = self.lock();
-        let stored = inner
-            .objects
-            .get(reference)
-            .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
-        Self::check(reference, stored, &options.preconditions)?;
+        let stored = Self::stored(&inner, reference)?;
+        Self::check(reference, &stored, &options.preconditions)?;
         let mut grace = options.grace_period_seconds.unwrap_or_else(|| {
             stored
                 .pointer("/spec/terminationGracePeriodSeconds")
@@ -851,7 +998,7 @@ impl Store {
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
             .is_none_or(str::is_empty);
-        let finished = pod_is_terminal(stored);
+        let finished = pod_is_terminal(&stored);
         if unscheduled || finished {
             grace = 0;
         }
@@ -864,10 +1011,10 @@ impl Store {
                 .unwrap_or(0);
             let shorter = options.grace_period_seconds.is_some() || unscheduled || finished;
             if !shorter || grace >= current {
-                return Ok(Deleted::Terminating(Value::clone(stored)));
+                return Ok(Deleted::Terminating(stored));
             }
             if grace > 0 {
-                let mut object = Value::clone(stored);
+                let mut object = stored.clone();
                 let since = stored
                     .pointer("/metadata/deletionTimestamp")
                     .and_then(Value::as_str)
@@ -882,7 +1029,7 @@ impl Store {
                 return Ok(Deleted::Terminating(object));
             }
         } else if reference.kind == Kind::Pod && grace > 0 {
-            let mut object = Value::clone(stored);
+            let mut object = stored.clone();
             let at = self.clock.now() + SignedDuration::from_secs(grace);
             let meta = metadata_mut(&mut object);
             meta.insert(
@@ -897,19 +1044,11 @@ impl Store {
             self.write_modified(&mut inner, reference, &mut object);
             return Ok(Deleted::Terminating(object));
         }
-        let mut object = Arc::unwrap_or_clone(
-            inner
-                .objects
-                .remove(reference)
-                .expect("checked present under the same lock"),
-        );
+        inner.objects.remove(reference);
+        let mut object = stored;
         Self::bump(&mut inner, &mut object);
-        self.commit(
-            &mut inner,
-            EventType::Deleted,
-            reference.clone(),
-            Arc::new(object.clone()),
-        );
+        let shared = Arc::new(StoredObject::new(reference.kind, &object));
+        self.commit(&mut inner, EventType::Deleted, reference.clone(), shared);
         Ok(Deleted::Removed(object))
     }
 
@@ -945,9 +1084,10 @@ impl Store {
                         reference: reference.clone(),
                         object: object.clone(),
                         previous: None,
-                        resource_version: field(object, "/metadata/resourceVersion")
-                            .and_then(|rv| rv.parse().ok())
-                            .unwrap_or(from),
+                        resource_version: match object.resource_version() {
+                            0 => from,
+                            rv => rv,
+                        },
                     })
                 })
                 .collect()
@@ -1015,7 +1155,7 @@ impl Watch {
                 },
             };
             self.last = self.last.max(event.resource_version);
-            let matches = |object: &Value| self.selection.matches(&event.reference, object);
+            let matches = |object: &StoredObject| self.selection.matches(&event.reference, object);
             let matched_before = event.previous.as_deref().map(matches);
             let as_type = |type_| {
                 Arc::new(WatchEvent {

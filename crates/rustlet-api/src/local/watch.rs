@@ -7,9 +7,8 @@ use std::sync::Arc;
 use futures::Stream;
 use kube::runtime::watcher::Event;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
-use super::store::{EventType, Selection, Store, Watch};
+use super::store::{EventType, Selection, Store, StoredObject, Watch};
 use crate::backend::{WatchError, WatchItem};
 
 struct State<K> {
@@ -20,8 +19,8 @@ struct State<K> {
 }
 
 impl<K: DeserializeOwned> State<K> {
-    fn decode(&self, object: &Value) -> Result<K, WatchError> {
-        K::deserialize(object).map_err(|e| WatchError::Decode {
+    fn decode(&self, object: &StoredObject) -> Result<K, WatchError> {
+        object.decode().map_err(|e| WatchError::Decode {
             kind: self.selection.kind,
             message: e.to_string(),
         })

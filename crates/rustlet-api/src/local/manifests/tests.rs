@@ -446,7 +446,7 @@ data:
             tokio::time::timeout(std::time::Duration::from_millis(1), watch.next()).await
         {
             if event.reference.name == "shared" {
-                seen.push((event.type_, event.object["data"]["k"].clone()));
+                seen.push((event.type_, event.object.to_value()["data"]["k"].clone()));
             }
         }
         assert_eq!(seen, [(EventType::Modified, json!("w"))], "{from} -> {to}");

@@ -281,7 +281,8 @@ async fn a_watch_resumes_from_a_resource_version_and_sees_live_changes() {
         .unwrap();
     let event = watch.next().await.unwrap();
     assert_eq!(event.type_, EventType::Modified);
-    assert_eq!(event.object["status"]["phase"], "Running");
+    assert_eq!(event.object.to_value()["status"]["phase"], "Running");
+    assert_eq!(event.object.field("status.phase"), "Running");
     store
         .delete(
             &pod_ref("a"),
@@ -323,7 +324,7 @@ async fn an_empty_store_lists_above_zero_and_list_then_watch_loses_nothing() {
 #[test]
 fn a_watch_from_before_the_history_is_gone() {
     let store = store();
-    for i in 0..(HISTORY + 5) {
+    for i in 0..(StoreConfig::default().history + 5) {
         store.create(pod(&format!("p{i}"))).unwrap();
     }
     let err = store.watch(Selection::all(Kind::Pod), 1).unwrap_err();
@@ -333,6 +334,36 @@ fn a_watch_from_before_the_history_is_gone() {
             .watch(Selection::all(Kind::Pod), store.resource_version() - 10)
             .is_ok()
     );
+}
+
+/// A short history (the agent's own store) lets old versions go: after `history` more writes
+/// nothing keeps the first version alive, while the default history still holds it.
+#[test]
+fn a_short_history_keeps_no_old_versions_alive() {
+    let first_version_alive_after = |config: StoreConfig, writes: usize| {
+        let store = Store::with_config(Arc::new(SystemClock), config);
+        store.create(pod("p")).unwrap();
+        let (items, _) = store.list_shared(&Selection::all(Kind::Pod));
+        let first = Arc::downgrade(&items[0]);
+        drop(items);
+        for i in 0..writes {
+            store
+                .patch_status(
+                    &pod_ref("p"),
+                    &json!({"status": {"message": i.to_string()}}),
+                )
+                .unwrap();
+        }
+        first.upgrade().is_some()
+    };
+    let short = StoreConfig {
+        history: 4,
+        watch_buffer: 16,
+    };
+    assert!(first_version_alive_after(short, 3));
+    assert!(!first_version_alive_after(short, 5));
+    assert!(first_version_alive_after(StoreConfig::default(), 5));
+    assert_eq!(StoreConfig::in_process().history, 64);
 }
 
 #[test]
@@ -345,34 +376,56 @@ fn json_merge_patch_replaces_removes_and_recurses() {
 #[tokio::test]
 async fn an_object_that_stops_or_starts_matching_a_field_selector_is_deleted_or_added() {
     let store = store();
-    store
-        .create(json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"ns"},"data":{"owner":"a"}}))
-        .unwrap();
+    store.create(pod("p")).unwrap();
     let selection = Selection {
-        kind: Kind::ConfigMap,
+        kind: Kind::Pod,
         namespace: None,
-        fields: FieldSelector::parse("data.owner=a").unwrap(),
+        fields: FieldSelector::parse("status.podIP=10.0.0.1").unwrap(),
     };
     let mut watch = store.watch(selection, 0).unwrap();
-    assert_eq!(
-        watch.next().await.unwrap().type_,
-        EventType::Added,
-        "the current object"
-    );
-    let mut cm = store
-        .get(&ObjectRef::new(Kind::ConfigMap, "ns", "cm"))
-        .unwrap();
-    cm["data"]["owner"] = json!("b");
-    store.update(cm.clone()).unwrap();
-    let event = watch.next().await.unwrap();
-    assert_eq!(event.type_, EventType::Deleted);
-    cm["data"]["owner"] = json!("a");
-    cm["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("resourceVersion");
-    store.update(cm).unwrap();
+    let ip = |ip: &str| json!({"status": {"podIP": ip}});
+    store.patch_status(&pod_ref("p"), &ip("10.0.0.1")).unwrap();
     assert_eq!(watch.next().await.unwrap().type_, EventType::Added);
+    store.patch_status(&pod_ref("p"), &ip("10.0.0.2")).unwrap();
+    assert_eq!(watch.next().await.unwrap().type_, EventType::Deleted);
+    store.patch_status(&pod_ref("p"), &ip("10.0.0.1")).unwrap();
+    assert_eq!(watch.next().await.unwrap().type_, EventType::Added);
+}
+
+/// As the API server: only a kind's selectable fields can be selected; a boolean field
+/// matches its text (`spec.hostNetwork=true`).
+#[test]
+fn only_selectable_fields_are_selected_and_booleans_match_their_text() {
+    let owner = FieldSelector::parse("data.owner=a").unwrap();
+    let err = owner.check(Kind::ConfigMap).unwrap_err();
+    assert_eq!(err.code(), 400);
+    assert!(
+        err.to_string()
+            .contains("field label not supported: data.owner")
+    );
+    assert!(
+        FieldSelector::parse("spec.nodeName=a")
+            .unwrap()
+            .check(Kind::Pod)
+            .is_ok()
+    );
+    assert!(
+        FieldSelector::parse("spec.nodeName=a")
+            .unwrap()
+            .check(Kind::Secret)
+            .is_err()
+    );
+    let store = store();
+    let mut host = pod("host");
+    host["spec"]["hostNetwork"] = json!(true);
+    store.create(host).unwrap();
+    store.create(pod("other")).unwrap();
+    let (items, _) = store.list(&Selection {
+        fields: FieldSelector::parse("spec.hostNetwork=true").unwrap(),
+        ..Selection::all(Kind::Pod)
+    });
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["metadata"]["name"], "host");
 }
 
 /// Issue 10 item 20: as the API server's pod strategy, a pod never scheduled or already

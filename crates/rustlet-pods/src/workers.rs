@@ -232,7 +232,7 @@ impl PodWorkers {
     /// each worker, and housekeeping. On cancellation the workers stop where they are: nothing
     /// is killed or unmounted (a restart adopts it).
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut workers: HashMap<PodUid, watch::Sender<Option<Arc<Pod>>>> = HashMap::new();
+        let mut workers: HashMap<PodUid, watch::Sender<PodSlot>> = HashMap::new();
         let mut tick = tokio::time::interval(self.shared.config.housekeeping_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -253,24 +253,29 @@ impl PodWorkers {
                         // Only what a worker acts on wakes it: not the status writes this agent
                         // makes itself (each comes back through the watch).
                         tx.send_if_modified(|current| {
-                            let same = current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &pod));
-                            let wake = !same && current.as_ref().is_none_or(|c| matters(c, &pod));
+                            let same = current.in_source && Arc::ptr_eq(&current.pod, &pod);
+                            let wake = !same && (!current.in_source || matters(&current.pod, &pod));
                             if wake
-                                && current.as_ref().is_some_and(|c| {
-                                    c.metadata.deletion_timestamp != pod.metadata.deletion_timestamp
-                                })
+                                && current.pod.metadata.deletion_timestamp
+                                    != pod.metadata.deletion_timestamp
                             {
                                 volumes_changed = true;
                             }
                             if !same {
-                                *current = Some(pod.clone());
+                                *current = PodSlot {
+                                    pod: pod.clone(),
+                                    in_source: true,
+                                };
                             }
                             wake
                         });
                     }
                     None => {
                         volumes_changed = true;
-                        let (tx, rx) = watch::channel(Some(pod.clone()));
+                        let (tx, rx) = watch::channel(PodSlot {
+                            pod: pod.clone(),
+                            in_source: true,
+                        });
                         workers.insert(uid.clone(), tx);
                         self.shared.lifecycles.set(&uid, Lifecycle::Syncing);
                         let worker = Worker {
@@ -279,7 +284,6 @@ impl PodWorkers {
                             rx,
                             cancel: cancel.clone(),
                             backoff: HashMap::new(),
-                            last: None,
                         };
                         let span = info_span!("pod", pod = %full_name(&pod), %uid);
                         tokio::spawn(worker.run().instrument(span));
@@ -297,7 +301,7 @@ impl PodWorkers {
                     self.shared.lifecycles.forget(uid);
                     return false;
                 }
-                tx.send_if_modified(|current| current.take().is_some());
+                tx.send_if_modified(|current| std::mem::replace(&mut current.in_source, false));
                 true
             });
             if self.shared.pods.all_sources_ready() && !self.shared.lifecycles.is_synced() {
@@ -361,11 +365,17 @@ struct RestartBackoff {
 struct Worker {
     shared: Arc<Shared>,
     uid: PodUid,
-    rx: watch::Receiver<Option<Arc<Pod>>>,
+    rx: watch::Receiver<PodSlot>,
     cancel: CancellationToken,
     backoff: HashMap<String, RestartBackoff>,
-    /// The newest pod seen, kept when the pod leaves the source.
-    last: Option<Arc<Pod>>,
+}
+
+/// What a worker is told about its pod: the newest version, the same `Arc` as the pod
+/// source's (a worker keeps no older copy of its own), and whether the source still has it
+/// (when it left, the last version stays for the termination).
+struct PodSlot {
+    pod: Arc<Pod>,
+    in_source: bool,
 }
 
 /// How a sync pass ended.
@@ -377,12 +387,15 @@ enum Synced {
 }
 
 impl Worker {
+    /// The newest pod, while the source has it.
     fn pod(&mut self) -> Option<Arc<Pod>> {
-        let pod = self.rx.borrow_and_update().clone();
-        if let Some(pod) = &pod {
-            self.last = Some(pod.clone());
-        }
-        pod
+        let slot = self.rx.borrow_and_update();
+        slot.in_source.then(|| slot.pod.clone())
+    }
+
+    /// The newest pod, or the last one known when it left the source.
+    fn latest(&mut self) -> Arc<Pod> {
+        self.rx.borrow_and_update().pod.clone()
     }
 
     async fn wait(&mut self, until: Option<Instant>) -> Wake {
@@ -460,14 +473,17 @@ impl Worker {
             if pod.metadata.deletion_timestamp.is_some() || api_phase_terminal(&pod) {
                 return true;
             }
-            let next = match self.sync_pod(&pod).await {
+            let synced = self.sync_pod(&pod).await;
+            if let Err(e @ SyncError::Mount(_)) = &synced {
+                self.event(&pod, EventKind::Warning, FAILED_MOUNT, &e.to_string());
+            }
+            // Not kept while waiting: the source's newer versions replace it.
+            drop(pod);
+            let next = match synced {
                 Ok(Synced::Terminal) => return true,
                 Ok(Synced::Running(next)) => next,
                 Err(e) => {
                     warn!(error = %e, "Error syncing pod, skipping");
-                    if let SyncError::Mount(_) = e {
-                        self.event(&pod, EventKind::Warning, FAILED_MOUNT, &e.to_string());
-                    }
                     retry_at = Some(Instant::now() + self.shared.config.sync_error_backoff);
                     None
                 }
@@ -678,9 +694,7 @@ impl Worker {
         let no_waiting = HashMap::new();
         loop {
             // The newest pod, or the last one known when it left the source.
-            let Some(pod) = self.pod().or_else(|| self.last.clone()) else {
-                return true;
-            };
+            let pod = self.latest();
             let runtime = self.shared.runtime.pod_status(&self.uid).await;
             self.set_status(&pod, &runtime, false, &no_waiting);
             for c in &runtime.containers {
@@ -723,9 +737,7 @@ impl Worker {
     /// `terminate_pod` (the status manager deletes the pod from the API); FINISHED until the
     /// pod leaves the source.
     async fn reclaim(mut self) {
-        let Some(pod) = self.pod().or_else(|| self.last.clone()) else {
-            return;
-        };
+        let pod = self.latest();
         self.shared.lifecycles.set(&self.uid, Lifecycle::Terminated);
         self.shared.volumes.pod_updated();
         let runtime = self.shared.runtime.pod_status(&self.uid).await;
@@ -751,7 +763,7 @@ impl Worker {
             }
         }
         self.shared.runtime.remove_pod(&self.uid).await;
-        let pod = self.pod().unwrap_or(pod);
+        let pod = self.latest();
         self.shared.status.terminate_pod(&pod);
         self.shared.lifecycles.set(&self.uid, Lifecycle::Finished);
         debug!("pod finished");

@@ -275,6 +275,13 @@ impl Populator {
     fn process_pod_volumes(&self, pod: &Arc<Pod>) {
         let pod_name = unique_pod_name(pod);
         if self.processed().get(&pod_name) == Some(&true) {
+            // The latest version replaces the one kept, so a pod is held once, not twice.
+            self.dsw.refresh_pod(&pod_name, pod);
+            if let Some(kept) = self.registered().get_mut(&pod_name)
+                && !Arc::ptr_eq(kept, pod)
+            {
+                *kept = pod.clone();
+            }
             return;
         }
         if let Some(objects) = &self.objects {

@@ -247,6 +247,42 @@ impl DesiredStateOfWorld {
         Ok(volume_name)
     }
 
+    /// The object kept for `pod_name`'s volumes becomes `pod`, a newer version of the same pod
+    /// (upstream's desired state points at the pod manager's object, which every update
+    /// replaces). Keeping the first version instead would hold a second typed copy of every
+    /// pod whose status changed since it was added. Nothing to mount changes; a pod whose
+    /// volumes already hold `pod` is not written.
+    pub fn refresh_pod(&self, pod_name: &UniquePodName, pod: &Arc<Pod>) {
+        let holds_other = |inner: &Inner| {
+            inner.by_pod.get(pod_name).is_some_and(|index| {
+                index.values().any(|volume_name| {
+                    inner
+                        .volumes
+                        .get(volume_name)
+                        .and_then(|entry| entry.pods.get(pod_name))
+                        .is_some_and(|p| !Arc::ptr_eq(&p.pod, pod))
+                })
+            })
+        };
+        if !holds_other(&self.read()) {
+            return;
+        }
+        let mut guard = self.write();
+        let inner = &mut *guard;
+        let Some(index) = inner.by_pod.get(pod_name) else {
+            return;
+        };
+        for volume_name in index.values() {
+            if let Some(p) = inner
+                .volumes
+                .get_mut(volume_name)
+                .and_then(|entry| entry.pods.get_mut(pod_name))
+            {
+                p.pod = pod.clone();
+            }
+        }
+    }
+
     /// V26: removes the pod from the volume, the volume when no pod is left, and the pod's
     /// errors.
     pub fn delete_pod_from_volume(&self, pod_name: &UniquePodName, volume_name: &UniqueVolumeName) {

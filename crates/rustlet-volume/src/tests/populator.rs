@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, PodStatus, Volume};
 use rustlet_core::UniquePodName;
 
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, MarkVolumeOpts, VolumeMountState};
@@ -60,6 +60,34 @@ fn test_find_and_add_new_pods_with_different_conditions() {
             "{has_added} {state}"
         );
     }
+}
+
+/// A pod whose status changed is held once: the desired state keeps the pod source's latest
+/// version, not the first it saw (each version is a full typed copy of the pod).
+#[test]
+fn a_processed_pod_is_kept_in_its_latest_version_only() {
+    let f = fixture();
+    let first = pod_with_volumes("p", vec![volume(empty_dir("a")), volume(empty_dir("b"))]);
+    f.pods.add(first.clone());
+    f.populator.populate();
+    assert_eq!(f.dsw.volumes_to_mount().len(), 2);
+    let first_version = Arc::downgrade(&first);
+    let mut newer = (*first).clone();
+    newer.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        ..Default::default()
+    });
+    let newer = Arc::new(newer);
+    f.pods.add(newer.clone());
+    drop(first);
+    f.populator.populate();
+    assert!(
+        first_version.upgrade().is_none(),
+        "nothing keeps the first version"
+    );
+    let kept = f.dsw.volumes_to_mount();
+    assert_eq!(kept.len(), 2);
+    assert!(kept.iter().all(|v| Arc::ptr_eq(&v.pod, &newer)));
 }
 
 #[test]

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -115,6 +116,9 @@ struct Entry {
 pub struct NestedPendingOperations {
     inner: Mutex<Table>,
     idle: Notify,
+    /// Someone found no room ([`Self::has_room`]) and waits for [`Self::room_freed`].
+    wants_room: AtomicBool,
+    room: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -235,6 +239,27 @@ impl NestedPendingOperations {
         if table.pending == 0 {
             self.idle.notify_waiters();
         }
+        if self.wants_room.swap(false, Ordering::AcqRel) {
+            // A stored permit: a waiter that is not waiting yet still sees it.
+            self.room.notify_one();
+        }
+    }
+
+    /// Whether fewer than `limit` operations are running. When not, the next one to end
+    /// announces it through [`Self::room_freed`] (checked and asked under the table's lock, so
+    /// an end between the two is not missed).
+    pub fn has_room(&self, limit: usize) -> bool {
+        let table = self.table();
+        if table.pending < limit {
+            return true;
+        }
+        self.wants_room.store(true, Ordering::Release);
+        false
+    }
+
+    /// Resolves after an operation ended while [`Self::has_room`] had said no.
+    pub async fn room_freed(&self) {
+        self.room.notified().await;
     }
 
     /// Starts `operation` and runs `work` on a task; its result (a panic counts as a failure)
@@ -417,6 +442,33 @@ mod tests {
         handle.await.unwrap();
         assert!(
             matches!(table.start(&key, "volume_mount"), Err(StartError::Backoff { last_error, .. }) if last_error.contains("panicked"))
+        );
+    }
+
+    /// The cap on operations in flight: no room at the limit, and the end of one announces
+    /// room (even when nobody waits yet at that moment); with room, nothing is announced.
+    #[tokio::test(start_paused = true)]
+    async fn room_is_announced_when_an_operation_ends_at_the_limit() {
+        let table = NestedPendingOperations::new();
+        let (a, b) = (
+            OperationKey::new(vol("a"), None),
+            OperationKey::new(vol("b"), None),
+        );
+        table.start(&a, "volume_mount").unwrap();
+        assert!(table.has_room(2));
+        table.start(&b, "volume_mount").unwrap();
+        assert!(!table.has_room(2));
+        table.finish(&a, Ok(()));
+        tokio::time::timeout(Duration::from_secs(1), table.room_freed())
+            .await
+            .expect("room announced");
+        assert!(table.has_room(2));
+        table.finish(&b, Ok(()));
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), table.room_freed())
+                .await
+                .is_err(),
+            "nobody had asked: nothing announced"
         );
     }
 

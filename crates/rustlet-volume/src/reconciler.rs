@@ -27,6 +27,13 @@ pub struct PassReport {
     pub device_unmounts: usize,
 }
 
+/// At most this many volume operations run at once, so a storm does not hold thousands of
+/// started operations (about 2 KB each) waiting for the blocking threads (32). Measured with
+/// 1,000 pods (2,000 mounts): 256 kept the agent's peak RSS at ~90 MiB but slowed the storm
+/// (p99 1.09-1.25 s), no cap reached 94-97 MiB (p99 0.93-1.09 s); 1,024 gave 91-94 MiB and
+/// 1.01-1.07 s. Upstream starts every operation at once.
+pub const MAX_OPERATIONS_IN_FLIGHT: usize = 1024;
+
 /// The reconciler.
 pub struct Reconciler {
     dsw: Arc<DesiredStateOfWorld>,
@@ -185,6 +192,16 @@ impl Reconciler {
                 .volumes_to_mount_where(|volume, pod| !actual.is_mounted_and_current(pod, volume))
         };
         for volume in pending {
+            if !self
+                .executor
+                .operations()
+                .has_room(MAX_OPERATIONS_IN_FLIGHT)
+            {
+                // The rest waits for a pass after some of the running ones end (the manager
+                // runs one when room is freed).
+                clean = false;
+                break;
+            }
             let mut state = self
                 .asw
                 .pod_exists_in_volume(&volume.pod_name, &volume.volume_name);

@@ -122,6 +122,28 @@ async fn non_attachable_volume_is_mounted_in_one_pass_then_left_alone() {
     assert_eq!(w.plugin.calls.set_ups(), 1);
 }
 
+/// A storm larger than `MAX_OPERATIONS_IN_FLIGHT`: one pass starts that many mounts, the
+/// next (after they ended) the rest; each volume is set up once.
+#[tokio::test(start_paused = true)]
+async fn a_pass_starts_at_most_the_cap_of_operations() {
+    let w = world();
+    let pods = crate::reconciler::MAX_OPERATIONS_IN_FLIGHT + 44;
+    for i in 0..pods {
+        w.add(&format!("p{i}"), "cache");
+    }
+    let first = w.reconciler.reconcile();
+    assert_eq!(first.mounts, crate::reconciler::MAX_OPERATIONS_IN_FLIGHT);
+    assert!(
+        !w.executor
+            .operations()
+            .has_room(crate::reconciler::MAX_OPERATIONS_IN_FLIGHT)
+    );
+    w.executor.operations().wait().await;
+    assert_eq!(w.pass().await.mounts, 44);
+    assert_eq!(w.pass().await, PassReport::default());
+    assert_eq!(w.plugin.calls.set_ups(), pods);
+}
+
 #[tokio::test(start_paused = true)]
 async fn unmount_after_the_pod_leaves_then_the_volume_is_dropped() {
     let w = world();

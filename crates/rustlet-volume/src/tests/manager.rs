@@ -79,6 +79,38 @@ impl Running {
     }
 }
 
+/// More mounts than `MAX_OPERATIONS_IN_FLIGHT` at once: the ones held back start as the
+/// first ones end (the run loop's pass on freed room), not at the next resync.
+#[tokio::test(start_paused = true)]
+async fn mounts_held_back_by_the_cap_start_when_room_is_freed() {
+    let root = tempfile::tempdir().unwrap();
+    let r = start(
+        root.path(),
+        Arc::new(FakeMounter::new()),
+        Duration::from_secs(30),
+    );
+    // More than two passes' worth: the first pass and the one the waiters' wake-up asks for
+    // cannot start them all.
+    let pods: Vec<_> = (0..2 * crate::reconciler::MAX_OPERATIONS_IN_FLIGHT + 20)
+        .map(|i| pod_with_volumes(&format!("p{i}"), vec![empty_dir("cache", None)]))
+        .collect();
+    for pod in &pods {
+        r.pods.add(pod.clone());
+    }
+    r.manager.pod_updated();
+    let started = tokio::time::Instant::now();
+    for result in
+        futures::future::join_all(pods.iter().map(|p| r.manager.wait_for_attach_and_mount(p))).await
+    {
+        result.unwrap();
+    }
+    assert!(
+        started.elapsed() < VolumeManagerConfig::new(root.path()).resync_period,
+        "the held-back mounts waited for the resync"
+    );
+    r.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn v1_v2_pods_without_used_volumes_return_at_once() {
     let root = tempfile::tempdir().unwrap();

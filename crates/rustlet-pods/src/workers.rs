@@ -237,12 +237,21 @@ impl PodWorkers {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let pods = self.shared.pods.pods();
-            let mut present = HashSet::with_capacity(pods.len());
+            // Borrowed UIDs, and nothing more for a pod its worker already has in this very
+            // version: a storm changes the source thousands of times, each pass is O(pods).
+            let mut present: HashSet<&str> = HashSet::with_capacity(pods.len());
             let mut volumes_changed = false;
-            for pod in pods {
-                let uid = PodUid::of(&pod);
-                present.insert(uid.clone());
-                if workers.contains_key(&uid) && self.is_new_incarnation(&uid, &pod) {
+            for pod in &pods {
+                let uid_str = pod.metadata.uid.as_deref().unwrap_or_default();
+                present.insert(uid_str);
+                if workers.get(uid_str).is_some_and(|tx| {
+                    let slot = tx.borrow();
+                    slot.in_source && Arc::ptr_eq(&slot.pod, pod)
+                }) {
+                    continue;
+                }
+                let uid = PodUid::of(pod);
+                if workers.contains_key(&uid) && self.is_new_incarnation(&uid, pod) {
                     // W4/W19: the UID came back after its old incarnation was finished and
                     // deleted: a new worker starts it.
                     info!(%uid, "pod re-created with the UID of a finished one: starting it again");
@@ -253,8 +262,8 @@ impl PodWorkers {
                         // Only what a worker acts on wakes it: not the status writes this agent
                         // makes itself (each comes back through the watch).
                         tx.send_if_modified(|current| {
-                            let same = current.in_source && Arc::ptr_eq(&current.pod, &pod);
-                            let wake = !same && (!current.in_source || matters(&current.pod, &pod));
+                            let same = current.in_source && Arc::ptr_eq(&current.pod, pod);
+                            let wake = !same && (!current.in_source || matters(&current.pod, pod));
                             if wake
                                 && current.pod.metadata.deletion_timestamp
                                     != pod.metadata.deletion_timestamp
@@ -285,7 +294,7 @@ impl PodWorkers {
                             cancel: cancel.clone(),
                             backoff: HashMap::new(),
                         };
-                        let span = info_span!("pod", pod = %full_name(&pod), %uid);
+                        let span = info_span!("pod", pod = %full_name(pod), %uid);
                         tokio::spawn(worker.run().instrument(span));
                     }
                 }
@@ -293,7 +302,7 @@ impl PodWorkers {
             // Pods gone from the source: their workers terminate them (orphans), and finished
             // ones are forgotten.
             workers.retain(|uid, tx| {
-                if present.contains(uid) {
+                if present.contains(uid.as_str()) {
                     return true;
                 }
                 volumes_changed = true;
@@ -317,7 +326,7 @@ impl PodWorkers {
                 () = cancel.cancelled() => return,
                 changed = self.changes.changed() => if changed.is_err() { return },
                 _ = tick.tick() => {
-                    let keep: HashSet<PodUid> = present;
+                    let keep: HashSet<PodUid> = present.iter().map(|uid| PodUid::new(*uid)).collect();
                     self.shared.status.remove_orphaned_statuses(&keep);
                 }
             }

@@ -14,7 +14,9 @@
 //!    (the whole, and per pod from its manifest's write to the poll that first saw it
 //!    Running: median and p99; the poll runs every 10 ms, every 100 ms above 100 pods, and
 //!    bounds the resolution), idle CPU of the agent over 10 s
-//!    with every pod running, and its peak RSS (`VmHWM`).
+//!    with every pod running, and its peak RSS (`VmHWM`). Each run gets a fresh ext4 file
+//!    system on a loop device (`-- shared-fs`: the shared temporary directory instead, where
+//!    the previous runs' removals slow inode allocation), and measures its floor on it first.
 //! 2. Kube mode against the test API server: API requests the agent makes per pod lifecycle
 //!    (create → Running → deleted), by verb, against upstream's shape for the same lifecycle
 //!    (a GET before every status PATCH, spec `status-manager.md` R34-R39).
@@ -218,7 +220,58 @@ fn layout_floor(dir: &Path, pods: usize) -> (Duration, Duration) {
     (alone, start.elapsed())
 }
 
+/// A fresh ext4 file system for one run, on a loop device (`mkfs.ext4`, `mount -o loop`), as a
+/// node's disk after boot. ext4 steps over inodes freed in the last minutes when it allocates
+/// (`recently_deleted`), so on the shared temporary directory a run right after another one's
+/// removals measured those removals: the floor moved 3-6x between runs. Unmounted (with
+/// whatever the agent left mounted inside) when dropped.
+struct FreshFs {
+    mount: std::path::PathBuf,
+}
+
+impl FreshFs {
+    fn new(dir: &Path, name: &str) -> Option<Self> {
+        let image = dir.join(format!("{name}.img"));
+        let mount = dir.join(name);
+        std::fs::create_dir_all(&mount).ok()?;
+        std::fs::File::create(&image).ok()?.set_len(4 << 30).ok()?;
+        let ok = |cmd: &mut Command| {
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let made = ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image))
+            && ok(Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&image)
+                .arg(&mount));
+        let _ = std::fs::remove_file(&image);
+        made.then_some(Self { mount })
+    }
+}
+
+impl Drop for FreshFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-R").arg(&self.mount).status();
+    }
+}
+
 fn local_mode(dir: &Path, pods: usize) {
+    let fresh = if std::env::args().any(|a| a == "shared-fs") {
+        None
+    } else {
+        FreshFs::new(dir, &format!("fs-{pods}"))
+    };
+    let dir = fresh.as_ref().map_or(dir, |fs| fs.mount.as_path());
+    println!(
+        "file system: {}",
+        if fresh.is_some() {
+            "a fresh ext4 on a loop device"
+        } else {
+            "the shared temporary directory"
+        }
+    );
     let (floor_alone, floor_parallel) = layout_floor(dir, pods);
     let root = dir.join(format!("root-{pods}"));
     let manifests = dir.join(format!("manifests-{pods}"));

@@ -124,20 +124,18 @@ impl Backend {
                     .map(|item| item.map_err(WatchError::from))
                     .boxed()
             }
-            Self::Local(store) => {
-                match FieldSelector::parse(fields).and_then(|f| f.check(K::KIND).map(|()| f)) {
-                    Ok(fields) => crate::local::watch::events(
-                        store.clone(),
-                        Selection {
-                            kind: K::KIND,
-                            namespace: namespace.map(str::to_owned),
-                            fields,
-                        },
-                    )
-                    .boxed(),
-                    Err(err) => futures::stream::iter([Err(WatchError::Local(err))]).boxed(),
-                }
-            }
+            Self::Local(store) => match FieldSelector::parse_for(K::KIND, fields) {
+                Ok(fields) => crate::local::watch::events(
+                    store.clone(),
+                    Selection {
+                        kind: K::KIND,
+                        namespace: namespace.map(str::to_owned),
+                        fields,
+                    },
+                )
+                .boxed(),
+                Err(err) => futures::stream::iter([Err(WatchError::Local(err))]).boxed(),
+            },
         }
     }
 

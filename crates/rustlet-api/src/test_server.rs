@@ -579,9 +579,7 @@ impl Context<'_> {
 
     fn selection(&self, kind: Kind, namespace: Option<String>) -> Result<Selection, Response> {
         let fields = query_param(&self.query, "fieldSelector").unwrap_or_default();
-        let fields = FieldSelector::parse(&fields)
-            .and_then(|f| f.check(kind).map(|()| f))
-            .map_err(|e| store_error(&e))?;
+        let fields = FieldSelector::parse_for(kind, &fields).map_err(|e| store_error(&e))?;
         Ok(Selection {
             kind,
             namespace,

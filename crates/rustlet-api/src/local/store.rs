@@ -382,6 +382,14 @@ impl FieldSelector {
             .all(|(field, equal, value)| (object.field(field) == value) == *equal)
     }
 
+    /// [`Self::parse`], then [`Self::check`] against `kind`: what a list or watch of `kind`
+    /// accepts.
+    pub fn parse_for(kind: Kind, selector: &str) -> Result<Self, StoreError> {
+        let fields = Self::parse(selector)?;
+        fields.check(kind)?;
+        Ok(fields)
+    }
+
     /// As the API server: a field `kind` cannot be selected by is a 400.
     pub fn check(&self, kind: Kind) -> Result<(), StoreError> {
         match self

@@ -877,6 +877,44 @@ async fn a_strategic_patch_of_a_whole_object_is_refused_not_misapplied() {
     assert_eq!(patched.metadata.labels.unwrap()["a"], "b");
 }
 
+/// As the API server: a field selector on a field the kind cannot be selected by is a 400
+/// (`field label not supported`), on a list and on a watch; a selectable one filters.
+#[tokio::test]
+async fn a_field_selector_the_kind_does_not_support_is_a_bad_request() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use kube::api::{Api, ListParams};
+    let server = server().await;
+    server.store().create(pod("web", "node-a")).unwrap();
+    server.store().create(pod("db", "node-b")).unwrap();
+    let client = server.client().await.unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "ns");
+    match config_maps
+        .list(&ListParams::default().fields("data.owner=a"))
+        .await
+    {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 400);
+            assert_eq!(status.reason, "BadRequest");
+            assert!(
+                status
+                    .message
+                    .contains("field label not supported: data.owner")
+            );
+        }
+        other => panic!("expected a 400, got {other:?}"),
+    }
+    let pods: Api<Pod> = Api::namespaced(client, "ns");
+    let listed = pods
+        .list(&ListParams::default().fields("spec.nodeName=node-b"))
+        .await
+        .unwrap();
+    let names: Vec<_> = listed
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["db"]);
+}
+
 /// Issue 10 item 17: the server assigns the UID of a created object, whatever the request
 /// carries, as the API server does.
 #[tokio::test]

@@ -17,7 +17,7 @@ use rustlet_status::{Clock, SystemClock};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use super::admission::{Operation, admit, check_decodes};
+use super::admission::{Operation, admit, check_status_decodes};
 
 /// How a store keeps its past.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -910,7 +910,7 @@ impl Store {
         if updated == stored {
             return Ok(updated);
         }
-        check_decodes(&reference, &updated)?;
+        check_status_decodes(&reference, &updated)?;
         self.write_modified(&mut inner, &reference, &mut updated);
         Ok(updated)
     }
@@ -981,7 +981,7 @@ impl Store {
         if object == stored {
             return Ok(object);
         }
-        check_decodes(reference, &object)?;
+        check_status_decodes(reference, &object)?;
         self.write_modified(&mut inner, reference, &mut object);
         Ok(object)
     }

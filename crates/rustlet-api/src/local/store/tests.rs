@@ -336,6 +336,28 @@ fn a_watch_from_before_the_history_is_gone() {
     );
 }
 
+/// A status write whose status does not decode is a 422 naming the field under `status`,
+/// and leaves the stored object as it was.
+#[test]
+fn a_status_that_does_not_decode_is_refused_with_its_path() {
+    let store = store();
+    store.create(pod("p")).unwrap();
+    let before = store.get(&pod_ref("p")).unwrap();
+    let err = store
+        .patch_status(
+            &pod_ref("p"),
+            &json!({"status": {"containerStatuses": [{"name": "c", "restartCount": "many"}]}}),
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), 422);
+    assert!(
+        err.to_string()
+            .contains("status.containerStatuses[0].restartCount"),
+        "{err}"
+    );
+    assert_eq!(store.get(&pod_ref("p")).unwrap(), before);
+}
+
 /// A short history (the agent's own store) lets old versions go: after `history` more writes
 /// nothing keeps the first version alive, while the default history still holds it.
 #[test]

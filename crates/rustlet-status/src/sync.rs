@@ -10,7 +10,7 @@
 //!   time, when a retry batch syncs it (full-batch rules). Success leaves the state.
 //! * **Gone**: deleted from the API (or recreated under another UID): the cache entry is dropped.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,7 @@ use rustlet_core::normalize::normalize_status;
 use rustlet_core::patch::status_patch;
 use rustlet_core::pod::is_static_pod;
 use rustlet_core::{PodUid, VersionedPodStatus};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -188,8 +188,7 @@ impl Syncer {
         let period = self.ctx.config.sync_period;
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let permits = Arc::new(Semaphore::new(self.ctx.config.max_concurrent_syncs.max(1)));
-        let mut tasks = Tasks::default();
+        let mut tasks = Tasks::new(self.ctx.config.max_concurrent_syncs.max(1));
         loop {
             let next_retry = self.next_retry();
             tokio::select! {
@@ -197,16 +196,20 @@ impl Syncer {
                 () = cancel.cancelled() => break,
                 Some(done) = tasks.set.join_next_with_id() => {
                     let done = tasks.finished(done);
-                    self.complete(done, &mut tasks, &permits);
+                    self.complete(done, &mut tasks);
                 }
-                _ = ticker.tick() => self.dispatch(BatchKind::Full, None, &mut tasks, &permits),
+                _ = ticker.tick() => self.dispatch(BatchKind::Full, None, &mut tasks),
                 () = sleep_until_opt(next_retry) => {
-                    self.dispatch(BatchKind::Retry, None, &mut tasks, &permits);
+                    self.dispatch(BatchKind::Retry, None, &mut tasks);
                 }
                 Some(()) = self.kick_rx.recv() => {
-                    self.dispatch(BatchKind::Kick, None, &mut tasks, &permits);
+                    self.dispatch(BatchKind::Kick, None, &mut tasks);
                 }
             }
+        }
+        // Planned syncs not started: the flush below syncs what they would have.
+        for work in tasks.queue.drain(..) {
+            self.in_flight.remove(&work.cache_uid);
         }
         let deadline = self.ctx.config.shutdown_flush_deadline;
         let flushed = tokio::time::timeout(deadline, async {
@@ -238,40 +241,25 @@ impl Syncer {
     }
 
     /// Plans a batch (or one pod, `only`) and spawns a sync task per pod.
-    fn dispatch(
-        &mut self,
-        kind: BatchKind,
-        only: Option<&PodUid>,
-        tasks: &mut Tasks,
-        permits: &Arc<Semaphore>,
-    ) {
+    fn dispatch(&mut self, kind: BatchKind, only: Option<&PodUid>, tasks: &mut Tasks) {
         if only.is_none() {
             self.ctx.shared.metrics.batch(kind.name());
         }
         for work in self.plan(kind, only) {
-            let (ctx, permits) = (self.ctx.clone(), permits.clone());
-            let uid = work.cache_uid.clone();
-            self.in_flight.insert(uid.clone());
-            let handle = tasks.set.spawn(async move {
-                let _permit = permits.acquire_owned().await;
-                sync_pod(&ctx, &work).await
-            });
-            tasks.uids.insert(handle.id(), uid);
+            self.in_flight.insert(work.cache_uid.clone());
+            tasks.launch(&self.ctx, work);
         }
     }
 
     /// A pod's sync task ended: record it, and sync it again if a batch wanted to meanwhile.
-    fn complete(
-        &mut self,
-        done: Option<(PodUid, SyncOutcome)>,
-        tasks: &mut Tasks,
-        permits: &Arc<Semaphore>,
-    ) {
+    fn complete(&mut self, done: Option<(PodUid, SyncOutcome)>, tasks: &mut Tasks) {
+        // A running sync ended: a planned one takes its place.
+        tasks.fill(&self.ctx);
         let Some((uid, outcome)) = done else { return };
         self.in_flight.remove(&uid);
         self.record(uid.clone(), outcome);
         if self.recheck.remove(&uid) && !self.backoff.contains_key(&uid) {
-            self.dispatch(BatchKind::Kick, Some(&uid), tasks, permits);
+            self.dispatch(BatchKind::Kick, Some(&uid), tasks);
         }
     }
 
@@ -528,12 +516,51 @@ impl Syncer {
 /// The sync tasks of `run()`, with the pod each one syncs (a task that panicked still frees
 /// its pod).
 #[derive(Default)]
+/// The running syncs (at most `limit`) and the planned ones waiting for a place: a plan waits
+/// (~1 KB), not a started task (~5 KB: a storm planned 1,000 at once).
 struct Tasks {
     set: JoinSet<SyncOutcome>,
     uids: HashMap<tokio::task::Id, PodUid>,
+    queue: VecDeque<Work>,
+    limit: usize,
 }
 
 impl Tasks {
+    fn new(limit: usize) -> Self {
+        Self {
+            set: JoinSet::new(),
+            uids: HashMap::new(),
+            queue: VecDeque::new(),
+            limit,
+        }
+    }
+
+    /// Starts `work` now if fewer than `limit` syncs run, else queues it (in plan order).
+    fn launch(&mut self, ctx: &Arc<SyncContext>, work: Work) {
+        if self.set.len() >= self.limit {
+            self.queue.push_back(work);
+        } else {
+            self.spawn(ctx, work);
+        }
+    }
+
+    /// Starts queued work while there is room.
+    fn fill(&mut self, ctx: &Arc<SyncContext>) {
+        while self.set.len() < self.limit {
+            let Some(work) = self.queue.pop_front() else {
+                return;
+            };
+            self.spawn(ctx, work);
+        }
+    }
+
+    fn spawn(&mut self, ctx: &Arc<SyncContext>, work: Work) {
+        let ctx = ctx.clone();
+        let uid = work.cache_uid.clone();
+        let handle = self.set.spawn(async move { sync_pod(&ctx, &work).await });
+        self.uids.insert(handle.id(), uid);
+    }
+
     fn finished(
         &mut self,
         done: Result<(tokio::task::Id, SyncOutcome), JoinError>,

@@ -117,6 +117,8 @@ struct FakeState {
     latency: Option<Duration>,
     in_flight: HashMap<(String, String), usize>,
     max_in_flight_per_pod: usize,
+    in_flight_total: usize,
+    max_in_flight_total: usize,
 }
 
 /// A stateful fake API server for pods: GET, status PATCH (strategic merge, UID and
@@ -227,6 +229,11 @@ impl FakePodStatusClient {
         self.state().max_in_flight_per_pod
     }
 
+    /// The most requests ever in flight at once, all pods together.
+    pub fn max_in_flight_total(&self) -> usize {
+        self.state().max_in_flight_total
+    }
+
     async fn begin(&self, action: Action) -> Option<Reaction> {
         let k = key(&action.namespace, &action.name);
         let latency = {
@@ -236,6 +243,8 @@ impl FakePodStatusClient {
             *in_flight += 1;
             let now = *in_flight;
             state.max_in_flight_per_pod = state.max_in_flight_per_pod.max(now);
+            state.in_flight_total += 1;
+            state.max_in_flight_total = state.max_in_flight_total.max(state.in_flight_total);
             state.latency
         };
         if let Some(latency) = latency {
@@ -246,6 +255,7 @@ impl FakePodStatusClient {
             if let Some(in_flight) = state.in_flight.get_mut(&k) {
                 *in_flight -= 1;
             }
+            state.in_flight_total -= 1;
             let index = state.reactors.iter().position(|r| {
                 r.verb.is_none_or(|v| v == action.verb)
                     && r.name.as_deref().is_none_or(|n| n == action.name)

@@ -206,6 +206,44 @@ fn started(
     (manager, client, pods, cancel, handle)
 }
 
+/// The running task with more changed pods than `max_concurrent_syncs`: exactly that many
+/// requests run at once (the others wait as plans, not as started tasks), every pod gets its
+/// one PATCH, and the drain takes the batches' time.
+#[tokio::test(start_paused = true)]
+async fn the_running_task_keeps_max_concurrent_syncs_requests_in_flight() {
+    let config = StatusManagerConfig {
+        api_qps: f64::INFINITY,
+        ..StatusManagerConfig::default()
+    };
+    let limit = config.max_concurrent_syncs;
+    let (manager, client, pods, cancel, handle) = started(config);
+    client.set_latency(Duration::from_millis(5));
+    let many: Vec<Pod> = (0..4 * limit)
+        .map(|i| {
+            let mut pod = test_pod();
+            pod.metadata.name = Some(format!("pod-{i}"));
+            pod.metadata.uid = Some(format!("uid-{i}"));
+            let stored = client.put_pod(pod);
+            pods.add_pod(stored.clone());
+            stored
+        })
+        .collect();
+    for pod in &many {
+        manager.set_pod_status(pod, random_status(1));
+    }
+    tokio::time::sleep(Duration::from_millis(5 * 4 + 2)).await;
+    let patched = client
+        .take_actions()
+        .iter()
+        .filter(|a| a.verb == Verb::Patch)
+        .count();
+    assert_eq!(patched, 4 * limit, "every pod synced in four rounds");
+    assert_eq!(client.max_in_flight_total(), limit);
+    assert_eq!(client.max_in_flight_per_pod(), 1);
+    cancel.cancel();
+    handle.await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn failed_sync_is_retried_after_a_backoff_not_the_next_batch() {
     let config = StatusManagerConfig {

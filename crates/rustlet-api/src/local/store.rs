@@ -421,8 +421,8 @@ impl StoredObject {
             .selectable_fields()
             .iter()
             .filter_map(|name| {
-                let pointer = format!("/{}", name.replace('.', "/"));
-                let text = match object.pointer(&pointer)? {
+                let found = name.split('.').try_fold(object, |v, key| v.get(key))?;
+                let text = match found {
                     Value::String(s) => s.clone(),
                     Value::Bool(b) => b.to_string(),
                     Value::Number(n) => n.to_string(),
@@ -768,11 +768,7 @@ impl Store {
 
     /// The stored object.
     pub fn get(&self, reference: &ObjectRef) -> Result<Value, StoreError> {
-        self.lock()
-            .objects
-            .get(reference)
-            .map(|o| o.to_value())
-            .ok_or_else(|| StoreError::NotFound(reference.clone()))
+        Self::stored(&self.lock(), reference)
     }
 
     /// The stored version, parsed.

@@ -30,6 +30,16 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "rustlet-cri",
+        &[
+            "rustlet-core",
+            "rustlet-status",
+            "rustlet-volume",
+            "rustlet-mount",
+            "rustlet-pods",
+        ],
+    ),
+    (
         "rustlet",
         &[
             "rustlet-core",
@@ -38,6 +48,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "rustlet-mount",
             "rustlet-api",
             "rustlet-pods",
+            "rustlet-cri",
         ],
     ),
     (
@@ -49,6 +60,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "rustlet-mount",
             "rustlet-api",
             "rustlet-pods",
+            "rustlet-cri",
         ],
     ),
     ("xtask", &[]),
@@ -75,7 +87,9 @@ pub const FORBIDDEN: &[(&str, &[&str])] = &[
     ("rustlet-status", &["kube", "nix", "sys-mount", "anyhow"]),
     ("rustlet-volume", &["kube", "anyhow"]),
     ("rustlet-api", &["anyhow"]),
-    ("rustlet-pods", &["kube", "anyhow"]),
+    ("rustlet-pods", &["kube", "anyhow", "tonic"]),
+    // The CRI runtime speaks gRPC, never the Kubernetes API.
+    ("rustlet-cri", &["kube", "anyhow"]),
 ];
 
 /// Runs every check.

@@ -1,0 +1,412 @@
+//! The test helper for real containers: a private containerd (its own root, state, socket, runc
+//! root, CNI configuration and network namespace under a privileged temp dir) with a busybox
+//! image built here from the static `/bin/busybox`, since no registry is reachable.
+//!
+//! Nothing touches the host's containerd, mounts or network: containerd runs inside a new
+//! network namespace (host-network pods share that namespace, the CNI bridge lives in it), in
+//! the test run's private mount namespace (see `rustlet_mount::testing`). On drop every
+//! container is force-deleted through runc, containerd stops, and what is still mounted under
+//! the temp dir is unmounted before the dir is removed.
+//!
+//! Like the mount tests: without root, containerd, runc or the CNI plugins the test prints
+//! `skipped: needs CAP_SYS_ADMIN` and why; with `RUSTLET_REQUIRE_PRIVILEGED=1` it fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustlet_mount::testing::{PrivilegedDir, privileged_dir};
+
+use crate::client::CriClient;
+
+/// The workload image every test pod can use (`/bin/sh`, `sleep`, `cat`, `httpd`, `nc`...).
+pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1";
+/// The sandbox ("pause") image: the same busybox, `sleep infinity`.
+pub const PAUSE_IMAGE: &str = "localhost/pause:1";
+
+/// Busybox applets linked into the image's `/bin`.
+const APPLETS: &[&str] = &[
+    "sh", "sleep", "cat", "echo", "ls", "test", "[", "true", "false", "mkdir", "touch", "wc",
+    "grep", "head", "tail", "env", "id", "hostname", "ip", "ps", "kill", "nc", "httpd", "date",
+    "printf", "stat", "rm", "mv", "cp", "seq", "mount", "df",
+];
+
+/// A private containerd for one test.
+pub struct PrivateContainerd {
+    child: Option<Child>,
+    dir: Option<PrivilegedDir>,
+    endpoint: String,
+}
+
+fn require(test: &str, what: &str, present: bool) -> Option<()> {
+    if present {
+        return Some(());
+    }
+    if std::env::var("RUSTLET_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        panic!("{test}: needs {what}, absent, and RUSTLET_REQUIRE_PRIVILEGED=1");
+    }
+    eprintln!("{test}: skipped: needs CAP_SYS_ADMIN and {what}");
+    None
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(program).is_file()))
+}
+
+impl PrivateContainerd {
+    /// Starts containerd with the busybox image imported, or `None` after printing why the
+    /// test is skipped (panics instead under `RUSTLET_REQUIRE_PRIVILEGED=1`).
+    pub async fn start(test: &str) -> Option<Self> {
+        let dir = privileged_dir(test)?;
+        require(test, "containerd", on_path("containerd"))?;
+        require(test, "runc", on_path("runc"))?;
+        require(test, "ctr", on_path("ctr"))?;
+        require(
+            test,
+            "the CNI plugins",
+            Path::new("/usr/lib/cni/bridge").is_file(),
+        )?;
+        require(
+            test,
+            "a static /bin/busybox",
+            Path::new("/bin/busybox").is_file(),
+        )?;
+        let root = dir.path().to_owned();
+        write_config(&root).expect("containerd config");
+        let log = std::fs::File::create(root.join("containerd.log")).expect("log file");
+        // A new network namespace with its loopback up, then containerd in it.
+        let child = Command::new("unshare")
+            .args(["--net", "sh", "-c"])
+            .arg("ip link set lo up && exec containerd --config \"$1\"")
+            .arg("sh")
+            .arg(root.join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start containerd");
+        let endpoint = format!("unix://{}", root.join("containerd.sock").display());
+        let mut this = Self {
+            child: Some(child),
+            dir: Some(dir),
+            endpoint,
+        };
+        this.wait_ready().await;
+        this.import_image();
+        Some(this)
+    }
+
+    /// `unix://<socket>`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The private temp dir (containerd's files are beneath it; a test may use it too).
+    pub fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("live").path()
+    }
+
+    /// containerd's PID (its network namespace is the pods' host network).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("live").id()
+    }
+
+    /// containerd's log so far (for a failing test's message).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir().join("containerd.log")).unwrap_or_default()
+    }
+
+    /// Waits (real time: containerd is a real process) until the CRI plugin answers.
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(client) = CriClient::new(&self.endpoint, Duration::from_secs(2))
+                && client.version().await.is_ok()
+            {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("containerd exited ({status}):\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not answer within 30 s:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn import_image(&self) {
+        let tar = self.dir().join("busybox-oci.tar");
+        std::fs::write(&tar, build_image_tar()).expect("write image");
+        let socket = self.dir().join("containerd.sock");
+        let out = Command::new("ctr")
+            .arg("-a")
+            .arg(&socket)
+            .args(["-n", "k8s.io", "images", "import"])
+            .arg(&tar)
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr images import: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Force-deletes every container runc knows under the private root (a test's pods do not
+    /// outlive it), then stops containerd.
+    fn teardown(&mut self) {
+        let Some(dir) = self.dir.as_ref() else { return };
+        let runc_root = dir.path().join("runc-root").join("k8s.io");
+        if let Ok(out) = Command::new("runc")
+            .arg("--root")
+            .arg(&runc_root)
+            .args(["list", "-q"])
+            .output()
+        {
+            for id in String::from_utf8_lossy(&out.stdout).lines() {
+                let _ = Command::new("runc")
+                    .arg("--root")
+                    .arg(&runc_root)
+                    .args(["delete", "--force", id])
+                    .output();
+            }
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Shims of this containerd (their `-address` is our socket) exit once their
+        // containers are gone; kill any left.
+        let socket = dir.path().join("containerd.sock");
+        kill_shims_of(&socket);
+    }
+}
+
+impl Drop for PrivateContainerd {
+    fn drop(&mut self) {
+        self.teardown();
+        // PrivilegedDir unmounts what is left beneath the dir and removes it.
+        self.dir.take();
+    }
+}
+
+fn kill_shims_of(socket: &Path) {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let needle = socket.as_os_str().as_encoded_bytes();
+    for entry in procs.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let is_shim = cmdline.starts_with(b"/usr/bin/containerd-shim")
+            || cmdline
+                .windows(b"containerd-shim".len())
+                .any(|w| w == b"containerd-shim");
+        if is_shim && cmdline.windows(needle.len()).any(|w| w == needle) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
+fn write_config(root: &Path) -> std::io::Result<()> {
+    let d = root.display();
+    let config = format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = "{d}/containerd.sock"
+
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{d}/opt"
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "{PAUSE_IMAGE}"
+    netns_mounts_under_state_dir = true
+    restrict_oom_score_adj = true
+    disable_tcp_service = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "{d}/cni-conf"
+      max_conf_num = 1
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          Root = "{d}/runc-root"
+          SystemdCgroup = false
+"#
+    );
+    std::fs::write(root.join("config.toml"), config)?;
+    let cni = root.join("cni-conf");
+    std::fs::create_dir_all(&cni)?;
+    let conf = format!(
+        r#"{{ "cniVersion": "1.0.0", "name": "rustlet-test",
+  "plugins": [ {{ "type": "bridge", "bridge": "rltest0", "isGateway": true, "ipMasq": false,
+                 "hairpinMode": true,
+                 "ipam": {{ "type": "host-local", "ranges": [[{{"subnet": "10.88.0.0/16"}}]],
+                           "routes": [{{"dst": "0.0.0.0/0"}}], "dataDir": "{d}/cni-ipam" }} }},
+               {{ "type": "loopback" }} ] }}"#
+    );
+    // Written whole, then renamed: CRI reloads the directory on every file event.
+    let tmp = root.join("podnet.tmp");
+    std::fs::write(&tmp, conf)?;
+    std::fs::rename(tmp, cni.join("10-podnet.conflist"))
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, data)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_ustar();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_size(size);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h
+}
+
+fn append_file(b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, data: &[u8]) {
+    let mut h = header(tar::EntryType::Regular, mode, data.len() as u64);
+    b.append_data(&mut h, path, data).expect("tar entry");
+}
+
+/// The image's one layer: busybox, its applets, `/etc/passwd`, empty mount points.
+fn build_layer() -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for dir in [
+        "bin", "etc", "proc", "sys", "dev", "data", "root", "var", "www",
+    ] {
+        let mut h = header(tar::EntryType::Directory, 0o755, 0);
+        b.append_data(&mut h, format!("{dir}/"), std::io::empty())
+            .expect("tar dir");
+    }
+    let mut h = header(tar::EntryType::Directory, 0o1777, 0);
+    b.append_data(&mut h, "tmp/", std::io::empty())
+        .expect("tar dir");
+    let busybox = std::fs::read("/bin/busybox").expect("read /bin/busybox");
+    append_file(&mut b, "bin/busybox", 0o755, &busybox);
+    for applet in APPLETS {
+        let mut h = header(tar::EntryType::Symlink, 0o777, 0);
+        b.append_link(&mut h, format!("bin/{applet}"), "busybox")
+            .expect("tar link");
+    }
+    append_file(
+        &mut b,
+        "etc/passwd",
+        0o644,
+        b"root:x:0:0:root:/root:/bin/sh\n",
+    );
+    append_file(&mut b, "etc/group", 0o644, b"root:x:0:\n");
+    b.into_inner().expect("layer tar")
+}
+
+/// An OCI image layout tarball naming the one image twice: [`BUSYBOX_IMAGE`] and
+/// [`PAUSE_IMAGE`].
+pub fn build_image_tar() -> Vec<u8> {
+    let layer = build_layer();
+    let layer_digest = sha256_hex(&layer);
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": { "Env": ["PATH=/bin"], "Cmd": ["/bin/sleep", "infinity"] },
+        "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{layer_digest}")] },
+    })
+    .to_string()
+    .into_bytes();
+    let config_digest = sha256_hex(&config);
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": format!("sha256:{config_digest}"),
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": "application/vnd.oci.image.layer.v1.tar",
+            "digest": format!("sha256:{layer_digest}"),
+            "size": layer.len(),
+        }],
+    })
+    .to_string()
+    .into_bytes();
+    let manifest_digest = sha256_hex(&manifest);
+    let entry = |name: &str| {
+        let tag = name.rsplit(':').next().unwrap_or("latest");
+        serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": format!("sha256:{manifest_digest}"),
+            "size": manifest.len(),
+            "platform": { "architecture": "amd64", "os": "linux" },
+            "annotations": {
+                "io.containerd.image.name": name,
+                "org.opencontainers.image.ref.name": tag,
+            },
+        })
+    };
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [entry(BUSYBOX_IMAGE), entry(PAUSE_IMAGE)],
+    })
+    .to_string()
+    .into_bytes();
+    let mut b = tar::Builder::new(Vec::new());
+    append_file(
+        &mut b,
+        "oci-layout",
+        0o644,
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+    );
+    append_file(&mut b, "index.json", 0o644, &index);
+    for (digest, blob) in [
+        (&layer_digest, &layer),
+        (&config_digest, &config),
+        (&manifest_digest, &manifest),
+    ] {
+        append_file(&mut b, &format!("blobs/sha256/{digest}"), 0o644, blob);
+    }
+    b.into_inner().expect("image tar")
+}
+
+/// A directory for a test's own files beside containerd's.
+pub fn scratch(containerd: &PrivateContainerd, name: &str) -> PathBuf {
+    let p = containerd.dir().join(name);
+    std::fs::create_dir_all(&p).expect("scratch dir");
+    p
+}

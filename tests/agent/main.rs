@@ -6,6 +6,7 @@
 //! deadline (a missed deadline fails with what was last seen), and assert states, never
 //! durations.
 
+mod cri_mode;
 mod harness;
 mod kube_mode;
 mod local_mode;

@@ -3,6 +3,18 @@
 //! processes.
 //!
 //! * [`client`]: the CRI client (k8s-cri's tonic bindings); every call has a deadline.
+//! * [`config`]: a pod and its containers as CRI requests, their environment, the image pull
+//!   policy; pure.
+//! * [`runtime`]: [`CriRuntime`], the `Runtime` over CRI with a relisted cache (upstream's
+//!   generic PLEG), image pulls with back-off, adoption and orphan removal by pod UID label.
+//!
+//! # Invariants
+//!
+//! * Every CRI call has a deadline.
+//! * Sandboxes and containers carry the pod UID label; nothing without it is ever touched.
+//! * What an action did is in the cache before the action returns, and no relist that began
+//!   earlier overwrites it: a container is never started twice for one sync.
+//! * An agent restart stops nothing: what runs for a known pod is adopted.
 //!
 //! # Boundaries
 //!
@@ -10,7 +22,10 @@
 //! `rustlet-volume` and `rustlet-pods`, never on kube, `rustlet-api` or the binary.
 
 pub mod client;
+pub mod config;
+pub mod runtime;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
 pub use client::{CriClient, CriError};
+pub use runtime::{CriConfig, CriRuntime};

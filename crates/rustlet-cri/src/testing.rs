@@ -97,6 +97,15 @@ impl PrivateContainerd {
         Some(this)
     }
 
+    /// [`Self::start`] for a test without an async runtime.
+    pub fn start_blocking(test: &str) -> Option<Self> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(Self::start(test))
+    }
+
     /// `unix://<socket>`.
     pub fn endpoint(&self) -> &str {
         &self.endpoint

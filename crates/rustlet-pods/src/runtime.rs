@@ -1,6 +1,7 @@
 //! The `Runtime` seam: what the pod workers ask of a container runtime (upstream: the CRI
 //! runtime manager's pod actions, reduced to what the workers need), and what it reports back.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -61,8 +62,10 @@ pub struct ContainerInstance {
     pub name: String,
     /// Init or regular.
     pub kind: ContainerKind,
-    /// The image it runs.
+    /// The image it runs, as the spec names it.
     pub image: String,
+    /// The image's ID as the runtime resolved it (`imageID`: a digest on CRI).
+    pub image_id: String,
     /// 0 for the first instance of a name, then one more per restart.
     pub attempt: i32,
     /// Its state.
@@ -128,6 +131,20 @@ pub enum RuntimeError {
         /// Why.
         message: String,
     },
+    /// The container could not be created or started, for a reason upstream shows as the
+    /// container's waiting reason (`ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`,
+    /// `CreateContainerError`, `RunContainerError`) until a later sync succeeds.
+    #[error("starting container {container} of pod {pod}: {reason}: {message}")]
+    ContainerWaiting {
+        /// `<namespace>/<name>`.
+        pod: String,
+        /// The container's name.
+        container: String,
+        /// The waiting reason.
+        reason: String,
+        /// Why.
+        message: String,
+    },
     /// StopContainer / StopPodSandbox failed.
     #[error("killing pod {pod}: {message}")]
     KillPod {
@@ -165,6 +182,14 @@ pub trait Runtime: Send + Sync {
 
     /// Forgets a killed pod's containers and sandbox.
     async fn remove_pod(&self, uid: &PodUid);
+
+    /// Stops and removes what the runtime runs for pods not in `keep` (upstream's housekeeping
+    /// `killing unwanted pods` and the container GC): after an agent restart, pods deleted
+    /// meanwhile. Called by the workers' housekeeping once the pod sources were read; returns
+    /// quickly (long stops go on in the background).
+    async fn remove_orphans(&self, keep: &HashSet<PodUid>) {
+        let _ = keep;
+    }
 
     /// When this pod's state may next change by itself (a container exits); `None`: not by
     /// itself. A runtime that cannot tell returns its relist period.

@@ -254,6 +254,7 @@ impl Runtime for SimulatedRuntime {
                     name: container.name.clone(),
                     kind,
                     image: container.image.clone().unwrap_or_default(),
+                    image_id: container.image.clone().unwrap_or_default(),
                     attempt,
                     state: InstanceState::Running { started_at },
                 },

@@ -129,7 +129,7 @@ fn container_status(
         status = ContainerStatus {
             name: name.to_owned(),
             image: newest.image.clone(),
-            image_id: newest.image.clone(),
+            image_id: newest.image_id.clone(),
             container_id: Some(newest.id.clone()),
             restart_count: newest.attempt,
             state: Some(state_of(newest)),

@@ -35,7 +35,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::runtime::{ContainerKind, InstanceState, Runtime, RuntimePodStatus, full_name};
+use crate::runtime::{
+    ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, full_name,
+};
 use crate::status::{StatusInput, WaitingReason, generate_api_status};
 
 /// Where a pod is in its lifecycle (upstream `podSyncStatus`'s `WorkType` plus `finished`).
@@ -328,6 +330,12 @@ impl PodWorkers {
                 _ = tick.tick() => {
                     let keep: HashSet<PodUid> = present.iter().map(|uid| PodUid::new(*uid)).collect();
                     self.shared.status.remove_orphaned_statuses(&keep);
+                    if self.shared.lifecycles.is_synced() {
+                        // What the runtime runs for a pod no worker knows (deleted while the
+                        // agent was down) is stopped and removed; a worker's own pods stay.
+                        let known: HashSet<PodUid> = workers.keys().cloned().collect();
+                        self.shared.runtime.remove_orphans(&known).await;
+                    }
                 }
             }
         }
@@ -557,8 +565,19 @@ impl Worker {
                         return Ok(Synced::Running(Some(retry)));
                     }
                     Ok(mounts) => {
-                        self.start(pod, container, ContainerKind::Init, &mounts)
-                            .await?;
+                        if let Err(waiting) = self
+                            .start(pod, container, ContainerKind::Init, &mounts)
+                            .await?
+                        {
+                            let runtime = runtime_api.pod_status(&self.uid).await;
+                            let waiting = HashMap::from([(container.name.clone(), waiting)]);
+                            self.set_status(pod, &runtime, false, &waiting);
+                            let retry = Instant::now() + self.shared.config.sync_error_backoff;
+                            let next = runtime_api
+                                .next_change(&self.uid)
+                                .map_or(retry, |n| n.min(retry));
+                            return Ok(Synced::Running(Some(next)));
+                        }
                     }
                 },
             }
@@ -637,8 +656,14 @@ impl Worker {
                     continue;
                 }
             };
-            self.start(pod, container, ContainerKind::Regular, &mounts)
-                .await?;
+            if let Err(reason) = self
+                .start(pod, container, ContainerKind::Regular, &mounts)
+                .await?
+            {
+                waiting.insert(container.name.clone(), reason);
+                let retry = now + self.shared.config.sync_error_backoff;
+                wake = Some(wake.map_or(retry, |w| w.min(retry)));
+            }
         }
         let runtime = runtime_api.pod_status(&self.uid).await;
         let status = self.set_status(pod, &runtime, false, &waiting);
@@ -672,17 +697,37 @@ impl Worker {
             })
     }
 
+    /// Creates and starts a container. `Ok(Err(waiting))`: it could not, for a reason the
+    /// container shows while waiting (an image pull, a create or start error: upstream's
+    /// `reasonCache`), with its event; retried after the sync back-off.
     async fn start(
         &self,
         pod: &Pod,
         container: &Container,
         kind: ContainerKind,
         mounts: &[ContainerMount],
-    ) -> Result<(), SyncError> {
-        self.shared
+    ) -> Result<Result<(), WaitingReason>, SyncError> {
+        match self
+            .shared
             .runtime
             .start_container(pod, container, kind, mounts)
-            .await?;
+            .await
+        {
+            Ok(()) => {}
+            Err(RuntimeError::ContainerWaiting {
+                reason, message, ..
+            }) => {
+                let event = if reason == "ImagePullBackOff" {
+                    "BackOff"
+                } else {
+                    "Failed"
+                };
+                self.event(pod, EventKind::Warning, event, &message);
+                warn!(container = %container.name, %reason, %message, "container not started");
+                return Ok(Err(WaitingReason { reason, message }));
+            }
+            Err(e) => return Err(e.into()),
+        }
         let name = &container.name;
         self.event(
             pod,
@@ -696,7 +741,7 @@ impl Worker {
             "Started",
             &format!("Started container {name}"),
         );
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// TERMINATING (W21): status, kill, final status. `false` when the agent stops first.

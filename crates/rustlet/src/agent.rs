@@ -20,8 +20,10 @@ use rustlet_api::{
     ApiObjects, Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries,
     NodeCache, PodCache, build_client,
 };
+use rustlet_cri::{CriConfig, CriRuntime};
 use rustlet_pods::{
-    PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps, SimulatedConfig, SimulatedRuntime,
+    PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps, Runtime, SimulatedConfig,
+    SimulatedRuntime,
 };
 use rustlet_status::{
     PodStatusClient, RetryPolicy, StatusManager, StatusManagerConfig, StatusManagerDeps,
@@ -210,13 +212,25 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         None => Arc::new(NothingAttached),
     };
     let lifecycles = Arc::new(PodLifecycles::new());
-    let runtime = match config.runtime {
-        RuntimeKind::Simulated => Arc::new(SimulatedRuntime::new(SimulatedConfig {
-            node_ip: config.node_ip.clone(),
-            pod_ip_base: config.simulated_pod_ip_base,
-            start_delay: config.simulated_start_delay,
-            ..SimulatedConfig::default()
-        })),
+    let (runtime, cri): (Arc<dyn Runtime>, _) = match config.runtime {
+        RuntimeKind::Simulated => (
+            Arc::new(SimulatedRuntime::new(SimulatedConfig {
+                node_ip: config.node_ip.clone(),
+                pod_ip_base: config.simulated_pod_ip_base,
+                start_delay: config.simulated_start_delay,
+                ..SimulatedConfig::default()
+            })),
+            None,
+        ),
+        RuntimeKind::Cri => {
+            let cri = CriRuntime::connect(CriConfig {
+                node_ip: config.node_ip.clone(),
+                ..CriConfig::new(&config.container_runtime_endpoint, &config.root_dir)
+            })
+            .await
+            .context("--runtime cri")?;
+            (cri.clone() as Arc<dyn Runtime>, Some(cri))
+        }
     };
 
     // ConfigMaps and Secrets of content volumes, watched per registered pod.
@@ -304,6 +318,15 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         let (registrar, volumes, c) = (registrar.clone(), volumes.clone(), cancel.clone());
         let task = tokio::spawn(report_volumes_in_use(registrar, volumes, c));
         tasks.push(supervise("volumesInUse reporting", &health, &cancel, task));
+    }
+    if let Some(cri) = cri {
+        let task = tokio::spawn(cri.run(cancel.clone()));
+        tasks.push(supervise(
+            "the container runtime relist",
+            &health,
+            &cancel,
+            task,
+        ));
     }
     let status_task = status
         .start(cancel.clone())

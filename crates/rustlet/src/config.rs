@@ -36,9 +36,14 @@ pub struct Cli {
     /// A YAML file with these settings (flags win) and the tunables.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The container runtime. `simulated`: real volumes and statuses, no processes.
+    /// The container runtime. `simulated`: real volumes and statuses, no processes. `cri`: real
+    /// containers on a CRI runtime (containerd) at --container-runtime-endpoint.
     #[arg(long, value_enum)]
     pub runtime: Option<RuntimeKind>,
+    /// With --runtime cri: the runtime's socket (default
+    /// unix:///run/containerd/containerd.sock).
+    #[arg(long, value_name = "unix:///PATH")]
+    pub container_runtime_endpoint: Option<String>,
     /// Log format on stderr.
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
@@ -55,6 +60,8 @@ pub enum RuntimeKind {
     /// No processes: containers run in name only (like kwok).
     #[default]
     Simulated,
+    /// Real containers through the CRI (containerd).
+    Cri,
 }
 
 /// `--log-format`.
@@ -78,6 +85,7 @@ pub struct FileConfig {
     kubeconfig: Option<PathBuf>,
     listen: Option<String>,
     runtime: Option<RuntimeKind>,
+    container_runtime_endpoint: Option<String>,
     log_format: Option<LogFormat>,
     pod_manifest_path: Option<PathBuf>,
     /// The node's address (hostIP, host-network pod IPs). Default 127.0.0.1.
@@ -130,6 +138,8 @@ pub struct AgentConfig {
     pub pod_manifest_path: Option<PathBuf>,
     /// The runtime.
     pub runtime: RuntimeKind,
+    /// The CRI runtime's endpoint (`--runtime cri`).
+    pub container_runtime_endpoint: String,
     /// The log format.
     pub log_format: LogFormat,
     /// The node's address.
@@ -307,6 +317,12 @@ impl AgentConfig {
                 ))
             })?,
         };
+        let container_runtime_endpoint = cli
+            .container_runtime_endpoint
+            .or(file.container_runtime_endpoint)
+            .unwrap_or_else(|| rustlet_cri::client::DEFAULT_ENDPOINT.to_owned());
+        rustlet_cri::client::socket_path(&container_runtime_endpoint)
+            .map_err(|e| bad(format!("--container-runtime-endpoint: {e}")))?;
         Ok(Self {
             node_name,
             root_dir,
@@ -314,6 +330,7 @@ impl AgentConfig {
             listen,
             pod_manifest_path,
             runtime: cli.runtime.or(file.runtime).unwrap_or_default(),
+            container_runtime_endpoint,
             log_format: cli.log_format.or(file.log_format).unwrap_or_default(),
             node_ip,
             status_sync_period: seconds(

@@ -1,0 +1,630 @@
+//! Pure translations of a pod into CRI requests (upstream `kuberuntime_sandbox.go`'s
+//! `generatePodSandboxConfig` and `kuberuntime_container.go`'s `generateContainerConfig`), the
+//! container's environment (`makeEnvironmentVariables` for what a pod carries itself) and the
+//! image pull policy. No I/O: everything here is unit-tested.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use rustlet_pods::runtime::ContainerKind;
+use rustlet_volume::subpath::ContainerMount;
+
+/// The label carrying the pod's UID on every sandbox and container (upstream's), by which the
+/// runtime's objects are matched to pods, also after an agent restart.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// The pod's name.
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+/// The pod's namespace.
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// The spec container's name.
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+/// Whether a container is an init container (`init`) or a regular one (`regular`).
+pub const CONTAINER_KIND_ANNOTATION: &str = "rustlet.io/container-kind";
+/// The restart count of a container instance (upstream's annotation).
+pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
+
+fn meta(pod: &Pod) -> (&str, &str, &str) {
+    let m = &pod.metadata;
+    (
+        m.name.as_deref().unwrap_or_default(),
+        m.namespace.as_deref().unwrap_or("default"),
+        m.uid.as_deref().unwrap_or_default(),
+    )
+}
+
+fn host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+/// The namespaces of a pod's sandbox and containers.
+fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
+    let spec = pod.spec.as_ref();
+    let node_or = |on: Option<bool>, otherwise: cri::NamespaceMode| {
+        if on.unwrap_or(false) {
+            cri::NamespaceMode::Node as i32
+        } else {
+            otherwise as i32
+        }
+    };
+    cri::NamespaceOption {
+        network: node_or(spec.and_then(|s| s.host_network), cri::NamespaceMode::Pod),
+        pid: if spec.and_then(|s| s.host_pid).unwrap_or(false) {
+            cri::NamespaceMode::Node as i32
+        } else if spec
+            .and_then(|s| s.share_process_namespace)
+            .unwrap_or(false)
+        {
+            cri::NamespaceMode::Pod as i32
+        } else {
+            cri::NamespaceMode::Container as i32
+        },
+        ipc: node_or(spec.and_then(|s| s.host_ipc), cri::NamespaceMode::Pod),
+        ..Default::default()
+    }
+}
+
+/// The pod's sandbox (`attempt`: how many sandboxes it had before). `log_directory` is the
+/// pod's log directory (absolute).
+pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> cri::PodSandboxConfig {
+    let (name, namespace, uid) = meta(pod);
+    let spec = pod.spec.as_ref();
+    // A host-network sandbox shares the node's UTS namespace: containerd refuses a hostname.
+    let hostname = if host_network(pod) {
+        String::new()
+    } else {
+        let h = spec.and_then(|s| s.hostname.as_deref()).unwrap_or(name);
+        h.chars()
+            .take(63)
+            .collect::<String>()
+            .trim_end_matches(['-', '.'])
+            .to_owned()
+    };
+    let dns_config = spec
+        .and_then(|s| s.dns_config.as_ref())
+        .map(|d| cri::DnsConfig {
+            servers: d.nameservers.clone().unwrap_or_default(),
+            searches: d.searches.clone().unwrap_or_default(),
+            options: d
+                .options
+                .iter()
+                .flatten()
+                .filter_map(|o| {
+                    let name = o.name.as_deref()?;
+                    Some(match o.value.as_deref() {
+                        Some(v) => format!("{name}:{v}"),
+                        None => name.to_owned(),
+                    })
+                })
+                .collect(),
+        });
+    let mut labels: HashMap<String, String> = pod
+        .metadata
+        .labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    labels.insert(POD_NAME_LABEL.into(), name.into());
+    labels.insert(POD_NAMESPACE_LABEL.into(), namespace.into());
+    labels.insert(POD_UID_LABEL.into(), uid.into());
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.into(),
+            uid: uid.into(),
+            namespace: namespace.into(),
+            attempt,
+        }),
+        hostname,
+        log_directory: log_directory.display().to_string(),
+        dns_config,
+        labels,
+        annotations: pod
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// What a container's config is made of, besides the pod and the spec container.
+#[derive(Clone, Debug)]
+pub struct ContainerInputs<'a> {
+    /// Init or regular.
+    pub kind: ContainerKind,
+    /// 0 for the first instance of the name, one more per restart.
+    pub attempt: u32,
+    /// The image as resolved by the runtime (its ID).
+    pub image_ref: &'a str,
+    /// The volume manager's mounts for this container.
+    pub mounts: &'a [ContainerMount],
+    /// The environment, resolved.
+    pub env: &'a [(String, String)],
+}
+
+/// The container's CRI config: command and args with `$(VAR)` expanded from `env`, the
+/// volume mounts, the labels by which it is found again.
+pub fn container_config(
+    pod: &Pod,
+    container: &Container,
+    inputs: &ContainerInputs<'_>,
+) -> cri::ContainerConfig {
+    let (name, namespace, uid) = meta(pod);
+    let vars: HashMap<&str, &str> = inputs
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let expand_all = |list: &Option<Vec<String>>| -> Vec<String> {
+        list.iter().flatten().map(|s| expand(s, &vars)).collect()
+    };
+    let security = container.security_context.as_ref();
+    let labels = HashMap::from([
+        (POD_NAME_LABEL.to_owned(), name.to_owned()),
+        (POD_NAMESPACE_LABEL.to_owned(), namespace.to_owned()),
+        (POD_UID_LABEL.to_owned(), uid.to_owned()),
+        (CONTAINER_NAME_LABEL.to_owned(), container.name.clone()),
+    ]);
+    let annotations = HashMap::from([
+        (
+            CONTAINER_KIND_ANNOTATION.to_owned(),
+            match inputs.kind {
+                ContainerKind::Init => "init",
+                ContainerKind::Regular => "regular",
+            }
+            .to_owned(),
+        ),
+        (
+            RESTART_COUNT_ANNOTATION.to_owned(),
+            inputs.attempt.to_string(),
+        ),
+    ]);
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: container.name.clone(),
+            attempt: inputs.attempt,
+        }),
+        image: Some(cri::ImageSpec {
+            image: inputs.image_ref.to_owned(),
+            user_specified_image: container.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: expand_all(&container.command),
+        args: expand_all(&container.args),
+        working_dir: container.working_dir.clone().unwrap_or_default(),
+        envs: inputs
+            .env
+            .iter()
+            .map(|(key, value)| cri::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        mounts: inputs
+            .mounts
+            .iter()
+            .map(|m| cri::Mount {
+                container_path: m.container_path.clone(),
+                host_path: m.host_path.display().to_string(),
+                readonly: m.read_only,
+                propagation: cri::MountPropagation::PropagationPrivate as i32,
+                ..Default::default()
+            })
+            .collect(),
+        labels,
+        annotations,
+        log_path: format!("{}/{}.log", container.name, inputs.attempt),
+        stdin: container.stdin.unwrap_or(false),
+        stdin_once: container.stdin_once.unwrap_or(false),
+        tty: container.tty.unwrap_or(false),
+        linux: Some(cri::LinuxContainerConfig {
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                privileged: security.and_then(|s| s.privileged).unwrap_or(false),
+                run_as_user: security
+                    .and_then(|s| s.run_as_user)
+                    .map(|value| cri::Int64Value { value }),
+                run_as_group: security
+                    .and_then(|s| s.run_as_group)
+                    .map(|value| cri::Int64Value { value }),
+                readonly_rootfs: security
+                    .and_then(|s| s.read_only_root_filesystem)
+                    .unwrap_or(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Upstream's `expansion.Expand`: `$(NAME)` becomes NAME's value when defined (left as it is
+/// otherwise), `$$` becomes `$`.
+pub fn expand(input: &str, vars: &HashMap<&str, &str>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(body) = after.strip_prefix('(') {
+            match body.find(')') {
+                Some(end) => {
+                    let name = &body[..end];
+                    match vars.get(name) {
+                        Some(value) => out.push_str(value),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &body[end + 1..];
+                }
+                None => {
+                    out.push_str("$(");
+                    rest = body;
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where a pod's IPs come from, for `status.podIP` and `status.hostIP` references.
+#[derive(Clone, Copy, Debug)]
+pub struct PodAddresses<'a> {
+    /// The pod's IP.
+    pub pod_ip: &'a str,
+    /// The node's IP.
+    pub host_ip: &'a str,
+}
+
+/// An env var the runtime cannot resolve from the pod alone.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("env var {name}: {message}")]
+pub struct EnvError {
+    /// The variable.
+    pub name: String,
+    /// Why.
+    pub message: String,
+}
+
+/// The container's environment in order (later definitions of a name win, as in upstream):
+/// literal values with `$(VAR)` expanded from the earlier ones, and the downward API's field
+/// references. References to ConfigMaps, Secrets and resources are refused with a clear error.
+pub fn container_env(
+    pod: &Pod,
+    container: &Container,
+    addresses: PodAddresses<'_>,
+) -> Result<Vec<(String, String)>, EnvError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
+        return Err(EnvError {
+            name: "envFrom".into(),
+            message: "envFrom is not supported by the CRI runtime yet".into(),
+        });
+    }
+    for var in container.env.iter().flatten() {
+        let value = match (&var.value, &var.value_from) {
+            (_, Some(from)) => {
+                let Some(field) = &from.field_ref else {
+                    return Err(EnvError {
+                        name: var.name.clone(),
+                        message: "only fieldRef is supported in valueFrom by the CRI runtime yet"
+                            .into(),
+                    });
+                };
+                field_value(pod, &field.field_path, addresses).ok_or_else(|| EnvError {
+                    name: var.name.clone(),
+                    message: format!("unsupported fieldRef {:?}", field.field_path),
+                })?
+            }
+            (Some(value), None) => {
+                let vars: HashMap<&str, &str> =
+                    out.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                expand(value, &vars)
+            }
+            (None, None) => String::new(),
+        };
+        out.retain(|(k, _)| *k != var.name);
+        out.push((var.name.clone(), value));
+    }
+    Ok(out)
+}
+
+/// A downward API field of the pod (`metadata.name`, `status.podIP`, ...).
+fn field_value(pod: &Pod, path: &str, addresses: PodAddresses<'_>) -> Option<String> {
+    let m = &pod.metadata;
+    let spec = pod.spec.as_ref();
+    let keyed = |prefix: &str, map: Option<&std::collections::BTreeMap<String, String>>| {
+        let key = path.strip_prefix(prefix)?.strip_suffix("']")?;
+        Some(map.and_then(|m| m.get(key)).cloned().unwrap_or_default())
+    };
+    Some(match path {
+        "metadata.name" => m.name.clone().unwrap_or_default(),
+        "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => m.uid.clone().unwrap_or_default(),
+        "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.podIP" | "status.podIPs" => addresses.pod_ip.to_owned(),
+        "status.hostIP" | "status.hostIPs" => addresses.host_ip.to_owned(),
+        _ => {
+            return keyed("metadata.labels['", m.labels.as_ref())
+                .or_else(|| keyed("metadata.annotations['", m.annotations.as_ref()));
+        }
+    })
+}
+
+/// When an image is pulled (upstream `shouldPullImage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullPolicy {
+    /// Every time a container starts.
+    Always,
+    /// Only when absent.
+    IfNotPresent,
+    /// Never: an absent image is an error.
+    Never,
+}
+
+impl PullPolicy {
+    /// The container's policy; the API's default when unset: `Always` for an image without a
+    /// tag or with `:latest` (and no digest), else `IfNotPresent`.
+    pub fn of(container: &Container) -> Self {
+        match container.image_pull_policy.as_deref() {
+            Some("Always") => Self::Always,
+            Some("Never") => Self::Never,
+            Some("IfNotPresent") => Self::IfNotPresent,
+            _ => {
+                let image = container.image.as_deref().unwrap_or_default();
+                if image.contains('@') {
+                    return Self::IfNotPresent;
+                }
+                let last = image.rsplit('/').next().unwrap_or(image);
+                match last.split_once(':') {
+                    Some((_, "latest")) | None => Self::Always,
+                    Some(_) => Self::IfNotPresent,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec};
+    use std::path::PathBuf;
+
+    fn pod(host_network: bool) -> Pod {
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns1".into()),
+                uid: Some("uid-1".into()),
+                labels: Some([("app".to_owned(), "web".to_owned())].into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                host_network: Some(host_network),
+                node_name: Some("node-a".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_sandbox_carries_the_pod_uid_and_a_host_network_one_no_hostname() {
+        let config = sandbox_config(&pod(true), 2, Path::new("/r/logs/uid-1"));
+        assert_eq!(config.labels[POD_UID_LABEL], "uid-1");
+        assert_eq!(config.labels["app"], "web");
+        assert_eq!(config.metadata.as_ref().unwrap().attempt, 2);
+        assert_eq!(config.hostname, "");
+        assert_eq!(config.log_directory, "/r/logs/uid-1");
+        let ns = config
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
+
+        let config = sandbox_config(&pod(false), 0, Path::new("/r"));
+        assert_eq!(config.hostname, "web");
+        let ns = config
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns.network, cri::NamespaceMode::Pod as i32);
+        assert_eq!(ns.pid, cri::NamespaceMode::Container as i32);
+    }
+
+    #[test]
+    fn a_container_config_has_its_mounts_labels_and_expanded_command() {
+        let container = Container {
+            name: "app".into(),
+            image: Some("localhost/busybox:1".into()),
+            command: Some(vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "echo $(GREETING) $$(X)".into(),
+            ]),
+            ..Default::default()
+        };
+        let mounts = [ContainerMount {
+            name: "data".into(),
+            container_path: "/data".into(),
+            host_path: PathBuf::from("/r/pods/uid-1/volumes/x/data"),
+            read_only: true,
+        }];
+        let env = [("GREETING".to_owned(), "hi".to_owned())];
+        let config = container_config(
+            &pod(false),
+            &container,
+            &ContainerInputs {
+                kind: ContainerKind::Init,
+                attempt: 3,
+                image_ref: "sha256:abc",
+                mounts: &mounts,
+                env: &env,
+            },
+        );
+        assert_eq!(config.command[2], "echo hi $(X)");
+        assert_eq!(config.image.as_ref().unwrap().image, "sha256:abc");
+        assert_eq!(config.mounts[0].container_path, "/data");
+        assert!(config.mounts[0].readonly);
+        assert_eq!(config.labels[POD_UID_LABEL], "uid-1");
+        assert_eq!(config.labels[CONTAINER_NAME_LABEL], "app");
+        assert_eq!(config.annotations[CONTAINER_KIND_ANNOTATION], "init");
+        assert_eq!(config.log_path, "app/3.log");
+        assert_eq!(config.envs[0].key, "GREETING");
+    }
+
+    #[test]
+    fn expansion_follows_upstream() {
+        let vars = HashMap::from([("A", "1"), ("B", "two")]);
+        assert_eq!(expand("$(A)-$(B)", &vars), "1-two");
+        assert_eq!(expand("$(C) stays", &vars), "$(C) stays");
+        assert_eq!(expand("$$(A) escaped", &vars), "$(A) escaped");
+        assert_eq!(expand("$ alone, $(unclosed", &vars), "$ alone, $(unclosed");
+        assert_eq!(expand("", &vars), "");
+    }
+
+    #[test]
+    fn env_resolves_values_and_field_refs_in_order() {
+        let field = |path: &str| {
+            Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: path.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        };
+        let container = Container {
+            name: "app".into(),
+            env: Some(vec![
+                EnvVar {
+                    name: "NAME".into(),
+                    value_from: field("metadata.name"),
+                    ..Default::default()
+                },
+                EnvVar {
+                    name: "IP".into(),
+                    value_from: field("status.podIP"),
+                    ..Default::default()
+                },
+                EnvVar {
+                    name: "APP".into(),
+                    value_from: field("metadata.labels['app']"),
+                    ..Default::default()
+                },
+                EnvVar {
+                    name: "GREETING".into(),
+                    value: Some("hello $(NAME) at $(IP)".into()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let env = container_env(
+            &pod(false),
+            &container,
+            PodAddresses {
+                pod_ip: "10.88.0.2",
+                host_ip: "192.0.2.1",
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            env,
+            [
+                ("NAME".to_owned(), "web".to_owned()),
+                ("IP".to_owned(), "10.88.0.2".to_owned()),
+                ("APP".to_owned(), "web".to_owned()),
+                ("GREETING".to_owned(), "hello web at 10.88.0.2".to_owned()),
+            ]
+        );
+        let bad = Container {
+            name: "app".into(),
+            env: Some(vec![EnvVar {
+                name: "X".into(),
+                value_from: field("spec.nope"),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let err = container_env(
+            &pod(false),
+            &bad,
+            PodAddresses {
+                pod_ip: "",
+                host_ip: "",
+            },
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("spec.nope"), "{err}");
+    }
+
+    #[test]
+    fn pull_policy_defaults_as_the_api_server_does() {
+        let with = |image: &str, policy: Option<&str>| Container {
+            name: "c".into(),
+            image: Some(image.into()),
+            image_pull_policy: policy.map(str::to_owned),
+            ..Default::default()
+        };
+        assert_eq!(PullPolicy::of(&with("busybox", None)), PullPolicy::Always);
+        assert_eq!(
+            PullPolicy::of(&with("busybox:latest", None)),
+            PullPolicy::Always
+        );
+        assert_eq!(
+            PullPolicy::of(&with("localhost:5000/busybox", None)),
+            PullPolicy::Always
+        );
+        assert_eq!(
+            PullPolicy::of(&with("localhost/busybox:1", None)),
+            PullPolicy::IfNotPresent
+        );
+        assert_eq!(
+            PullPolicy::of(&with("busybox@sha256:abc", None)),
+            PullPolicy::IfNotPresent
+        );
+        assert_eq!(
+            PullPolicy::of(&with("busybox:1", Some("Never"))),
+            PullPolicy::Never
+        );
+        assert_eq!(
+            PullPolicy::of(&with("busybox:1", Some("Always"))),
+            PullPolicy::Always
+        );
+    }
+}

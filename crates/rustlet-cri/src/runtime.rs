@@ -1,0 +1,946 @@
+//! [`CriRuntime`]: the pod workers' `Runtime` over CRI (upstream's `kubeGenericRuntimeManager`
+//! and generic PLEG, reduced to what the workers ask).
+//!
+//! What runs is read from a cache that a relist refreshes every second (upstream's PLEG relist
+//! period): `ListPodSandbox` and `ListContainers`, then `ContainerStatus` only for containers
+//! whose state changed since the last relist. The runtime's own actions (create, start, stop)
+//! write what they did into the cache at once, and a relist that began before an action never
+//! overwrites it (each pod record carries the epoch of its last action), so a worker never sees
+//! a container it just started vanish and start it twice.
+//!
+//! Sandboxes and containers are matched to pods by the `io.kubernetes.pod.uid` label, so an
+//! agent restart adopts what runs (no restart), and housekeeping stops and removes what belongs
+//! to pods no worker knows. Exited containers beyond the newest two of a name (the second is
+//! `lastState`) and dead sandboxes of a pod that has a newer one are garbage-collected.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::jiff::Timestamp;
+use rustlet_core::PodUid;
+use rustlet_pods::runtime::{
+    ContainerInstance, ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus,
+    Sandbox,
+};
+use rustlet_volume::subpath::ContainerMount;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::client::{CriClient, CriError};
+use crate::config::{
+    CONTAINER_KIND_ANNOTATION, ContainerInputs, POD_UID_LABEL, PodAddresses, PullPolicy,
+    container_config, container_env, sandbox_config,
+};
+
+/// Settings of the CRI runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CriConfig {
+    /// `unix:///run/containerd/containerd.sock`.
+    pub endpoint: String,
+    /// The deadline of each call (a stop's is its grace period plus this).
+    pub request_timeout: Duration,
+    /// The deadline of an image pull.
+    pub pull_timeout: Duration,
+    /// How often what runs is listed again (upstream's PLEG: 1 s).
+    pub relist_period: Duration,
+    /// The agent's root directory: pod logs go to `<root>/pod-logs/<uid>`.
+    pub root_dir: PathBuf,
+    /// The node's address: the IP of host-network pods.
+    pub node_ip: String,
+    /// First image pull back-off (upstream 10 s), doubling up to `image_backoff_max` (300 s).
+    pub image_backoff_initial: Duration,
+    /// Longest image pull back-off.
+    pub image_backoff_max: Duration,
+    /// Grace period of the containers of a pod no worker knows (left from before a restart).
+    pub orphan_grace: Duration,
+}
+
+impl CriConfig {
+    /// Upstream's timings for `endpoint` under `root_dir`.
+    pub fn new(endpoint: impl Into<String>, root_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            request_timeout: Duration::from_secs(120),
+            pull_timeout: Duration::from_secs(300),
+            relist_period: Duration::from_secs(1),
+            root_dir: root_dir.into(),
+            node_ip: "127.0.0.1".into(),
+            image_backoff_initial: Duration::from_secs(10),
+            image_backoff_max: Duration::from_secs(300),
+            orphan_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct SandboxRecord {
+    id: String,
+    attempt: u32,
+    ready: bool,
+    host_network: bool,
+    ip: Option<String>,
+    created_at: i64,
+}
+
+#[derive(Clone, Debug)]
+struct ContainerRecord {
+    id: String,
+    sandbox_id: String,
+    /// The CRI state number, to tell whether a relist must ask for the status again.
+    cri_state: i32,
+    instance: ContainerInstance,
+    created_at: i64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PodRecord {
+    /// Newest first.
+    sandboxes: Vec<SandboxRecord>,
+    /// Newest first.
+    containers: Vec<ContainerRecord>,
+    /// The epoch of the runtime's last action on this pod.
+    touched: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PullBackoff {
+    delay: Duration,
+    until: Instant,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pods: HashMap<PodUid, PodRecord>,
+    epoch: u64,
+    last_relist: Option<Instant>,
+    /// Per pod and image: failed pulls back off.
+    pulls: HashMap<(PodUid, String), PullBackoff>,
+    /// Pods and containers being removed in the background (not started twice).
+    removing: HashSet<String>,
+    /// Whether the last relist failed (to log a change of state once).
+    relist_failing: bool,
+}
+
+/// The CRI runtime.
+#[derive(Debug)]
+pub struct CriRuntime {
+    client: CriClient,
+    config: CriConfig,
+    /// The runtime's name: the scheme of container IDs (`containerd://...`).
+    scheme: String,
+    state: Mutex<State>,
+    me: Weak<CriRuntime>,
+}
+
+fn ts(ns: i64) -> Timestamp {
+    Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn instance_state(status: &cri::ContainerStatus) -> InstanceState {
+    match cri::ContainerState::try_from(status.state) {
+        Ok(cri::ContainerState::ContainerCreated) => InstanceState::Created,
+        Ok(cri::ContainerState::ContainerRunning) => InstanceState::Running {
+            started_at: ts(status.started_at),
+        },
+        _ => {
+            let started_at = ts(status.started_at);
+            // A very short-lived process can finish "before" it started (containerd quirk).
+            let finished_at = ts(status.finished_at.max(status.started_at));
+            let reason = if status.reason.is_empty() {
+                if status.exit_code == 0 {
+                    "Completed"
+                } else {
+                    "Error"
+                }
+                .to_owned()
+            } else {
+                status.reason.clone()
+            };
+            InstanceState::Exited {
+                started_at,
+                finished_at,
+                exit_code: status.exit_code,
+                reason,
+            }
+        }
+    }
+}
+
+fn waiting(pod: &Pod, container: &str, reason: &str, message: String) -> RuntimeError {
+    RuntimeError::ContainerWaiting {
+        pod: full_name(pod),
+        container: container.to_owned(),
+        reason: reason.to_owned(),
+        message,
+    }
+}
+
+fn full_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl CriRuntime {
+    /// Connects (the version check), then lists what runs, so that the workers see the pods
+    /// that survived an agent restart from their first pass.
+    pub async fn connect(config: CriConfig) -> Result<Arc<Self>, CriError> {
+        let client = CriClient::connect(&config.endpoint, config.request_timeout).await?;
+        let version = client.version().await?;
+        info!(
+            endpoint = %config.endpoint,
+            runtime = %version.name,
+            version = %version.version,
+            "connected to the container runtime"
+        );
+        let this = Arc::new_cyclic(|me| Self {
+            client,
+            config,
+            scheme: version.name,
+            state: Mutex::new(State::default()),
+            me: me.clone(),
+        });
+        this.relist().await?;
+        Ok(this)
+    }
+
+    /// The client.
+    pub fn client(&self) -> &CriClient {
+        &self.client
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn log_dir(&self, uid: &PodUid) -> Option<PathBuf> {
+        let uid = uid.as_str();
+        (!uid.is_empty() && !uid.contains('/') && uid != "." && uid != "..")
+            .then(|| self.config.root_dir.join("pod-logs").join(uid))
+    }
+
+    /// Relists every `relist_period` until `cancel` fires; a failing relist keeps the last
+    /// known state (and says so once), and the next one that succeeds picks up.
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(self.config.relist_period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let result = self.relist().await;
+            let mut state = self.state();
+            match result {
+                Ok(()) if state.relist_failing => {
+                    state.relist_failing = false;
+                    info!("the container runtime answers again");
+                }
+                Err(e) if !state.relist_failing => {
+                    state.relist_failing = true;
+                    warn!(error = %e, "relisting the container runtime failed; keeping the last known state");
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// One relist (upstream's generic PLEG `Relist`).
+    pub async fn relist(&self) -> Result<(), CriError> {
+        let started = self.state().epoch;
+        let sandboxes = self.client.list_pod_sandboxes().await?;
+        let containers = self.client.list_containers().await?;
+        let (known_sandboxes, known_containers) = {
+            let state = self.state();
+            let mut sb = HashMap::new();
+            let mut ct = HashMap::new();
+            for pod in state.pods.values() {
+                for s in &pod.sandboxes {
+                    sb.insert(s.id.clone(), s.clone());
+                }
+                for c in &pod.containers {
+                    ct.insert(c.id.clone(), c.clone());
+                }
+            }
+            (sb, ct)
+        };
+        let mut pods: HashMap<PodUid, PodRecord> = HashMap::new();
+        for sandbox in sandboxes {
+            let Some(uid) = sandbox.labels.get(POD_UID_LABEL) else {
+                continue;
+            };
+            let ready = sandbox.state == cri::PodSandboxState::SandboxReady as i32;
+            let record = match known_sandboxes.get(&sandbox.id) {
+                Some(known) if known.ready == ready => known.clone(),
+                _ => match self.sandbox_record(&sandbox.id, ready).await {
+                    Ok(record) => record,
+                    Err(e) if e.is_not_found() => continue,
+                    Err(e) => return Err(e),
+                },
+            };
+            pods.entry(PodUid::new(uid))
+                .or_default()
+                .sandboxes
+                .push(record);
+        }
+        for container in containers {
+            let Some(uid) = container.labels.get(POD_UID_LABEL) else {
+                continue;
+            };
+            let record = match known_containers.get(&container.id) {
+                // An exited container's status never changes; a running one's only by exiting.
+                Some(known) if known.cri_state == container.state => known.clone(),
+                _ => match self
+                    .container_record(&container.id, &container.pod_sandbox_id)
+                    .await
+                {
+                    Ok(record) => record,
+                    Err(e) if e.is_not_found() => continue,
+                    Err(e) => return Err(e),
+                },
+            };
+            pods.entry(PodUid::new(uid))
+                .or_default()
+                .containers
+                .push(record);
+        }
+        for pod in pods.values_mut() {
+            pod.sandboxes
+                .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+            pod.containers
+                .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        }
+        let garbage = {
+            let mut state = self.state();
+            // What an action changed after this relist began stays as the action left it.
+            let kept: Vec<(PodUid, PodRecord)> = state
+                .pods
+                .drain()
+                .filter(|(_, p)| p.touched > started)
+                .collect();
+            for (uid, record) in kept {
+                pods.insert(uid, record);
+            }
+            state.pods = pods;
+            state.last_relist = Some(Instant::now());
+            garbage(&state.pods)
+        };
+        self.collect(garbage);
+        Ok(())
+    }
+
+    async fn sandbox_record(&self, id: &str, ready: bool) -> Result<SandboxRecord, CriError> {
+        let status = self.client.pod_sandbox_status(id).await?;
+        let host_network = status
+            .linux
+            .as_ref()
+            .and_then(|l| l.namespaces.as_ref())
+            .and_then(|n| n.options.as_ref())
+            .is_some_and(|o| o.network == cri::NamespaceMode::Node as i32);
+        let ip = status
+            .network
+            .as_ref()
+            .map(|n| n.ip.clone())
+            .filter(|ip| !ip.is_empty())
+            .or_else(|| host_network.then(|| self.config.node_ip.clone()));
+        Ok(SandboxRecord {
+            id: id.to_owned(),
+            attempt: status.metadata.as_ref().map_or(0, |m| m.attempt),
+            ready,
+            host_network,
+            ip,
+            created_at: status.created_at,
+        })
+    }
+
+    async fn container_record(
+        &self,
+        id: &str,
+        sandbox_id: &str,
+    ) -> Result<ContainerRecord, CriError> {
+        let status = self.client.container_status(id).await?;
+        let kind = match status
+            .annotations
+            .get(CONTAINER_KIND_ANNOTATION)
+            .map(String::as_str)
+        {
+            Some("init") => ContainerKind::Init,
+            _ => ContainerKind::Regular,
+        };
+        let metadata = status.metadata.clone().unwrap_or_default();
+        Ok(ContainerRecord {
+            id: id.to_owned(),
+            sandbox_id: sandbox_id.to_owned(),
+            cri_state: status.state,
+            created_at: status.created_at,
+            instance: ContainerInstance {
+                id: format!("{}://{id}", self.scheme),
+                name: metadata.name,
+                kind,
+                image: status
+                    .image
+                    .as_ref()
+                    .map(|i| {
+                        if i.user_specified_image.is_empty() {
+                            i.image.clone()
+                        } else {
+                            i.user_specified_image.clone()
+                        }
+                    })
+                    .unwrap_or_default(),
+                image_id: status.image_ref.clone(),
+                attempt: i32::try_from(metadata.attempt).unwrap_or(i32::MAX),
+                state: instance_state(&status),
+            },
+        })
+    }
+
+    /// Replaces one pod's record with what the runtime says now (after an action).
+    async fn refresh_pod(&self, uid: &PodUid) -> Result<(), CriError> {
+        let sandboxes = self.client.list_pod_sandboxes().await?;
+        let containers = self.client.list_containers().await?;
+        let mine = |labels: &HashMap<String, String>| {
+            labels.get(POD_UID_LABEL).map(String::as_str) == Some(uid.as_str())
+        };
+        let mut record = PodRecord::default();
+        for s in sandboxes.iter().filter(|s| mine(&s.labels)) {
+            let ready = s.state == cri::PodSandboxState::SandboxReady as i32;
+            match self.sandbox_record(&s.id, ready).await {
+                Ok(r) => record.sandboxes.push(r),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for c in containers.iter().filter(|c| mine(&c.labels)) {
+            match self.container_record(&c.id, &c.pod_sandbox_id).await {
+                Ok(r) => record.containers.push(r),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        record
+            .sandboxes
+            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        record
+            .containers
+            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        self.store(uid, record);
+        Ok(())
+    }
+
+    /// Stores a pod's record as an action left it.
+    fn store(&self, uid: &PodUid, mut record: PodRecord) {
+        let mut state = self.state();
+        state.epoch += 1;
+        record.touched = state.epoch;
+        state.pods.insert(uid.clone(), record);
+    }
+
+    fn update(&self, uid: &PodUid, change: impl FnOnce(&mut PodRecord)) {
+        let mut state = self.state();
+        state.epoch += 1;
+        let epoch = state.epoch;
+        let record = state.pods.entry(uid.clone()).or_default();
+        change(record);
+        record.touched = epoch;
+    }
+
+    /// Removes dead containers and sandboxes in the background.
+    fn collect(&self, garbage: Garbage) {
+        if garbage.containers.is_empty() && garbage.sandboxes.is_empty() {
+            return;
+        }
+        let Some(this) = self.me.upgrade() else {
+            return;
+        };
+        {
+            let mut state = self.state();
+            let fresh = |id: &String, state: &mut State| state.removing.insert(id.clone());
+            let containers: Vec<String> = garbage
+                .containers
+                .into_iter()
+                .filter(|id| fresh(id, &mut state))
+                .collect();
+            let sandboxes: Vec<String> = garbage
+                .sandboxes
+                .into_iter()
+                .filter(|id| fresh(id, &mut state))
+                .collect();
+            if containers.is_empty() && sandboxes.is_empty() {
+                return;
+            }
+            drop(state);
+            tokio::spawn(async move {
+                for id in &containers {
+                    debug!(container = %id, "removing a dead container");
+                    if let Err(e) = this.client.remove_container(id).await {
+                        warn!(container = %id, error = %e, "removing a dead container failed");
+                    }
+                }
+                for id in &sandboxes {
+                    debug!(sandbox = %id, "removing a dead sandbox");
+                    if let Err(e) = this.client.remove_pod_sandbox(id).await {
+                        warn!(sandbox = %id, error = %e, "removing a dead sandbox failed");
+                    }
+                }
+                let mut state = this.state();
+                for id in containers.iter().chain(&sandboxes) {
+                    state.removing.remove(id);
+                }
+            });
+        }
+    }
+
+    /// The image for `container`, pulled as its policy says; `ErrImagePull`,
+    /// `ImagePullBackOff` or `ErrImageNeverPull` otherwise.
+    async fn ensure_image(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        sandbox: &cri::PodSandboxConfig,
+    ) -> Result<String, RuntimeError> {
+        let image = container.image.as_deref().unwrap_or_default();
+        if image.is_empty() {
+            return Err(waiting(
+                pod,
+                &container.name,
+                "InvalidImageName",
+                "the container has no image".into(),
+            ));
+        }
+        let policy = PullPolicy::of(container);
+        let present = match self.client.image_status(image).await {
+            Ok(found) => found.map(|i| i.id),
+            Err(e) => {
+                return Err(waiting(pod, &container.name, "ErrImagePull", e.to_string()));
+            }
+        };
+        match (policy, present) {
+            (PullPolicy::Never, None) => {
+                return Err(waiting(
+                    pod,
+                    &container.name,
+                    "ErrImageNeverPull",
+                    format!("Container image {image:?} is not present with pull policy of Never"),
+                ));
+            }
+            (PullPolicy::Never | PullPolicy::IfNotPresent, Some(id)) => return Ok(id),
+            _ => {}
+        }
+        let key = (PodUid::of(pod), image.to_owned());
+        let now = Instant::now();
+        if let Some(b) = self.state().pulls.get(&key)
+            && now < b.until
+        {
+            return Err(waiting(
+                pod,
+                &container.name,
+                "ImagePullBackOff",
+                format!("Back-off pulling image {image:?}"),
+            ));
+        }
+        match self
+            .client
+            .pull_image(image, sandbox.clone(), self.config.pull_timeout)
+            .await
+        {
+            Ok(reference) => {
+                self.state().pulls.remove(&key);
+                info!(%image, "pulled image");
+                Ok(reference)
+            }
+            Err(e) => {
+                let mut state = self.state();
+                let delay = state
+                    .pulls
+                    .get(&key)
+                    .map_or(self.config.image_backoff_initial, |b| {
+                        (b.delay * 2).min(self.config.image_backoff_max)
+                    });
+                state.pulls.insert(
+                    key,
+                    PullBackoff {
+                        delay,
+                        until: Instant::now() + delay,
+                    },
+                );
+                Err(waiting(
+                    pod,
+                    &container.name,
+                    "ErrImagePull",
+                    format!("Failed to pull image {image:?}: {e}"),
+                ))
+            }
+        }
+    }
+
+    /// Stops every container and sandbox of `uid` (`grace` for the containers).
+    async fn stop_pod(&self, uid: &PodUid, grace: Duration) -> Result<(), CriError> {
+        self.refresh_pod(uid).await?;
+        let (containers, sandboxes) = {
+            let state = self.state();
+            let Some(record) = state.pods.get(uid) else {
+                return Ok(());
+            };
+            let containers: Vec<String> = record
+                .containers
+                .iter()
+                .filter(|c| !matches!(c.instance.state, InstanceState::Exited { .. }))
+                .map(|c| c.id.clone())
+                .collect();
+            let sandboxes: Vec<String> = record
+                .sandboxes
+                .iter()
+                .filter(|s| s.ready)
+                .map(|s| s.id.clone())
+                .collect();
+            (containers, sandboxes)
+        };
+        // In parallel, each with the whole grace period (upstream `killContainersWithSyncResult`).
+        let mut stops = tokio::task::JoinSet::new();
+        for id in containers {
+            let client = self.client.clone();
+            stops.spawn(async move { client.stop_container(&id, grace).await });
+        }
+        let mut first_error = None;
+        while let Some(done) = stops.join_next().await {
+            match done {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) if e.is_not_found() => {}
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(join) => {
+                    first_error.get_or_insert(CriError::Call {
+                        op: "StopContainer",
+                        code: tonic::Code::Internal,
+                        message: join.to_string(),
+                    });
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        for id in sandboxes {
+            match self.client.stop_pod_sandbox(&id).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.refresh_pod(uid).await
+    }
+
+    /// Removes every container and sandbox of `uid` and its log directory.
+    async fn remove_all(&self, uid: &PodUid) -> Result<(), CriError> {
+        self.refresh_pod(uid).await?;
+        let record = self.state().pods.get(uid).cloned().unwrap_or_default();
+        for c in &record.containers {
+            match self.client.remove_container(&c.id).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for s in &record.sandboxes {
+            match self.client.remove_pod_sandbox(&s.id).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // Cleared, not forgotten: a relist that began before the removal must not bring the
+        // old record back; the next one drops the empty record.
+        self.store(uid, PodRecord::default());
+        if let Some(dir) = self.log_dir(uid) {
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+        }
+        Ok(())
+    }
+}
+
+/// Dead objects a relist found.
+#[derive(Debug, Default)]
+struct Garbage {
+    containers: Vec<String>,
+    sandboxes: Vec<String>,
+}
+
+/// Exited containers beyond the newest two of each name, and not-ready sandboxes of a pod that
+/// has a newer sandbox and no container left in them.
+fn garbage(pods: &HashMap<PodUid, PodRecord>) -> Garbage {
+    let mut out = Garbage::default();
+    for pod in pods.values() {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for c in &pod.containers {
+            let n = seen.entry(c.instance.name.as_str()).or_default();
+            *n += 1;
+            if *n > 2 && matches!(c.instance.state, InstanceState::Exited { .. }) {
+                out.containers.push(c.id.clone());
+            }
+        }
+        // Removing a sandbox removes its containers: only one none of the kept ones is in.
+        for s in pod.sandboxes.iter().skip(1).filter(|s| !s.ready) {
+            let in_use = pod
+                .containers
+                .iter()
+                .any(|c| c.sandbox_id == s.id && !out.containers.contains(&c.id));
+            if !in_use {
+                out.sandboxes.push(s.id.clone());
+            }
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Runtime for CriRuntime {
+    fn name(&self) -> &str {
+        "cri"
+    }
+
+    async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError> {
+        let uid = PodUid::of(pod);
+        let newest = self
+            .state()
+            .pods
+            .get(&uid)
+            .and_then(|p| p.sandboxes.first().cloned());
+        if let Some(s) = &newest
+            && s.ready
+        {
+            return Ok(Sandbox {
+                ready: true,
+                host_network: s.host_network,
+                ip: s.ip.clone(),
+            });
+        }
+        let failed = |message: String| RuntimeError::CreateSandbox {
+            pod: full_name(pod),
+            message,
+        };
+        let attempt = newest.map_or(0, |s| s.attempt + 1);
+        let log_dir = self
+            .log_dir(&uid)
+            .ok_or_else(|| failed(format!("refusing the pod UID {uid:?}")))?;
+        let dir = log_dir.clone();
+        tokio::task::spawn_blocking(move || std::fs::create_dir_all(dir))
+            .await
+            .map_err(|e| failed(e.to_string()))?
+            .map_err(|e| failed(format!("creating {}: {e}", log_dir.display())))?;
+        let config = sandbox_config(pod, attempt, &log_dir);
+        let id = self
+            .client
+            .run_pod_sandbox(config)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let record = self
+            .sandbox_record(&id, true)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        info!(sandbox = %id, ip = ?record.ip, "sandbox started");
+        let sandbox = Sandbox {
+            ready: true,
+            host_network: record.host_network,
+            ip: record.ip.clone(),
+        };
+        self.update(&uid, |p| p.sandboxes.insert(0, record));
+        Ok(sandbox)
+    }
+
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        mounts: &[ContainerMount],
+    ) -> Result<(), RuntimeError> {
+        let uid = PodUid::of(pod);
+        let (sandbox, attempt) = {
+            let state = self.state();
+            let record = state.pods.get(&uid);
+            let sandbox = record
+                .and_then(|p| p.sandboxes.first())
+                .filter(|s| s.ready)
+                .cloned();
+            let attempt = record
+                .and_then(|p| {
+                    p.containers
+                        .iter()
+                        .find(|c| c.instance.name == container.name)
+                })
+                .map_or(0, |c| u32::try_from(c.instance.attempt).unwrap_or(0) + 1);
+            (sandbox, attempt)
+        };
+        let Some(sandbox) = sandbox else {
+            return Err(RuntimeError::StartContainer {
+                pod: full_name(pod),
+                container: container.name.clone(),
+                message: "the pod has no ready sandbox".into(),
+            });
+        };
+        let log_dir = self.log_dir(&uid).unwrap_or_default();
+        let sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir);
+        let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
+        let env = container_env(
+            pod,
+            container,
+            PodAddresses {
+                pod_ip: sandbox.ip.as_deref().unwrap_or_default(),
+                host_ip: &self.config.node_ip,
+            },
+        )
+        .map_err(|e| {
+            waiting(
+                pod,
+                &container.name,
+                "CreateContainerConfigError",
+                e.to_string(),
+            )
+        })?;
+        let config = container_config(
+            pod,
+            container,
+            &ContainerInputs {
+                kind,
+                attempt,
+                image_ref: &image_ref,
+                mounts,
+                env: &env,
+            },
+        );
+        let container_log_dir = log_dir.join(&container.name);
+        let _ =
+            tokio::task::spawn_blocking(move || std::fs::create_dir_all(container_log_dir)).await;
+        let id = self
+            .client
+            .create_container(&sandbox.id, config, sandbox_cfg)
+            .await
+            .map_err(|e| waiting(pod, &container.name, "CreateContainerError", e.to_string()))?;
+        if let Err(e) = self.client.start_container(&id).await {
+            // Not left behind as `Created`: the next sync creates a new one.
+            let _ = self.client.remove_container(&id).await;
+            return Err(waiting(
+                pod,
+                &container.name,
+                "RunContainerError",
+                e.to_string(),
+            ));
+        }
+        let record = self.container_record(&id, &sandbox.id).await.map_err(|e| {
+            RuntimeError::StartContainer {
+                pod: full_name(pod),
+                container: container.name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        debug!(container = %container.name, id = %id, "container started");
+        self.update(&uid, |p| p.containers.insert(0, record));
+        Ok(())
+    }
+
+    async fn pod_status(&self, uid: &PodUid) -> RuntimePodStatus {
+        let state = self.state();
+        let Some(record) = state.pods.get(uid) else {
+            return RuntimePodStatus::default();
+        };
+        RuntimePodStatus {
+            sandbox: record.sandboxes.first().map(|s| Sandbox {
+                ready: s.ready,
+                host_network: s.host_network,
+                ip: s.ip.clone(),
+            }),
+            containers: record
+                .containers
+                .iter()
+                .map(|c| c.instance.clone())
+                .collect(),
+        }
+    }
+
+    async fn kill_pod(&self, pod: &Pod, grace: Duration) -> Result<(), RuntimeError> {
+        self.stop_pod(&PodUid::of(pod), grace)
+            .await
+            .map_err(|e| RuntimeError::KillPod {
+                pod: full_name(pod),
+                message: e.to_string(),
+            })
+    }
+
+    async fn remove_pod(&self, uid: &PodUid) {
+        if let Err(e) = self.remove_all(uid).await {
+            // Housekeeping removes it once the worker forgot the pod.
+            warn!(%uid, error = %e, "removing the pod's containers failed");
+        }
+    }
+
+    async fn remove_orphans(&self, keep: &HashSet<PodUid>) {
+        let orphans: Vec<PodUid> = {
+            let mut state = self.state();
+            let found: Vec<PodUid> = state
+                .pods
+                .iter()
+                .filter(|(uid, p)| {
+                    let empty = p.sandboxes.is_empty() && p.containers.is_empty();
+                    !empty && !keep.contains(*uid)
+                })
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            found
+                .into_iter()
+                .filter(|uid| state.removing.insert(format!("pod:{uid}")))
+                .collect()
+        };
+        let Some(this) = self.me.upgrade() else {
+            return;
+        };
+        for uid in orphans {
+            let this = this.clone();
+            info!(%uid, "stopping and removing the containers of a pod no worker knows");
+            tokio::spawn(async move {
+                let result = match this.stop_pod(&uid, this.config.orphan_grace).await {
+                    Ok(()) => this.remove_all(&uid).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = result {
+                    warn!(%uid, error = %e, "removing an orphaned pod failed; retrying later");
+                }
+                this.state().removing.remove(&format!("pod:{uid}"));
+            });
+        }
+    }
+
+    fn next_change(&self, uid: &PodUid) -> Option<Instant> {
+        let state = self.state();
+        let now = Instant::now();
+        let running = state.pods.get(uid).is_some_and(|p| {
+            p.containers
+                .iter()
+                .any(|c| !matches!(c.instance.state, InstanceState::Exited { .. }))
+        });
+        // A pod in image pull back-off is looked at again soon, so that its containers show
+        // `ImagePullBackOff` between the pulls, as upstream's do.
+        let backing_off = state
+            .pulls
+            .iter()
+            .any(|((pod, _), b)| pod == uid && b.until > now);
+        if !running && !backing_off {
+            return None;
+        }
+        // The next relist may see it change: wake just after it.
+        let next = state
+            .last_relist
+            .map_or(now, |at| at + self.config.relist_period)
+            .max(now);
+        Some(next + Duration::from_millis(10))
+    }
+}

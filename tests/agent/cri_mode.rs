@@ -1,0 +1,380 @@
+//! `--runtime cri`: the agent on a private containerd (see `rustlet_cri::testing`), real
+//! processes reading and writing through the volumes the agent mounted.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustlet_cri::CriClient;
+use rustlet_cri::testing::PrivateContainerd;
+use serde_json::Value;
+
+use crate::harness::{Agent, run_to_end, start};
+
+/// A private containerd, a root directory and a manifest directory for one test.
+struct Cri {
+    containerd: PrivateContainerd,
+    root: PathBuf,
+    manifests: PathBuf,
+}
+
+impl Cri {
+    fn new(test: &str, files: &[(&str, &str)]) -> Option<Self> {
+        let containerd = PrivateContainerd::start_blocking(test)?;
+        let root = containerd.dir().join("root");
+        let manifests = containerd.dir().join("manifests");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&manifests).unwrap();
+        for (name, text) in files {
+            std::fs::write(manifests.join(name), text).unwrap();
+        }
+        Some(Self {
+            containerd,
+            root,
+            manifests,
+        })
+    }
+
+    fn start(&self) -> Agent {
+        start(
+            &[
+                "--node-name",
+                "node-a",
+                "--root-dir",
+                self.root.to_str().unwrap(),
+                "--local",
+                self.manifests.to_str().unwrap(),
+                "--runtime",
+                "cri",
+                "--container-runtime-endpoint",
+                self.containerd.endpoint(),
+            ],
+            &self.containerd.dir().join("agent.log"),
+        )
+    }
+
+    /// The runtime's sandboxes and containers (IDs), listed through CRI.
+    fn listed(&self) -> (Vec<String>, Vec<(String, i32)>) {
+        let endpoint = self.containerd.endpoint().to_owned();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                let sandboxes = client.list_pod_sandboxes().await.unwrap();
+                let containers = client.list_containers().await.unwrap();
+                (
+                    sandboxes.into_iter().map(|s| s.id).collect(),
+                    containers.into_iter().map(|c| (c.id, c.state)).collect(),
+                )
+            })
+    }
+}
+
+fn uid(pod: &Value) -> String {
+    pod["metadata"]["uid"].as_str().unwrap().to_owned()
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+/// The lines a container wrote to stdout, from its CRI log file.
+fn log_lines(root: &Path, uid: &str, container: &str) -> Vec<String> {
+    let path = root.join(format!("pod-logs/{uid}/{container}/0.log"));
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        // `<time> stdout F <text>`
+        .filter_map(|l| l.splitn(4, ' ').nth(3).map(str::to_owned))
+        .collect()
+}
+
+const SHARED: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: shared
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: writer
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo written by $(WHO) > /shared/msg; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    env:
+    - {name: WHO, value: the-writer}
+    volumeMounts:
+    - {name: shared, mountPath: /shared}
+  - name: reader
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "until [ -f /shared/msg ]; do sleep 0.1; done; cat /shared/msg; grep -c ' /scratch tmpfs ' /proc/mounts; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    volumeMounts:
+    - {name: shared, mountPath: /shared, readOnly: true}
+    - {name: scratch, mountPath: /scratch}
+  volumes:
+  - name: shared
+    emptyDir: {}
+  - name: scratch
+    emptyDir:
+      medium: Memory
+"#;
+
+#[test]
+fn cri_two_containers_share_an_empty_dir_and_deletion_stops_and_removes_them() {
+    let Some(cri) = Cri::new(
+        "cri_two_containers_share_an_empty_dir",
+        &[("shared.yaml", SHARED)],
+    ) else {
+        return;
+    };
+    let agent = cri.start();
+    let pod = agent.wait_for("both containers running", || {
+        agent.pod("shared").filter(|p| {
+            p["status"]["phase"] == "Running"
+                && container(p, "writer")["state"]["running"].is_object()
+                && container(p, "reader")["state"]["running"].is_object()
+        })
+    });
+    let uid = uid(&pod);
+    for name in ["writer", "reader"] {
+        let c = container(&pod, name);
+        assert!(
+            c["containerID"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("containerd://")),
+            "{c}"
+        );
+        assert!(
+            c["imageID"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("sha256:")),
+            "{c}"
+        );
+        assert_eq!(c["image"], "localhost/busybox:1");
+        assert_eq!(c["restartCount"], 0);
+    }
+    assert!(
+        pod["status"]["podIP"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("10.88.")),
+        "{pod}"
+    );
+    // The reader saw the writer's file, through the volume the agent made, and its Memory
+    // emptyDir is a tmpfs inside the container.
+    let lines = agent.wait_for("the reader's output", || {
+        let lines = log_lines(&cri.root, &uid, "reader");
+        (lines.len() >= 2).then_some(lines)
+    });
+    assert_eq!(lines[..2], ["written by the-writer", "1"]);
+    assert_eq!(
+        std::fs::read_to_string(cri.root.join(format!(
+            "pods/{uid}/volumes/kubernetes.io~empty-dir/shared/msg"
+        )))
+        .unwrap(),
+        "written by the-writer\n"
+    );
+    let (sandboxes, containers) = cri.listed();
+    assert_eq!((sandboxes.len(), containers.len()), (1, 2));
+
+    // Deleting the manifest stops both (they exit 0 on SIGTERM, within the grace period),
+    // removes them and the sandbox, then the pod and its directory.
+    std::fs::remove_file(cri.manifests.join("shared.yaml")).unwrap();
+    agent.wait_for("the pod deleted", || {
+        agent.pod("shared").is_none().then_some(())
+    });
+    agent.wait_for("the runtime emptied", || {
+        let (s, c) = cri.listed();
+        (s.is_empty() && c.is_empty()).then_some(())
+    });
+    agent.wait_for("the pod directory removed", || {
+        (!cri.root.join("pods").join(&uid).exists()).then_some(())
+    });
+    assert!(!cri.root.join("pod-logs").join(&uid).exists());
+}
+
+const FAILS: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: fails
+  namespace: default
+spec:
+  restartPolicy: Never
+  initContainers:
+  - name: init
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo init done"]
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "exit 3"]
+"#;
+
+const ABSENT: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: absent
+  namespace: default
+spec:
+  containers:
+  - name: main
+    image: localhost/absent:1
+"#;
+
+#[test]
+fn cri_exit_3_with_restart_policy_never_fails_and_an_absent_image_backs_off() {
+    let Some(cri) = Cri::new(
+        "cri_exit_3_with_restart_policy_never_fails",
+        &[("fails.yaml", FAILS), ("absent.yaml", ABSENT)],
+    ) else {
+        return;
+    };
+    let agent = cri.start();
+    let pod = agent.wait_for_phase("fails", "Failed");
+    let init = &pod["status"]["initContainerStatuses"][0];
+    assert_eq!(init["state"]["terminated"]["exitCode"], 0, "{pod}");
+    assert_eq!(init["state"]["terminated"]["reason"], "Completed", "{pod}");
+    let main = container(&pod, "main");
+    assert_eq!(main["state"]["terminated"]["exitCode"], 3, "{pod}");
+    assert_eq!(main["state"]["terminated"]["reason"], "Error", "{pod}");
+    assert_eq!(main["restartCount"], 0);
+
+    // No registry: the pull fails, then the container waits in back-off between pulls.
+    let seen = agent.wait_for("ImagePullBackOff", || {
+        let pod = agent.pod("absent")?;
+        let reason = container(&pod, "main")["state"]["waiting"]["reason"].clone();
+        (reason == "ImagePullBackOff").then_some(pod)
+    });
+    assert_eq!(seen["status"]["phase"], "Pending");
+    let message = container(&seen, "main")["state"]["waiting"]["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .is_some_and(|m| m.contains("localhost/absent:1")),
+        "{message}"
+    );
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(
+        log.contains("ErrImagePull"),
+        "the first failure is ErrImagePull:\n{log}"
+    );
+}
+
+const SLEEPER: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: NAME
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+"#;
+
+#[test]
+fn cri_kill_9_of_the_agent_leaves_containers_running_and_a_restart_adopts_them() {
+    let Some(cri) = Cri::new(
+        "cri_kill_9_of_the_agent_leaves_containers_running",
+        &[
+            ("stays.yaml", &SLEEPER.replace("NAME", "stays")),
+            ("goes.yaml", &SLEEPER.replace("NAME", "goes")),
+        ],
+    ) else {
+        return;
+    };
+    let agent = cri.start();
+    let running = |agent: &Agent, name: &str| {
+        agent.wait_for(&format!("{name} running"), || {
+            agent
+                .pod(name)
+                .filter(|p| container(p, "main")["state"]["running"].is_object())
+        })
+    };
+    let before = running(&agent, "stays");
+    let goes = running(&agent, "goes");
+    agent.kill9();
+    // The containers outlive the agent.
+    let (_, containers) = cri.listed();
+    assert_eq!(containers.len(), 2);
+    assert!(
+        containers.iter().all(|(_, state)| *state == 1),
+        "{containers:?}"
+    );
+
+    // Meanwhile one manifest goes; the restarted agent adopts the other pod's container
+    // (same ID, no restart) and removes the gone pod's.
+    std::fs::remove_file(cri.manifests.join("goes.yaml")).unwrap();
+    let agent = cri.start();
+    let after = running(&agent, "stays");
+    assert_eq!(
+        container(&after, "main")["containerID"],
+        container(&before, "main")["containerID"]
+    );
+    assert_eq!(
+        container(&after, "main")["state"]["running"]["startedAt"],
+        container(&before, "main")["state"]["running"]["startedAt"]
+    );
+    assert_eq!(container(&after, "main")["restartCount"], 0);
+    let gone_id = container(&goes, "main")["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_owned();
+    agent.wait_for("the gone pod's container removed", || {
+        let (sandboxes, containers) = cri.listed();
+        (sandboxes.len() == 1 && containers.len() == 1 && containers[0].0 != gone_id).then_some(())
+    });
+    assert_eq!(agent.terminate().code(), Some(0));
+    // SIGTERM stops nothing either.
+    let (_, containers) = cri.listed();
+    assert_eq!(containers.len(), 1);
+}
+
+#[test]
+fn cri_an_absent_runtime_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("m");
+    std::fs::create_dir(&manifests).unwrap();
+    let endpoint = format!("unix://{}/nothing.sock", dir.path().display());
+    let (status, stderr) = run_to_end(&[
+        "--node-name",
+        "node-a",
+        "--root-dir",
+        dir.path().join("root").to_str().unwrap(),
+        "--local",
+        manifests.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--runtime",
+        "cri",
+        "--container-runtime-endpoint",
+        &endpoint,
+    ]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--runtime cri")
+            && stderr.contains(&endpoint)
+            && stderr.contains("does not answer"),
+        "{stderr}"
+    );
+    let (status, stderr) = run_to_end(&[
+        "--node-name",
+        "node-a",
+        "--root-dir",
+        "/tmp/x",
+        "--local",
+        manifests.to_str().unwrap(),
+        "--runtime",
+        "cri",
+        "--container-runtime-endpoint",
+        "tcp://127.0.0.1:1",
+    ]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--container-runtime-endpoint"), "{stderr}");
+}

@@ -8,7 +8,7 @@ use rustlet_cri::CriClient;
 use rustlet_cri::testing::PrivateContainerd;
 use serde_json::Value;
 
-use crate::harness::{Agent, run_to_end, start};
+use crate::harness::{Agent, run_to_end, start_in};
 
 /// A private containerd, a root directory and a manifest directory for one test.
 struct Cri {
@@ -34,8 +34,12 @@ impl Cri {
         })
     }
 
+    /// The agent, in containerd's network namespace (the node's network of these tests: pod
+    /// IPs are reachable from it, as on a node).
     fn start(&self) -> Agent {
-        start(
+        let netns = PathBuf::from(format!("/proc/{}/ns/net", self.containerd.pid()));
+        start_in(
+            Some(&netns),
             &[
                 "--node-name",
                 "node-a",
@@ -377,4 +381,100 @@ fn cri_an_absent_runtime_is_one_clear_error() {
     ]);
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--container-runtime-endpoint"), "{stderr}");
+}
+
+const PROBED: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: probed
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "touch /ctl/alive; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    volumeMounts:
+    - {name: ctl, mountPath: /ctl}
+    readinessProbe:
+      exec: {command: ["cat", "/ctl/ready"]}
+      periodSeconds: 1
+      failureThreshold: 1
+    livenessProbe:
+      exec: {command: ["cat", "/ctl/alive"]}
+      periodSeconds: 1
+      failureThreshold: 2
+  - name: web
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "mkdir -p /tmp/www && echo ok > /tmp/www/healthz && exec httpd -f -p 8080 -h /tmp/www"]
+    ports:
+    - {name: http, containerPort: 8080}
+    startupProbe:
+      tcpSocket: {port: 8080}
+      periodSeconds: 1
+      failureThreshold: 30
+    readinessProbe:
+      httpGet: {path: /healthz, port: http}
+      periodSeconds: 1
+  volumes:
+  - name: ctl
+    emptyDir: {}
+"#;
+
+#[test]
+fn cri_probes_flip_readiness_both_ways_and_a_failed_liveness_probe_restarts() {
+    let Some(cri) = Cri::new("cri_probes_flip_readiness", &[("probed.yaml", PROBED)]) else {
+        return;
+    };
+    let agent = cri.start();
+    let ready = |p: &Value, name: &str| container(p, name)["ready"] == true;
+    // Without /ctl/ready the app is not ready; the web container's startup (TCP) and
+    // readiness (HTTP GET on its named port) probes pass.
+    let pod = agent.wait_for("web ready, app running but not ready", || {
+        agent.pod("probed").filter(|p| {
+            ready(p, "web")
+                && container(p, "web")["started"] == true
+                && container(p, "app")["state"]["running"].is_object()
+                && !ready(p, "app")
+        })
+    });
+    assert_eq!(
+        crate::harness::condition(&pod, "Ready").as_deref(),
+        Some("False")
+    );
+    let uid = uid(&pod);
+    let ctl = cri
+        .root
+        .join(format!("pods/{uid}/volumes/kubernetes.io~empty-dir/ctl"));
+    std::fs::write(ctl.join("ready"), "").unwrap();
+    let pod = agent.wait_for("the pod ready", || {
+        agent
+            .pod("probed")
+            .filter(|p| crate::harness::condition(p, "Ready").as_deref() == Some("True"))
+    });
+    assert!(ready(&pod, "app") && ready(&pod, "web"));
+    std::fs::remove_file(ctl.join("ready")).unwrap();
+    agent.wait_for("the app unready again", || {
+        agent.pod("probed").filter(|p| {
+            !ready(p, "app") && crate::harness::condition(p, "Ready").as_deref() == Some("False")
+        })
+    });
+
+    // The liveness probe fails twice: the container is killed and started again; its command
+    // makes it alive again.
+    let first = container(&pod, "app")["containerID"].clone();
+    std::fs::remove_file(ctl.join("alive")).unwrap();
+    let pod = agent.wait_for("the app restarted", || {
+        agent.pod("probed").filter(|p| {
+            let app = container(p, "app");
+            app["restartCount"] == 1 && app["state"]["running"].is_object()
+        })
+    });
+    let app = container(&pod, "app");
+    assert_ne!(app["containerID"], first);
+    assert_eq!(
+        app["lastState"]["terminated"]["containerID"], first,
+        "{app}"
+    );
+    assert_eq!(container(&pod, "web")["restartCount"], 0);
 }

@@ -16,6 +16,8 @@ pub struct Agent {
     pub child: Child,
     pub port: u16,
     pub log: PathBuf,
+    /// The network namespace the agent runs in (`None`: this process's).
+    pub netns: Option<PathBuf>,
 }
 
 fn free_port() -> u16 {
@@ -25,14 +27,34 @@ fn free_port() -> u16 {
 
 /// Runs the binary with `args` (and `--listen` on a free port); its stderr goes to `log`.
 pub fn start(args: &[&str], log: &Path) -> Agent {
-    let port = free_port();
+    start_in(None, args, log)
+}
+
+/// [`start`] inside the network namespace `netns` (a `/proc/<pid>/ns/net`), through
+/// `nsenter`; the endpoints are then reached from inside it too.
+pub fn start_in(netns: Option<&Path>, args: &[&str], log: &Path) -> Agent {
+    let port = match netns {
+        // A fresh namespace has every port free.
+        Some(_) => 10255,
+        None => free_port(),
+    };
     let listen = format!("127.0.0.1:{port}");
     let stderr = std::fs::File::options()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_rustlet"))
+    let mut command = match netns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={}", ns.display()))
+                .arg("--")
+                .arg(env!("CARGO_BIN_EXE_rustlet"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_rustlet")),
+    };
+    let child = command
         .args(args)
         .args(["--listen", &listen])
         .stdout(Stdio::null())
@@ -43,6 +65,7 @@ pub fn start(args: &[&str], log: &Path) -> Agent {
         child,
         port,
         log: log.to_owned(),
+        netns: netns.map(Path::to_owned),
     };
     agent.wait_for("healthy", || {
         agent.get("/healthz").filter(|(code, _)| *code == 200)
@@ -65,7 +88,7 @@ pub fn run_to_end(args: &[&str]) -> (ExitStatus, String) {
 impl Agent {
     /// `GET path`: the status code and the body, or `None` when nothing answers.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        let mut stream = self.connect()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(
             stream,
@@ -77,6 +100,21 @@ impl Agent {
         let (head, body) = response.split_once("\r\n\r\n")?;
         let code = head.split_whitespace().nth(1)?.parse().ok()?;
         Some((code, body.to_owned()))
+    }
+
+    /// A connection to the endpoints: in the agent's network namespace when it has its own
+    /// (this thread enters it for the connect only; the socket stays in it).
+    fn connect(&self) -> Option<TcpStream> {
+        let Some(ns) = &self.netns else {
+            return TcpStream::connect(("127.0.0.1", self.port)).ok();
+        };
+        use nix::sched::{CloneFlags, setns};
+        let own = std::fs::File::open("/proc/thread-self/ns/net").unwrap();
+        let target = std::fs::File::open(ns).ok()?;
+        setns(&target, CloneFlags::CLONE_NEWNET).unwrap();
+        let stream = TcpStream::connect(("127.0.0.1", self.port));
+        setns(&own, CloneFlags::CLONE_NEWNET).expect("back to the test's network namespace");
+        stream.ok()
     }
 
     /// The `/pods` list's items.

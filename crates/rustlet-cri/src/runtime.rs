@@ -24,8 +24,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_pods::runtime::{
-    ContainerInstance, ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus,
-    Sandbox,
+    ContainerInstance, ContainerKind, ExecOutput, InstanceState, Runtime, RuntimeError,
+    RuntimePodStatus, Sandbox,
 };
 use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
@@ -881,6 +881,61 @@ impl Runtime for CriRuntime {
             // Housekeeping removes it once the worker forgot the pod.
             warn!(%uid, error = %e, "removing the pod's containers failed");
         }
+    }
+
+    fn runs_probes(&self) -> bool {
+        true
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<ExecOutput, RuntimeError> {
+        let raw = id.split_once("://").map_or(id, |(_, raw)| raw);
+        match self.client.exec_sync(raw, cmd.to_vec(), timeout).await {
+            Ok(r) => {
+                let mut output = String::from_utf8_lossy(&r.stdout).into_owned();
+                output.push_str(&String::from_utf8_lossy(&r.stderr));
+                Ok(ExecOutput {
+                    exit_code: r.exit_code,
+                    output,
+                    timed_out: false,
+                })
+            }
+            Err(CriError::Call {
+                code: tonic::Code::DeadlineExceeded,
+                ..
+            }) => Ok(ExecOutput {
+                exit_code: -1,
+                output: String::new(),
+                timed_out: true,
+            }),
+            Err(e) => Err(RuntimeError::Exec {
+                container: id.to_owned(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    async fn kill_container(
+        &self,
+        pod: &Pod,
+        id: &str,
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        let raw = id.split_once("://").map_or(id, |(_, raw)| raw);
+        let failed = |e: CriError| RuntimeError::KillPod {
+            pod: full_name(pod),
+            message: e.to_string(),
+        };
+        match self.client.stop_container(raw, grace).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(failed(e)),
+        }
+        self.refresh_pod(&PodUid::of(pod)).await.map_err(failed)
     }
 
     async fn remove_orphans(&self, keep: &HashSet<PodUid>) {

@@ -6,6 +6,8 @@
 //!   state table the managers read (`PodStateProvider`, `PodDeletionSafety`);
 //!   [`workers::PodWorkers`] follows the pod source, one task per pod UID.
 //! * [`runtime`]: the [`runtime::Runtime`] trait, the seam where a CRI runtime plugs in.
+//! * [`prober`]: liveness, readiness and startup probes (exec through the runtime, HTTP GET,
+//!   TCP), on a runtime that runs processes.
 //! * [`simulated`]: a runtime without processes (kwok-like): real volumes and statuses.
 //! * [`status`]: `generateAPIPodStatus` and `getPhase`, pure.
 //!
@@ -25,6 +27,7 @@
 //! kube, `rustlet-api` or the binary. A CRI runtime lives in its own crate and implements
 //! [`runtime::Runtime`].
 
+pub mod prober;
 pub mod runtime;
 pub mod simulated;
 pub mod status;

@@ -99,6 +99,17 @@ impl RuntimePodStatus {
     }
 }
 
+/// What an exec returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// The command's exit code.
+    pub exit_code: i32,
+    /// Its stdout then stderr, as text.
+    pub output: String,
+    /// It outlived its timeout and was stopped (`exit_code` is then meaningless).
+    pub timed_out: bool,
+}
+
 /// A pod sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sandbox {
@@ -145,6 +156,22 @@ pub enum RuntimeError {
         /// Why.
         message: String,
     },
+    /// The runtime cannot do this at all (the simulated runtime runs no processes to exec in).
+    #[error("the {runtime} runtime does not support {operation}")]
+    Unsupported {
+        /// The runtime's name.
+        runtime: String,
+        /// What was asked.
+        operation: String,
+    },
+    /// ExecSync failed (not: the command exited non-zero).
+    #[error("exec in container {container}: {message}")]
+    Exec {
+        /// The container instance's ID.
+        container: String,
+        /// Why.
+        message: String,
+    },
     /// StopContainer / StopPodSandbox failed.
     #[error("killing pod {pod}: {message}")]
     KillPod {
@@ -182,6 +209,42 @@ pub trait Runtime: Send + Sync {
 
     /// Forgets a killed pod's containers and sandbox.
     async fn remove_pod(&self, uid: &PodUid);
+
+    /// Whether the pods' probes run (processes exist to probe). The simulated runtime says no:
+    /// its containers count as started and ready as soon as they run.
+    fn runs_probes(&self) -> bool {
+        false
+    }
+
+    /// Runs `cmd` in a running container instance (its `id`, `<runtime>://...`) with a timeout
+    /// (upstream's exec probe, CRI `ExecSync`).
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<ExecOutput, RuntimeError> {
+        let _ = (id, cmd, timeout);
+        Err(RuntimeError::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "exec".into(),
+        })
+    }
+
+    /// Stops one container instance (after at most `grace`): a liveness or startup probe
+    /// failed.
+    async fn kill_container(
+        &self,
+        pod: &Pod,
+        id: &str,
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        let _ = (id, grace);
+        Err(RuntimeError::KillPod {
+            pod: full_name(pod),
+            message: format!("the {} runtime cannot stop one container", self.name()),
+        })
+    }
 
     /// Stops and removes what the runtime runs for pods not in `keep` (upstream's housekeeping
     /// `killing unwanted pods` and the container GC): after an agent restart, pods deleted

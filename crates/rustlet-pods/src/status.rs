@@ -49,6 +49,18 @@ pub struct StatusInput<'a> {
     pub waiting: &'a HashMap<String, WaitingReason>,
     /// Feature gates in force.
     pub gates: &'a FeatureGates,
+    /// Probe results per regular container name (B10); a name without an entry has no probe
+    /// workers (and a runtime that runs no probes gives none).
+    pub probes: &'a HashMap<String, ContainerProbes>,
+}
+
+/// A regular container's probe state for its newest instance (B10).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContainerProbes {
+    /// `None`: no startup probe; else whether it succeeded.
+    pub startup: Option<bool>,
+    /// `None`: no readiness probe; else whether it succeeded.
+    pub readiness: Option<bool>,
 }
 
 fn time(t: k8s_openapi::jiff::Timestamp) -> Time {
@@ -154,15 +166,17 @@ fn container_status(
             ..Default::default()
         });
     }
-    // B10 without probe workers.
+    // B10.
     let state = status.state.clone().unwrap_or_default();
     let running = state.running.is_some();
     if kind == ContainerKind::Init {
         status.ready = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
         status.started = Some(running);
     } else {
-        status.started = Some(running);
-        status.ready = running;
+        let probes = input.probes.get(name).copied().unwrap_or_default();
+        let started = running && probes.startup.unwrap_or(true);
+        status.started = Some(started);
+        status.ready = started && probes.readiness.unwrap_or(true);
     }
     status
 }

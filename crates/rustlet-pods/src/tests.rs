@@ -13,7 +13,7 @@ use rustlet_core::pod::PodPhase;
 
 use crate::runtime::{ContainerKind, InstanceState, Runtime, RuntimePodStatus};
 use crate::simulated::{SimulatedConfig, SimulatedRuntime, simulated_exit};
-use crate::status::{StatusInput, WaitingReason, generate_api_status, get_phase};
+use crate::status::{ContainerProbes, StatusInput, WaitingReason, generate_api_status, get_phase};
 
 fn pod(restart_policy: &str, init: &[&str], containers: &[&str]) -> Pod {
     let list = |names: &[&str]| {
@@ -146,6 +146,9 @@ fn s4_init_containers_hold_the_pod_pending_and_a_failed_one_fails_a_never_pod() 
     );
 }
 
+static NO_PROBES: std::sync::LazyLock<HashMap<String, ContainerProbes>> =
+    std::sync::LazyLock::new(HashMap::new);
+
 fn input<'a>(
     pod: &'a Pod,
     runtime: &'a RuntimePodStatus,
@@ -161,6 +164,7 @@ fn input<'a>(
         host_ips: &[],
         waiting,
         gates,
+        probes: &NO_PROBES,
     }
 }
 
@@ -413,4 +417,50 @@ async fn a_container_whose_mount_source_is_missing_does_not_start() {
         .start_container(&p, &container, ContainerKind::Regular, &[present])
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn b10_started_and_ready_follow_the_startup_and_readiness_results() {
+    let runtime = SimulatedRuntime::new(SimulatedConfig::default());
+    let p = pod("Always", &[], &["a"]);
+    let container = p.spec.as_ref().unwrap().containers[0].clone();
+    runtime.run_pod_sandbox(&p).await.unwrap();
+    runtime
+        .start_container(&p, &container, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&p)).await;
+    let (gates, old, none) = (
+        FeatureGates::default(),
+        PodStatus::default(),
+        HashMap::new(),
+    );
+    let with = |probes: ContainerProbes| {
+        let map = HashMap::from([("a".to_owned(), probes)]);
+        let api = generate_api_status(&StatusInput {
+            probes: &map,
+            ..input(&p, &status, &old, &none, &gates)
+        });
+        let a = api.container_statuses.unwrap()[0].clone();
+        (a.started, a.ready)
+    };
+    // No probe workers: running is started and ready.
+    assert_eq!(with(ContainerProbes::default()), (Some(true), true));
+    // A startup probe that has not passed: neither started nor ready, whatever readiness says.
+    let not_started = ContainerProbes {
+        startup: Some(false),
+        readiness: Some(true),
+    };
+    assert_eq!(with(not_started), (Some(false), false));
+    // Started; readiness decides `ready`.
+    let unready = ContainerProbes {
+        startup: Some(true),
+        readiness: Some(false),
+    };
+    assert_eq!(with(unready), (Some(true), false));
+    let ready = ContainerProbes {
+        startup: None,
+        readiness: Some(true),
+    };
+    assert_eq!(with(ready), (Some(true), true));
 }

@@ -30,15 +30,16 @@ use rustlet_volume::events::{EventKind, EventRecorder, FAILED_MOUNT};
 use rustlet_volume::manager::VolumeManager;
 use rustlet_volume::populator::{PodSource, PodStateProvider};
 use rustlet_volume::subpath::ContainerMount;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::prober::{ProbeKind, ProbeResult, ProbeResults, ProbeTask};
 use crate::runtime::{
     ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, full_name,
 };
-use crate::status::{StatusInput, WaitingReason, generate_api_status};
+use crate::status::{ContainerProbes, StatusInput, WaitingReason, generate_api_status};
 
 /// Where a pod is in its lifecycle (upstream `podSyncStatus`'s `WorkType` plus `finished`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -188,6 +189,7 @@ pub struct PodWorkers {
 }
 
 struct Shared {
+    probe_results: Arc<ProbeResults>,
     pods: Arc<dyn PodSource>,
     lifecycles: Arc<PodLifecycles>,
     status: Arc<StatusManager>,
@@ -208,6 +210,7 @@ impl PodWorkers {
     pub fn new(deps: PodWorkersDeps, config: PodWorkersConfig) -> Self {
         Self {
             shared: Arc::new(Shared {
+                probe_results: Arc::new(ProbeResults::default()),
                 pods: deps.pods,
                 lifecycles: deps.lifecycles,
                 status: deps.status,
@@ -295,6 +298,9 @@ impl PodWorkers {
                             rx,
                             cancel: cancel.clone(),
                             backoff: HashMap::new(),
+                            probes: HashMap::new(),
+                            probe_wake: Arc::new(Notify::new()),
+                            probe_killed: HashSet::new(),
                         };
                         let span = info_span!("pod", pod = %full_name(pod), %uid);
                         tokio::spawn(worker.run().instrument(span));
@@ -385,6 +391,12 @@ struct Worker {
     rx: watch::Receiver<PodSlot>,
     cancel: CancellationToken,
     backoff: HashMap<String, RestartBackoff>,
+    /// The probe tasks of this pod (B2), each stopped by its token.
+    probes: HashMap<(String, ProbeKind), CancellationToken>,
+    /// Woken when a probe result of this pod changes (B6).
+    probe_wake: Arc<Notify>,
+    /// Containers killed for a failed liveness or startup probe: restarted unless `Never`.
+    probe_killed: HashSet<String>,
 }
 
 /// What a worker is told about its pod: the newest version, the same `Arc` as the pod
@@ -429,7 +441,85 @@ impl Worker {
                 Err(_) => Wake::Cancelled,
             },
             () = sleep => Wake::Due,
+            () = self.probe_wake.notified() => Wake::Due,
         }
+    }
+
+    /// Starts the probe tasks of the pod's regular containers that have none (B2), on a
+    /// runtime that runs probes.
+    fn ensure_probes(&mut self, pod: &Arc<Pod>) {
+        if !self.shared.runtime.runs_probes() {
+            return;
+        }
+        for container in pod.spec.iter().flat_map(|s| &s.containers) {
+            for kind in ProbeKind::ALL {
+                if kind.of(container).is_none() {
+                    continue;
+                }
+                let key = (container.name.clone(), kind);
+                if self.probes.contains_key(&key) {
+                    continue;
+                }
+                let cancel = self.cancel.child_token();
+                let task = ProbeTask {
+                    kind,
+                    pod: pod.clone(),
+                    uid: self.uid.clone(),
+                    container: container.clone(),
+                    runtime: self.shared.runtime.clone(),
+                    results: self.shared.probe_results.clone(),
+                    events: self.shared.events.clone(),
+                    wake: self.probe_wake.clone(),
+                    cancel: cancel.clone(),
+                };
+                tokio::spawn(task.run().in_current_span());
+                self.probes.insert(key, cancel);
+            }
+        }
+    }
+
+    /// Stops the probe tasks of these kinds (B7).
+    fn stop_probes(&mut self, kinds: &[ProbeKind]) {
+        self.probes.retain(|(_, kind), cancel| {
+            if kinds.contains(kind) {
+                cancel.cancel();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// B10's input: each regular container's startup and readiness results, for its newest
+    /// instance.
+    fn probe_view(
+        &self,
+        pod: &Pod,
+        runtime: &RuntimePodStatus,
+    ) -> HashMap<String, ContainerProbes> {
+        if !self.shared.runtime.runs_probes() {
+            return HashMap::new();
+        }
+        let results = &self.shared.probe_results;
+        pod.spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .map(|c| {
+                let id = runtime.instances(&c.name).0.map(|i| i.id.as_str());
+                let passed = |kind: ProbeKind| {
+                    kind.of(c).map(|_| {
+                        id.is_some_and(|id| results.get(id, kind) == Some(ProbeResult::Success))
+                    })
+                };
+                (
+                    c.name.clone(),
+                    ContainerProbes {
+                        startup: passed(ProbeKind::Startup),
+                        readiness: passed(ProbeKind::Readiness),
+                    },
+                )
+            })
+            .collect()
     }
 
     fn old_status(&self, pod: &Pod) -> PodStatus {
@@ -448,6 +538,7 @@ impl Worker {
         waiting: &HashMap<String, WaitingReason>,
     ) -> PodStatus {
         let old = self.old_status(pod);
+        let probes = self.probe_view(pod, runtime);
         let status = generate_api_status(&StatusInput {
             pod,
             runtime,
@@ -456,6 +547,7 @@ impl Worker {
             host_ips: &self.shared.config.host_ips,
             waiting,
             gates: &self.shared.config.gates,
+            probes: &probes,
         });
         self.shared.status.set_pod_status(pod, status.clone());
         status
@@ -529,8 +621,9 @@ impl Worker {
             () = self.cancel.cancelled() => return Ok(Synced::Running(None)),
         };
         mounted?;
-        let runtime_api = &self.shared.runtime;
+        let runtime_api = self.shared.runtime.clone();
         runtime_api.run_pod_sandbox(pod).await?;
+        self.ensure_probes(pod);
         // Borrowed (the pod outlives the pass): a copy was a deep clone of the whole spec per
         // pass, and 1.5 KB more in every worker's task.
         let spec = pod.spec.as_ref();
@@ -597,13 +690,26 @@ impl Worker {
         let mut wake: Option<Instant> = None;
         let runtime = runtime_api.pod_status(&self.uid).await;
         for container in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
-            let exited = match runtime.instances(&container.name).0.map(|c| &c.state) {
+            let newest = runtime.instances(&container.name).0;
+            let exited = match newest.map(|c| &c.state) {
                 None => None,
                 Some(InstanceState::Exited { exit_code, .. }) => Some(*exit_code),
-                Some(_) => continue,
+                Some(_) => {
+                    // C11: a failed liveness or startup probe kills the container.
+                    let id = newest.map(|c| c.id.as_str()).unwrap_or_default();
+                    if let Some(kind) = self.failed_probe(id) {
+                        self.kill_for_probe(pod, container, id, kind, &restart_policy)
+                            .await?;
+                        wake = Some(now);
+                    }
+                    continue;
+                }
             };
+            let probe_killed = self.probe_killed.remove(&container.name);
             let restart = match (exited, restart_policy.as_str()) {
                 (None, _) => true,
+                (Some(_), "Never") => false,
+                (Some(_), _) if probe_killed => true,
                 (Some(_), "Always") => true,
                 (Some(code), "OnFailure") => code != 0,
                 _ => false,
@@ -675,6 +781,49 @@ impl Worker {
             (a, b) => a.or(b),
         };
         Ok(Synced::Running(next))
+    }
+
+    /// Which of a running instance's probes failed in a way that kills it, if any.
+    fn failed_probe(&self, id: &str) -> Option<ProbeKind> {
+        if id.is_empty() || !self.shared.runtime.runs_probes() {
+            return None;
+        }
+        let results = &self.shared.probe_results;
+        [ProbeKind::Liveness, ProbeKind::Startup]
+            .into_iter()
+            .find(|kind| results.get(id, *kind) == Some(ProbeResult::Failure))
+    }
+
+    /// Kills a container whose liveness or startup probe failed (C11), with the probe's
+    /// `terminationGracePeriodSeconds` or the pod's.
+    async fn kill_for_probe(
+        &mut self,
+        pod: &Pod,
+        container: &Container,
+        id: &str,
+        kind: ProbeKind,
+        restart_policy: &str,
+    ) -> Result<(), SyncError> {
+        let what = match kind {
+            ProbeKind::Startup => "startup",
+            _ => "liveness",
+        };
+        let mut message = format!("Container {} failed {what} probe", container.name);
+        if restart_policy != "Never" {
+            message.push_str(", will be restarted");
+        }
+        self.event(pod, EventKind::Normal, "Killing", &message);
+        info!(container = %container.name, "{message}");
+        let grace = kind
+            .of(container)
+            .and_then(|p| p.termination_grace_period_seconds)
+            .map_or_else(
+                || grace_period(pod),
+                |s| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)),
+            );
+        self.shared.runtime.kill_container(pod, id, grace).await?;
+        self.probe_killed.insert(container.name.clone());
+        Ok(())
     }
 
     /// Upstream `makeMounts` before a container is created: its subPaths prepared safely. A
@@ -767,8 +916,11 @@ impl Worker {
                 }
             }
             let grace = grace_period(&pod);
+            // B7: liveness and startup stop before the kill; readiness goes on meanwhile.
+            self.stop_probes(&[ProbeKind::Liveness, ProbeKind::Startup]);
             match self.shared.runtime.kill_pod(&pod, grace).await {
                 Ok(()) => {
+                    self.stop_probes(&ProbeKind::ALL);
                     let runtime = self.shared.runtime.pod_status(&self.uid).await;
                     self.set_status(&pod, &runtime, true, &no_waiting);
                     self.shared.lifecycles.set(&self.uid, Lifecycle::Terminated);

@@ -1,0 +1,730 @@
+//! The prober (upstream `pkg/kubelet/prober`; spec `pod-lifecycle.md` B1-B10): one task per
+//! (pod, container, probe kind) for regular containers, results by container instance ID, and a
+//! wake of the pod's worker whenever a result changes.
+//!
+//! ```text
+//!   new container ID: result := initial (readiness Failure, liveness Success, startup none)
+//!  waiting ──────────────────────────► probing ──run reaches its threshold──► result set
+//!     ▲  no instance / not started        │  liveness Failure or startup result
+//!     │                                   ▼
+//!     └──────── new container ID ◄──── ON HOLD (until the container is replaced)
+//! ```
+//!
+//! Probes run only on a runtime with processes ([`Runtime::runs_probes`]); exec goes through
+//! [`Runtime::exec_sync`], HTTP GET and TCP connect go from the agent to the pod IP (or the
+//! probe's host), each under the probe's timeout.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use rustlet_core::PodUid;
+use rustlet_volume::events::{EventKind, EventRecorder};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::runtime::{InstanceState, Runtime};
+
+/// Which probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProbeKind {
+    /// Restarts the container on failure.
+    Liveness,
+    /// Gates the container's `ready`.
+    Readiness,
+    /// Gates `started`, and the other two until it succeeds.
+    Startup,
+}
+
+impl ProbeKind {
+    fn title(self) -> &'static str {
+        match self {
+            Self::Liveness => "Liveness",
+            Self::Readiness => "Readiness",
+            Self::Startup => "Startup",
+        }
+    }
+
+    /// The container's probe of this kind.
+    pub fn of(self, container: &Container) -> Option<&Probe> {
+        match self {
+            Self::Liveness => container.liveness_probe.as_ref(),
+            Self::Readiness => container.readiness_probe.as_ref(),
+            Self::Startup => container.startup_probe.as_ref(),
+        }
+    }
+
+    /// All three.
+    pub const ALL: [ProbeKind; 3] = [Self::Liveness, Self::Readiness, Self::Startup];
+}
+
+/// A probe's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeResult {
+    /// Passed (a warning counts as passed).
+    Success,
+    /// Failed.
+    Failure,
+}
+
+/// Results by container instance ID and kind (upstream's results managers, B5).
+#[derive(Debug, Default)]
+pub struct ProbeResults {
+    map: Mutex<HashMap<(String, ProbeKind), ProbeResult>>,
+}
+
+impl ProbeResults {
+    fn lock(&self) -> MutexGuard<'_, HashMap<(String, ProbeKind), ProbeResult>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The result for a container instance.
+    pub fn get(&self, id: &str, kind: ProbeKind) -> Option<ProbeResult> {
+        self.lock().get(&(id.to_owned(), kind)).copied()
+    }
+
+    /// Sets a result; whether it changed.
+    fn set(&self, id: &str, kind: ProbeKind, result: ProbeResult) -> bool {
+        self.lock().insert((id.to_owned(), kind), result) != Some(result)
+    }
+
+    fn remove(&self, id: &str, kind: ProbeKind) {
+        self.lock().remove(&(id.to_owned(), kind));
+    }
+
+    /// Forgets every result of these instances (the pod is gone).
+    pub fn forget(&self, ids: &[String]) {
+        self.lock().retain(|(id, _), _| !ids.contains(id));
+    }
+}
+
+/// A probe's settings with the API's defaults (B1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// `initialDelaySeconds` (0).
+    pub initial_delay: Duration,
+    /// `periodSeconds` (10).
+    pub period: Duration,
+    /// `timeoutSeconds` (1).
+    pub timeout: Duration,
+    /// `successThreshold` (1).
+    pub success_threshold: u32,
+    /// `failureThreshold` (3).
+    pub failure_threshold: u32,
+}
+
+fn positive(v: Option<i32>, default: u32) -> u32 {
+    v.and_then(|v| u32::try_from(v).ok())
+        .filter(|v| *v > 0)
+        .unwrap_or(default)
+}
+
+impl Timing {
+    /// `probe`'s timing.
+    pub fn of(probe: &Probe) -> Self {
+        Self {
+            initial_delay: Duration::from_secs(u64::from(
+                probe
+                    .initial_delay_seconds
+                    .and_then(|v| u32::try_from(v).ok())
+                    .unwrap_or(0),
+            )),
+            period: Duration::from_secs(u64::from(positive(probe.period_seconds, 10))),
+            timeout: Duration::from_secs(u64::from(positive(probe.timeout_seconds, 1))),
+            success_threshold: positive(probe.success_threshold, 1),
+            failure_threshold: positive(probe.failure_threshold, 3),
+        }
+    }
+}
+
+/// One probe run: the result and the output (the failure's reason).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Passed or failed.
+    pub result: ProbeResult,
+    /// What it printed, or why it failed.
+    pub output: String,
+}
+
+impl Outcome {
+    fn failure(output: impl Into<String>) -> Self {
+        Self {
+            result: ProbeResult::Failure,
+            output: output.into(),
+        }
+    }
+
+    fn success(output: impl Into<String>) -> Self {
+        Self {
+            result: ProbeResult::Success,
+            output: output.into(),
+        }
+    }
+}
+
+/// The port a probe names: a number, or a named port of the container.
+fn port(container: &Container, port: &IntOrString) -> Result<u16, String> {
+    match port {
+        IntOrString::Int(n) => u16::try_from(*n)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("invalid port number {n}")),
+        IntOrString::String(name) => container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .and_then(|p| u16::try_from(p.container_port).ok())
+            .ok_or_else(|| format!("couldn't find port {name:?} in the container")),
+    }
+}
+
+/// Runs `probe` once against a running container instance (B8): exec through the runtime,
+/// HTTP GET or TCP from here. `Err`: the probe itself could not run (retried, B8).
+pub async fn run_probe(
+    runtime: &dyn Runtime,
+    probe: &Probe,
+    container: &Container,
+    instance_id: &str,
+    pod_ip: &str,
+) -> Result<Outcome, String> {
+    let timeout = Timing::of(probe).timeout;
+    if let Some(exec) = &probe.exec {
+        let cmd = exec.command.clone().unwrap_or_default();
+        return match runtime.exec_sync(instance_id, &cmd, timeout).await {
+            // A timeout is a failure, not an error (B8).
+            Ok(out) if out.timed_out => Ok(Outcome::failure(format!(
+                "command {cmd:?} timed out after {}s",
+                timeout.as_secs()
+            ))),
+            Ok(out) if out.exit_code == 0 => Ok(Outcome::success(out.output)),
+            Ok(out) => Ok(Outcome::failure(if out.output.is_empty() {
+                format!("command {cmd:?} exited with {}", out.exit_code)
+            } else {
+                out.output
+            })),
+            Err(e) => Err(e.to_string()),
+        };
+    }
+    if let Some(tcp) = &probe.tcp_socket {
+        let host = tcp.host.as_deref().unwrap_or(pod_ip);
+        let port = port(container, &tcp.port)?;
+        return Ok(
+            match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await
+            {
+                Ok(Ok(_)) => Outcome::success(""),
+                Ok(Err(e)) => Outcome::failure(format!("dial tcp {host}:{port}: {e}")),
+                Err(_) => Outcome::failure(format!("dial tcp {host}:{port}: i/o timeout")),
+            },
+        );
+    }
+    if let Some(http) = &probe.http_get {
+        let host = http.host.as_deref().unwrap_or(pod_ip).to_owned();
+        let port = port(container, &http.port)?;
+        if http
+            .scheme
+            .as_deref()
+            .is_some_and(|s| s.eq_ignore_ascii_case("https"))
+        {
+            return Err("HTTPS probes are not supported yet".into());
+        }
+        let path = http.path.as_deref().unwrap_or("/");
+        let path = if path.starts_with('/') {
+            path.to_owned()
+        } else {
+            format!("/{path}")
+        };
+        let headers = http.http_headers.clone().unwrap_or_default();
+        let get = async {
+            let stream = tokio::net::TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            let mut request = hyper::Request::get(&path)
+                .header("Host", format!("{host}:{port}"))
+                .header("User-Agent", "kube-probe/1.37")
+                .header("Accept", "*/*");
+            for h in &headers {
+                request = request.header(h.name.as_str(), h.value.as_str());
+            }
+            let request = request
+                .body(Empty::<Bytes>::new())
+                .map_err(|e| e.to_string())?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            let code = response.status().as_u16();
+            // At most 10 KiB of the body is kept for the output (upstream's limit).
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&body[..body.len().min(10 * 1024)]).into_owned();
+            Ok::<_, String>((code, text))
+        };
+        return Ok(match tokio::time::timeout(timeout, get).await {
+            Err(_) => Outcome::failure(format!(
+                "Get \"http://{host}:{port}{path}\": context deadline exceeded"
+            )),
+            Ok(Err(e)) => Outcome::failure(e),
+            Ok(Ok((code, body))) if (200..400).contains(&code) => Outcome::success(body),
+            Ok(Ok((code, _))) => {
+                Outcome::failure(format!("HTTP probe failed with statuscode: {code}"))
+            }
+        });
+    }
+    if probe.grpc.is_some() {
+        return Err("gRPC probes are not supported yet".into());
+    }
+    Err("the probe has no handler".into())
+}
+
+/// What a probe task is given.
+pub(crate) struct ProbeTask {
+    pub kind: ProbeKind,
+    pub pod: Arc<Pod>,
+    pub uid: PodUid,
+    pub container: Container,
+    pub runtime: Arc<dyn Runtime>,
+    pub results: Arc<ProbeResults>,
+    pub events: Arc<dyn EventRecorder>,
+    /// The pod worker to wake when a result changes.
+    pub wake: Arc<Notify>,
+    pub cancel: CancellationToken,
+}
+
+/// Seconds since `started_at` on the wall clock (whole seconds, as upstream compares them).
+fn seconds_since(started_at: Timestamp) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    u64::try_from(now - started_at.as_second()).unwrap_or(0)
+}
+
+impl ProbeTask {
+    /// The probe loop (B3, B4) until cancelled or the container will not run again.
+    pub async fn run(self) {
+        let Some(probe) = self.kind.of(&self.container).cloned() else {
+            return;
+        };
+        let timing = Timing::of(&probe);
+        let mut tick = tokio::time::interval(timing.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut current: Option<String> = None;
+        let mut on_hold = false;
+        let (mut last, mut run) = (None::<ProbeResult>, 0_u32);
+        loop {
+            tokio::select! {
+                () = self.cancel.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let status = self.runtime.pod_status(&self.uid).await;
+            let Some(instance) = status.instances(&self.container.name).0.cloned() else {
+                continue;
+            };
+            // B4.4: a new instance starts from the initial result.
+            if current.as_deref() != Some(instance.id.as_str()) {
+                if let Some(old) = current.take() {
+                    self.results.remove(&old, self.kind);
+                }
+                current = Some(instance.id.clone());
+                on_hold = false;
+                (last, run) = (None, 0);
+                let initial = match self.kind {
+                    ProbeKind::Readiness => Some(ProbeResult::Failure),
+                    ProbeKind::Liveness => Some(ProbeResult::Success),
+                    ProbeKind::Startup => None,
+                };
+                if let Some(initial) = initial {
+                    self.set(&instance.id, initial);
+                }
+            }
+            if on_hold {
+                continue;
+            }
+            let started_at = match &instance.state {
+                InstanceState::Running { started_at } => *started_at,
+                InstanceState::Exited { .. } | InstanceState::Created => {
+                    // B4.6: not running is a failure (readiness shows it at once).
+                    if self.kind == ProbeKind::Readiness {
+                        self.set(&instance.id, ProbeResult::Failure);
+                    }
+                    continue;
+                }
+            };
+            // B4.8.
+            if seconds_since(started_at) < timing.initial_delay.as_secs() {
+                continue;
+            }
+            // B4.9: until the startup probe passed, only it runs; afterwards it does not.
+            let started = self.container.startup_probe.is_none()
+                || self.results.get(&instance.id, ProbeKind::Startup) == Some(ProbeResult::Success);
+            if (self.kind == ProbeKind::Startup) == started {
+                continue;
+            }
+            let pod_ip = status
+                .sandbox
+                .as_ref()
+                .and_then(|s| s.ip.clone())
+                .unwrap_or_default();
+            // B8: up to three attempts while the probe errors; an error changes nothing.
+            let mut outcome = Err(String::new());
+            for _ in 0..3 {
+                outcome = run_probe(
+                    self.runtime.as_ref(),
+                    &probe,
+                    &self.container,
+                    &instance.id,
+                    &pod_ip,
+                )
+                .await;
+                if outcome.is_ok() {
+                    break;
+                }
+            }
+            let outcome = match outcome {
+                Ok(o) => o,
+                Err(e) => {
+                    debug!(container = %self.container.name, kind = ?self.kind, error = %e, "probe errored");
+                    self.event(&format!(
+                        "{} probe errored and resulted in unknown state: {e}",
+                        self.kind.title()
+                    ));
+                    continue;
+                }
+            };
+            if outcome.result == ProbeResult::Failure {
+                self.event(&format!(
+                    "{} probe failed: {}",
+                    self.kind.title(),
+                    outcome.output.trim_end()
+                ));
+            }
+            // B4.11.
+            run = if last == Some(outcome.result) {
+                run + 1
+            } else {
+                1
+            };
+            last = Some(outcome.result);
+            let threshold = match outcome.result {
+                ProbeResult::Failure => timing.failure_threshold,
+                ProbeResult::Success => timing.success_threshold,
+            };
+            if run < threshold {
+                continue;
+            }
+            self.set(&instance.id, outcome.result);
+            // B4.13: a liveness failure or a startup result holds until a new instance.
+            if (self.kind == ProbeKind::Liveness && outcome.result == ProbeResult::Failure)
+                || self.kind == ProbeKind::Startup
+            {
+                on_hold = true;
+                run = 0;
+            }
+        }
+        if let Some(id) = current {
+            self.results.remove(&id, self.kind);
+        }
+    }
+
+    fn set(&self, id: &str, result: ProbeResult) {
+        if self.results.set(id, self.kind, result) {
+            debug!(container = %self.container.name, kind = ?self.kind, ?result, "probe result changed");
+            self.wake.notify_one();
+        }
+    }
+
+    fn event(&self, message: &str) {
+        self.events
+            .event(&self.pod, EventKind::Warning, "Unhealthy", message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{ContainerKind, ExecOutput, RuntimeError, RuntimePodStatus, Sandbox};
+    use crate::simulated::{SimulatedConfig, SimulatedRuntime};
+    use async_trait::async_trait;
+    use k8s_openapi::api::core::v1::{ExecAction, PodSpec};
+    use rustlet_volume::subpath::ContainerMount;
+    use rustlet_volume::testing::FakeRecorder;
+    use std::collections::VecDeque;
+    use tokio::time::Instant;
+
+    /// The simulated runtime with exec results scripted in order (then exit 0), counting execs.
+    struct Scripted {
+        inner: SimulatedRuntime,
+        exits: Mutex<VecDeque<i32>>,
+        execs: Mutex<u32>,
+    }
+
+    #[async_trait]
+    impl Runtime for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+        async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError> {
+            self.inner.run_pod_sandbox(pod).await
+        }
+        async fn start_container(
+            &self,
+            pod: &Pod,
+            container: &Container,
+            kind: ContainerKind,
+            mounts: &[ContainerMount],
+        ) -> Result<(), RuntimeError> {
+            self.inner
+                .start_container(pod, container, kind, mounts)
+                .await
+        }
+        async fn pod_status(&self, uid: &PodUid) -> RuntimePodStatus {
+            self.inner.pod_status(uid).await
+        }
+        async fn kill_pod(&self, pod: &Pod, grace: Duration) -> Result<(), RuntimeError> {
+            self.inner.kill_pod(pod, grace).await
+        }
+        async fn remove_pod(&self, uid: &PodUid) {
+            self.inner.remove_pod(uid).await;
+        }
+        fn next_change(&self, uid: &PodUid) -> Option<Instant> {
+            self.inner.next_change(uid)
+        }
+        fn runs_probes(&self) -> bool {
+            true
+        }
+        async fn exec_sync(
+            &self,
+            _id: &str,
+            _cmd: &[String],
+            _timeout: Duration,
+        ) -> Result<ExecOutput, RuntimeError> {
+            *self.execs.lock().unwrap() += 1;
+            let exit_code = self.exits.lock().unwrap().pop_front().unwrap_or(0);
+            Ok(ExecOutput {
+                exit_code,
+                output: format!("exit {exit_code}"),
+                timed_out: false,
+            })
+        }
+    }
+
+    /// A running pod whose container has `probe` as `kind`, and the probe task over it.
+    async fn probed(
+        kind: ProbeKind,
+        probe: Probe,
+        exits: &[i32],
+    ) -> (
+        Arc<Scripted>,
+        Arc<ProbeResults>,
+        Arc<FakeRecorder>,
+        String,
+        CancellationToken,
+    ) {
+        let mut container = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        match kind {
+            ProbeKind::Liveness => container.liveness_probe = Some(probe),
+            ProbeKind::Readiness => container.readiness_probe = Some(probe),
+            ProbeKind::Startup => container.startup_probe = Some(probe),
+        }
+        let pod = Arc::new(Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                uid: Some("uid-p".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![container.clone()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let runtime = Arc::new(Scripted {
+            inner: SimulatedRuntime::new(SimulatedConfig::default()),
+            exits: Mutex::new(exits.iter().copied().collect()),
+            execs: Mutex::new(0),
+        });
+        runtime.run_pod_sandbox(&pod).await.unwrap();
+        runtime
+            .start_container(&pod, &container, ContainerKind::Regular, &[])
+            .await
+            .unwrap();
+        let uid = PodUid::of(&pod);
+        let id = runtime.pod_status(&uid).await.containers[0].id.clone();
+        let (results, events) = (
+            Arc::new(ProbeResults::default()),
+            Arc::new(FakeRecorder::default()),
+        );
+        let cancel = CancellationToken::new();
+        let task = ProbeTask {
+            kind,
+            pod,
+            uid,
+            container,
+            runtime: runtime.clone(),
+            results: results.clone(),
+            events: events.clone(),
+            wake: Arc::new(Notify::new()),
+            cancel: cancel.clone(),
+        };
+        tokio::spawn(task.run());
+        (runtime, results, events, id, cancel)
+    }
+
+    fn exec_probe(period: i32, success: i32, failure: i32) -> Probe {
+        Probe {
+            exec: Some(ExecAction {
+                command: Some(vec!["check".into()]),
+            }),
+            period_seconds: Some(period),
+            success_threshold: Some(success),
+            failure_threshold: Some(failure),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn b4_readiness_needs_its_success_threshold_and_failure_threshold_in_a_row() {
+        let start = Instant::now();
+        let period = Duration::from_secs(10);
+        // S S | F F S | F F F
+        let (runtime, results, events, id, cancel) = probed(
+            ProbeKind::Readiness,
+            exec_probe(10, 2, 3),
+            &[0, 0, 1, 1, 0, 1, 1, 1],
+        )
+        .await;
+        let at = |n: u32| start + period * n + Duration::from_millis(1);
+        let result = || results.get(&id, ProbeKind::Readiness);
+        tokio::time::sleep_until(at(0)).await;
+        assert_eq!(
+            result(),
+            Some(ProbeResult::Failure),
+            "initial Failure, one success"
+        );
+        tokio::time::sleep_until(at(1)).await;
+        assert_eq!(
+            result(),
+            Some(ProbeResult::Success),
+            "two successes in a row"
+        );
+        for n in 2..=4 {
+            tokio::time::sleep_until(at(n)).await;
+            assert_eq!(
+                result(),
+                Some(ProbeResult::Success),
+                "tick {n}: below the failure threshold"
+            );
+        }
+        for n in 5..=6 {
+            tokio::time::sleep_until(at(n)).await;
+            assert_eq!(result(), Some(ProbeResult::Success), "tick {n}");
+        }
+        tokio::time::sleep_until(at(7)).await;
+        assert_eq!(
+            result(),
+            Some(ProbeResult::Failure),
+            "three failures in a row"
+        );
+        // One exec per period, no more (no spin); each failed run is an Unhealthy event.
+        assert_eq!(*runtime.execs.lock().unwrap(), 8);
+        let unhealthy = events
+            .events()
+            .iter()
+            .filter(|e| e.1 == "Unhealthy")
+            .count();
+        assert_eq!(unhealthy, 5);
+        assert!(
+            events.events()[0]
+                .2
+                .starts_with("Readiness probe failed: exit 1")
+        );
+        // Cancelled: it stops probing and forgets its result.
+        cancel.cancel();
+        tokio::time::sleep_until(at(9)).await;
+        assert_eq!(*runtime.execs.lock().unwrap(), 8);
+        assert_eq!(result(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn b4_a_liveness_failure_holds_until_the_container_is_replaced() {
+        let start = Instant::now();
+        let period = Duration::from_secs(1);
+        let (runtime, results, _events, id, _cancel) =
+            probed(ProbeKind::Liveness, exec_probe(1, 1, 2), &[1, 1, 1, 1]).await;
+        let at = |n: u32| start + period * n + Duration::from_millis(1);
+        tokio::time::sleep_until(at(0)).await;
+        assert_eq!(
+            results.get(&id, ProbeKind::Liveness),
+            Some(ProbeResult::Success),
+            "initial Success, one failure is below the threshold"
+        );
+        tokio::time::sleep_until(at(1)).await;
+        assert_eq!(
+            results.get(&id, ProbeKind::Liveness),
+            Some(ProbeResult::Failure)
+        );
+        // On hold: no more execs for this instance.
+        tokio::time::sleep_until(at(5)).await;
+        assert_eq!(*runtime.execs.lock().unwrap(), 2);
+    }
+
+    #[test]
+    fn b1_probe_defaults_are_the_apis() {
+        let t = Timing::of(&Probe::default());
+        assert_eq!(
+            t,
+            Timing {
+                initial_delay: Duration::ZERO,
+                period: Duration::from_secs(10),
+                timeout: Duration::from_secs(1),
+                success_threshold: 1,
+                failure_threshold: 3,
+            }
+        );
+        let t = Timing::of(&Probe {
+            period_seconds: Some(0),
+            failure_threshold: Some(-1),
+            initial_delay_seconds: Some(5),
+            ..Default::default()
+        });
+        assert_eq!(t.period, Duration::from_secs(10));
+        assert_eq!(t.failure_threshold, 3);
+        assert_eq!(t.initial_delay, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn named_ports_come_from_the_container() {
+        let c = Container {
+            ports: Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+                name: Some("http".into()),
+                container_port: 8080,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert_eq!(port(&c, &IntOrString::String("http".into())), Ok(8080));
+        assert!(port(&c, &IntOrString::String("nope".into())).is_err());
+        assert_eq!(port(&c, &IntOrString::Int(80)), Ok(80));
+        assert!(port(&c, &IntOrString::Int(0)).is_err());
+        assert!(port(&c, &IntOrString::Int(70000)).is_err());
+    }
+}

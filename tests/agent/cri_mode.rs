@@ -37,7 +37,7 @@ impl Cri {
     /// The agent, in containerd's network namespace (the node's network of these tests: pod
     /// IPs are reachable from it, as on a node).
     fn start(&self) -> Agent {
-        let netns = PathBuf::from(format!("/proc/{}/ns/net", self.containerd.pid()));
+        let netns = self.containerd.netns();
         start_in(
             Some(&netns),
             &[
@@ -105,7 +105,7 @@ metadata:
   name: shared
   namespace: default
 spec:
-  terminationGracePeriodSeconds: 5
+  terminationGracePeriodSeconds: 2
   containers:
   - name: writer
     image: localhost/busybox:1
@@ -120,6 +120,9 @@ spec:
     volumeMounts:
     - {name: shared, mountPath: /shared, readOnly: true}
     - {name: scratch, mountPath: /scratch}
+  - name: stubborn
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "while true; do sleep 1; done"]
   volumes:
   - name: shared
     emptyDir: {}
@@ -183,10 +186,11 @@ fn cri_two_containers_share_an_empty_dir_and_deletion_stops_and_removes_them() {
         "written by the-writer\n"
     );
     let (sandboxes, containers) = cri.listed();
-    assert_eq!((sandboxes.len(), containers.len()), (1, 2));
+    assert_eq!((sandboxes.len(), containers.len()), (1, 3));
 
-    // Deleting the manifest stops both (they exit 0 on SIGTERM, within the grace period),
-    // removes them and the sandbox, then the pod and its directory.
+    // Deleting the manifest stops the three (two exit 0 on SIGTERM; the stubborn one, a PID 1
+    // that ignores it, is killed when the grace period ends), removes them and the sandbox,
+    // then the pod and its directory.
     std::fs::remove_file(cri.manifests.join("shared.yaml")).unwrap();
     agent.wait_for("the pod deleted", || {
         agent.pod("shared").is_none().then_some(())
@@ -477,4 +481,146 @@ fn cri_probes_flip_readiness_both_ways_and_a_failed_liveness_probe_restarts() {
         "{app}"
     );
     assert_eq!(container(&pod, "web")["restartCount"], 0);
+}
+
+const CONTENT: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config}
+data:
+  greeting: hello
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: app-secret}
+stringData:
+  password: s3cret
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: content}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo env $GREETING $PASSWORD $CFG_greeting; grep ' /etc/secret tmpfs ' /proc/mounts | wc -l; cat /etc/secret/password; echo; last=; trap 'exit 0' TERM; while true; do now=$(cat /etc/app/greeting); [ \"$now\" != \"$last\" ] && echo file $now; last=$now; sleep 0.2 & wait $!; done"]
+    env:
+    - name: GREETING
+      valueFrom: {configMapKeyRef: {name: app-config, key: greeting}}
+    - name: PASSWORD
+      valueFrom: {secretKeyRef: {name: app-secret, key: password}}
+    envFrom:
+    - {configMapRef: {name: app-config}, prefix: CFG_}
+    volumeMounts:
+    - {name: config, mountPath: /etc/app}
+    - {name: secret, mountPath: /etc/secret, readOnly: true}
+  volumes:
+  - name: config
+    configMap: {name: app-config}
+  - name: secret
+    secret: {secretName: app-secret}
+"#;
+
+const CRASHER: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: crasher}
+spec:
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "exit 1"]
+"#;
+
+#[test]
+fn cri_config_map_and_secret_reach_the_process_by_volume_and_env_and_a_crash_loop_backs_off() {
+    let Some(cri) = Cri::new(
+        "cri_config_map_and_secret_reach_the_process",
+        &[("content.yaml", CONTENT), ("crasher.yaml", CRASHER)],
+    ) else {
+        return;
+    };
+    let agent = cri.start();
+    let uid = uid(&agent.wait_for_phase("content", "Running"));
+    let lines = agent.wait_for("the app's first output", || {
+        let lines = log_lines(&cri.root, &uid, "app");
+        (lines.len() >= 4).then_some(lines)
+    });
+    assert_eq!(
+        lines[..4],
+        ["env hello s3cret hello", "1", "s3cret", "file hello"],
+        "env from the ConfigMap and Secret, the secret on a tmpfs, the ConfigMap's file"
+    );
+    // An edit of the ConfigMap reaches the running process through its volume.
+    std::fs::write(
+        cri.manifests.join("content.yaml"),
+        CONTENT.replace("greeting: hello", "greeting: changed"),
+    )
+    .unwrap();
+    agent.wait_for("the process reading the new value", || {
+        log_lines(&cri.root, &uid, "app")
+            .iter()
+            .any(|l| l == "file changed")
+            .then_some(())
+    });
+
+    // Exit 1 under `Always`: restarted, then held in CrashLoopBackOff (10 s doubling) with the
+    // exit as lastState.
+    let pod = agent.wait_for("CrashLoopBackOff", || {
+        agent
+            .pod("crasher")
+            .filter(|p| container(p, "main")["state"]["waiting"]["reason"] == "CrashLoopBackOff")
+    });
+    let main = container(&pod, "main");
+    assert_eq!(main["lastState"]["terminated"]["exitCode"], 1, "{main}");
+    assert!(main["restartCount"].as_i64().unwrap() >= 1, "{main}");
+    assert!(
+        main["state"]["waiting"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("back-off 10s restarting failed container=main")),
+        "{main}"
+    );
+    assert_eq!(pod["status"]["phase"], "Running");
+}
+
+#[test]
+fn cri_a_runtime_that_goes_away_and_comes_back_is_used_again() {
+    let Some(mut cri) = Cri::new(
+        "cri_a_runtime_that_goes_away_and_comes_back",
+        &[("stays.yaml", &SLEEPER.replace("NAME", "stays"))],
+    ) else {
+        return;
+    };
+    let agent = cri.start();
+    let running = |agent: &Agent, name: &str| {
+        agent.wait_for(&format!("{name} running"), || {
+            agent
+                .pod(name)
+                .filter(|p| container(p, "main")["state"]["running"].is_object())
+        })
+    };
+    let before = running(&agent, "stays");
+    cri.containerd.stop();
+    // Meanwhile a pod comes; its sandbox cannot be made yet.
+    std::fs::write(
+        cri.manifests.join("later.yaml"),
+        SLEEPER.replace("NAME", "later"),
+    )
+    .unwrap();
+    agent.wait_for("the failed relist in the log", || {
+        std::fs::read_to_string(&agent.log)
+            .unwrap_or_default()
+            .contains("relisting the container runtime failed")
+            .then_some(())
+    });
+    assert_eq!(agent.get("/healthz").map(|(code, _)| code), Some(200));
+    cri.containerd.start_again_blocking();
+    // The same channel reconnects: the new pod starts, the old one's container is the same.
+    running(&agent, "later");
+    let after = running(&agent, "stays");
+    assert_eq!(
+        container(&after, "main")["containerID"],
+        container(&before, "main")["containerID"]
+    );
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(log.contains("the container runtime answers again"), "{log}");
 }

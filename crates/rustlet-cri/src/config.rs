@@ -3,11 +3,12 @@
 //! container's environment (`makeEnvironmentVariables` for what a pod carries itself) and the
 //! image pull policy. No I/O: everything here is unit-tested.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 use rustlet_pods::runtime::ContainerKind;
 use rustlet_volume::subpath::ContainerMount;
 
@@ -310,35 +311,161 @@ pub struct EnvError {
     pub message: String,
 }
 
-/// The container's environment in order (later definitions of a name win, as in upstream):
-/// literal values with `$(VAR)` expanded from the earlier ones, and the downward API's field
-/// references. References to ConfigMaps, Secrets and resources are refused with a clear error.
+/// The ConfigMaps and Secrets a container's environment names, as read (`None`: absent).
+#[derive(Clone, Debug, Default)]
+pub struct EnvSources {
+    /// By name, in the pod's namespace.
+    pub config_maps: HashMap<String, Option<Arc<ConfigMap>>>,
+    /// By name, in the pod's namespace.
+    pub secrets: HashMap<String, Option<Arc<Secret>>>,
+}
+
+impl EnvSources {
+    /// The ConfigMap and Secret names `container`'s `env` and `envFrom` reference.
+    pub fn names(container: &Container) -> (BTreeSet<String>, BTreeSet<String>) {
+        let (mut maps, mut secrets) = (BTreeSet::new(), BTreeSet::new());
+        for from in container.env_from.iter().flatten() {
+            if let Some(r) = &from.config_map_ref {
+                maps.insert(r.name.clone());
+            }
+            if let Some(r) = &from.secret_ref {
+                secrets.insert(r.name.clone());
+            }
+        }
+        for var in container.env.iter().flatten() {
+            let from = var.value_from.as_ref();
+            if let Some(r) = from.and_then(|f| f.config_map_key_ref.as_ref()) {
+                maps.insert(r.name.clone());
+            }
+            if let Some(r) = from.and_then(|f| f.secret_key_ref.as_ref()) {
+                secrets.insert(r.name.clone());
+            }
+        }
+        (maps, secrets)
+    }
+}
+
+/// Upstream's `IsEnvVarName`: a C identifier-ish name (letters, digits, `_`, `-`, `.`, not
+/// starting with a digit).
+fn is_env_var_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// The container's environment in order (upstream `makeEnvironmentVariables`): `envFrom`
+/// first (each key with its prefix; keys that are not valid names are skipped and reported in
+/// the second value), then `env` (later definitions of a name win), literal values with
+/// `$(VAR)` expanded from what is defined before them; values from ConfigMap and Secret keys
+/// and the downward API's field references. A missing object or key that is not optional is
+/// an error, as upstream's `CreateContainerConfigError`.
 pub fn container_env(
     pod: &Pod,
     container: &Container,
     addresses: PodAddresses<'_>,
-) -> Result<Vec<(String, String)>, EnvError> {
+    sources: &EnvSources,
+) -> Result<(Vec<(String, String)>, Vec<String>), EnvError> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let mut out: Vec<(String, String)> = Vec::new();
-    if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err(EnvError {
-            name: "envFrom".into(),
-            message: "envFrom is not supported by the CRI runtime yet".into(),
-        });
+    let mut invalid = Vec::new();
+    let define = |out: &mut Vec<(String, String)>, name: String, value: String| {
+        out.retain(|(k, _)| *k != name);
+        out.push((name, value));
+    };
+    for from in container.env_from.iter().flatten() {
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        let pairs: Vec<(String, String)> = if let Some(r) = &from.config_map_ref {
+            match sources.config_maps.get(&r.name).cloned().flatten() {
+                Some(cm) => cm
+                    .data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                None if r.optional == Some(true) => Vec::new(),
+                None => {
+                    return Err(EnvError {
+                        name: "envFrom".into(),
+                        message: format!("configmap {:?} not found", r.name),
+                    });
+                }
+            }
+        } else if let Some(r) = &from.secret_ref {
+            match sources.secrets.get(&r.name).cloned().flatten() {
+                Some(secret) => secret
+                    .data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+                    .collect(),
+                None if r.optional == Some(true) => Vec::new(),
+                None => {
+                    return Err(EnvError {
+                        name: "envFrom".into(),
+                        message: format!("secret {:?} not found", r.name),
+                    });
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        for (key, value) in pairs {
+            let name = format!("{prefix}{key}");
+            if is_env_var_name(&name) {
+                define(&mut out, name, value);
+            } else {
+                invalid.push(name);
+            }
+        }
     }
     for var in container.env.iter().flatten() {
+        let missing = |what: String| EnvError {
+            name: var.name.clone(),
+            message: what,
+        };
         let value = match (&var.value, &var.value_from) {
             (_, Some(from)) => {
-                let Some(field) = &from.field_ref else {
-                    return Err(EnvError {
-                        name: var.name.clone(),
-                        message: "only fieldRef is supported in valueFrom by the CRI runtime yet"
-                            .into(),
-                    });
-                };
-                field_value(pod, &field.field_path, addresses).ok_or_else(|| EnvError {
-                    name: var.name.clone(),
-                    message: format!("unsupported fieldRef {:?}", field.field_path),
-                })?
+                if let Some(field) = &from.field_ref {
+                    field_value(pod, &field.field_path, addresses).ok_or_else(|| {
+                        missing(format!("unsupported fieldRef {:?}", field.field_path))
+                    })?
+                } else if let Some(r) = &from.config_map_key_ref {
+                    let cm = sources.config_maps.get(&r.name).cloned().flatten();
+                    match cm.as_ref().and_then(|cm| cm.data.as_ref()?.get(&r.key)) {
+                        Some(v) => v.clone(),
+                        None if r.optional == Some(true) => continue,
+                        None if cm.is_none() => {
+                            return Err(missing(format!("configmap {:?} not found", r.name)));
+                        }
+                        None => {
+                            return Err(missing(format!(
+                                "couldn't find key {} in ConfigMap {namespace}/{}",
+                                r.key, r.name
+                            )));
+                        }
+                    }
+                } else if let Some(r) = &from.secret_key_ref {
+                    let secret = sources.secrets.get(&r.name).cloned().flatten();
+                    match secret.as_ref().and_then(|s| s.data.as_ref()?.get(&r.key)) {
+                        Some(v) => String::from_utf8_lossy(&v.0).into_owned(),
+                        None if r.optional == Some(true) => continue,
+                        None if secret.is_none() => {
+                            return Err(missing(format!("secret {:?} not found", r.name)));
+                        }
+                        None => {
+                            return Err(missing(format!(
+                                "couldn't find key {} in Secret {namespace}/{}",
+                                r.key, r.name
+                            )));
+                        }
+                    }
+                } else {
+                    return Err(missing(
+                        "resourceFieldRef is not supported by the CRI runtime yet".into(),
+                    ));
+                }
             }
             (Some(value), None) => {
                 let vars: HashMap<&str, &str> =
@@ -347,10 +474,9 @@ pub fn container_env(
             }
             (None, None) => String::new(),
         };
-        out.retain(|(k, _)| *k != var.name);
-        out.push((var.name.clone(), value));
+        define(&mut out, var.name.clone(), value);
     }
-    Ok(out)
+    Ok((out, invalid))
 }
 
 /// A downward API field of the pod (`metadata.name`, `status.podIP`, ...).
@@ -554,13 +680,14 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let env = container_env(
+        let (env, _) = container_env(
             &pod(false),
             &container,
             PodAddresses {
                 pod_ip: "10.88.0.2",
                 host_ip: "192.0.2.1",
             },
+            &EnvSources::default(),
         )
         .unwrap();
         assert_eq!(
@@ -588,9 +715,84 @@ mod tests {
                 pod_ip: "",
                 host_ip: "",
             },
+            &EnvSources::default(),
         )
         .unwrap_err();
         assert!(err.to_string().contains("spec.nope"), "{err}");
+    }
+
+    #[test]
+    fn env_from_config_maps_and_secrets_with_prefixes_optionals_and_overrides() {
+        let json = serde_json::json!({
+            "name": "app",
+            "envFrom": [
+                {"configMapRef": {"name": "cm"}, "prefix": "CM_"},
+                {"secretRef": {"name": "absent", "optional": true}},
+                {"secretRef": {"name": "sec"}}
+            ],
+            "env": [
+                {"name": "CM_a", "value": "overridden"},
+                {"name": "KEY", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "b"}}},
+                {"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
+                {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "nope", "optional": true}}},
+                {"name": "BOTH", "value": "$(KEY)/$(PASS)"}
+            ]
+        });
+        let container: Container = serde_json::from_value(json).unwrap();
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cm"},
+            "data": {"a": "1", "b": "2", "bad key": "x"}
+        }))
+        .unwrap();
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "sec"},
+            "data": {"password": "czNjcjN0"}
+        }))
+        .unwrap();
+        let mut sources = EnvSources::default();
+        sources.config_maps.insert("cm".into(), Some(Arc::new(cm)));
+        sources.secrets.insert("sec".into(), Some(Arc::new(secret)));
+        sources.secrets.insert("absent".into(), None);
+        let addresses = PodAddresses {
+            pod_ip: "",
+            host_ip: "",
+        };
+        let (env, invalid) = container_env(&pod(false), &container, addresses, &sources).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("CM_a"), Some("overridden"));
+        assert_eq!(get("CM_b"), Some("2"));
+        assert_eq!(get("password"), Some("s3cr3t"));
+        assert_eq!(get("KEY"), Some("2"));
+        assert_eq!(get("PASS"), Some("s3cr3t"));
+        assert_eq!(get("OPT"), None);
+        assert_eq!(get("BOTH"), Some("2/s3cr3t"));
+        assert_eq!(invalid, ["CM_bad key"]);
+        assert_eq!(
+            EnvSources::names(&container),
+            (
+                ["cm".to_owned()].into(),
+                ["absent".to_owned(), "sec".to_owned()].into()
+            )
+        );
+
+        // Not optional and absent: the container cannot be configured.
+        sources.secrets.insert("sec".into(), None);
+        let err = container_env(&pod(false), &container, addresses, &sources).unwrap_err();
+        assert!(
+            err.to_string().contains("secret \"sec\" not found"),
+            "{err}"
+        );
+        let missing_key: Container = serde_json::from_value(serde_json::json!({
+            "name": "app",
+            "env": [{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "zz"}}}]
+        }))
+        .unwrap();
+        let err = container_env(&pod(false), &missing_key, addresses, &sources).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("couldn't find key zz in ConfigMap ns1/cm"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ use rustlet_pods::runtime::{
     ContainerInstance, ContainerKind, ExecOutput, InstanceState, Runtime, RuntimeError,
     RuntimePodStatus, Sandbox,
 };
+use rustlet_volume::objects::VolumeObjects;
 use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -34,8 +35,8 @@ use tracing::{debug, info, warn};
 
 use crate::client::{CriClient, CriError};
 use crate::config::{
-    CONTAINER_KIND_ANNOTATION, ContainerInputs, POD_UID_LABEL, PodAddresses, PullPolicy,
-    container_config, container_env, sandbox_config,
+    CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources, POD_UID_LABEL, PodAddresses,
+    PullPolicy, container_config, container_env, sandbox_config,
 };
 
 /// Settings of the CRI runtime.
@@ -128,9 +129,10 @@ struct State {
 }
 
 /// The CRI runtime.
-#[derive(Debug)]
 pub struct CriRuntime {
     client: CriClient,
+    /// ConfigMaps and Secrets for the containers' environment.
+    objects: Option<Arc<dyn VolumeObjects>>,
     config: CriConfig,
     /// The runtime's name: the scheme of container IDs (`containerd://...`).
     scheme: String,
@@ -192,7 +194,10 @@ fn full_name(pod: &Pod) -> String {
 impl CriRuntime {
     /// Connects (the version check), then lists what runs, so that the workers see the pods
     /// that survived an agent restart from their first pass.
-    pub async fn connect(config: CriConfig) -> Result<Arc<Self>, CriError> {
+    pub async fn connect(
+        config: CriConfig,
+        objects: Option<Arc<dyn VolumeObjects>>,
+    ) -> Result<Arc<Self>, CriError> {
         let client = CriClient::connect(&config.endpoint, config.request_timeout).await?;
         let version = client.version().await?;
         info!(
@@ -203,6 +208,7 @@ impl CriRuntime {
         );
         let this = Arc::new_cyclic(|me| Self {
             client,
+            objects,
             config,
             scheme: version.name,
             state: Mutex::new(State::default()),
@@ -582,6 +588,45 @@ impl CriRuntime {
         }
     }
 
+    /// The ConfigMaps and Secrets the container's environment names (upstream reads them
+    /// through the same managers as the volumes; the pod is registered with them by then).
+    async fn env_sources(
+        &self,
+        pod: &Pod,
+        container: &Container,
+    ) -> Result<EnvSources, RuntimeError> {
+        let mut sources = EnvSources::default();
+        let (maps, secrets) = EnvSources::names(container);
+        if maps.is_empty() && secrets.is_empty() {
+            return Ok(sources);
+        }
+        let config_error =
+            |message: String| waiting(pod, &container.name, "CreateContainerConfigError", message);
+        let Some(objects) = &self.objects else {
+            return Err(config_error(
+                "the environment names ConfigMaps or Secrets and this agent reads none".into(),
+            ));
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        for name in maps {
+            let found = match objects.config_map(namespace, &name).await {
+                Ok(cm) => Some(cm),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(config_error(e.to_string())),
+            };
+            sources.config_maps.insert(name, found);
+        }
+        for name in secrets {
+            let found = match objects.secret(namespace, &name).await {
+                Ok(secret) => Some(secret),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(config_error(e.to_string())),
+            };
+            sources.secrets.insert(name, found);
+        }
+        Ok(sources)
+    }
+
     /// Stops every container and sandbox of `uid` (`grace` for the containers).
     async fn stop_pod(&self, uid: &PodUid, grace: Duration) -> Result<(), CriError> {
         self.refresh_pod(uid).await?;
@@ -665,6 +710,15 @@ impl CriRuntime {
             let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
         }
         Ok(())
+    }
+}
+
+impl std::fmt::Debug for CriRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CriRuntime")
+            .field("endpoint", &self.client.endpoint())
+            .field("scheme", &self.scheme)
+            .finish_non_exhaustive()
     }
 }
 
@@ -791,13 +845,15 @@ impl Runtime for CriRuntime {
         let log_dir = self.log_dir(&uid).unwrap_or_default();
         let sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir);
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
-        let env = container_env(
+        let sources = self.env_sources(pod, container).await?;
+        let (env, invalid) = container_env(
             pod,
             container,
             PodAddresses {
                 pod_ip: sandbox.ip.as_deref().unwrap_or_default(),
                 host_ip: &self.config.node_ip,
             },
+            &sources,
         )
         .map_err(|e| {
             waiting(
@@ -807,6 +863,13 @@ impl Runtime for CriRuntime {
                 e.to_string(),
             )
         })?;
+        if !invalid.is_empty() {
+            warn!(
+                container = %container.name,
+                keys = ?invalid,
+                "Keys from envFrom were skipped since they are invalid environment variable names"
+            );
+        }
         let config = container_config(
             pod,
             container,

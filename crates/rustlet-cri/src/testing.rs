@@ -74,27 +74,72 @@ impl PrivateContainerd {
         )?;
         let root = dir.path().to_owned();
         write_config(&root).expect("containerd config");
-        let log = std::fs::File::create(root.join("containerd.log")).expect("log file");
-        // A new network namespace with its loopback up, then containerd in it.
-        let child = Command::new("unshare")
-            .args(["--net", "sh", "-c"])
-            .arg("ip link set lo up && exec containerd --config \"$1\"")
-            .arg("sh")
+        // A network namespace of its own, kept by a bind mount (so that containerd can be
+        // stopped and started again in it), with its loopback up.
+        let netns = root.join("netns");
+        std::fs::write(&netns, "").expect("netns file");
+        let status = Command::new("unshare")
+            .arg(format!("--net={}", netns.display()))
+            .args(["ip", "link", "set", "lo", "up"])
+            .status()
+            .expect("unshare --net");
+        assert!(status.success(), "creating the network namespace: {status}");
+        let endpoint = format!("unix://{}", root.join("containerd.sock").display());
+        let mut this = Self {
+            child: None,
+            dir: Some(dir),
+            endpoint,
+        };
+        this.start_again().await;
+        this.import_image();
+        Some(this)
+    }
+
+    /// The network namespace containerd runs in (the pods' host network): a path for
+    /// `nsenter --net=` or `setns`.
+    pub fn netns(&self) -> PathBuf {
+        self.dir().join("netns")
+    }
+
+    /// Stops containerd (SIGTERM) and waits for it; containers and their shims go on, as
+    /// when a node's containerd restarts.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts containerd (again) and waits until the CRI plugin answers.
+    pub async fn start_again(&mut self) {
+        assert!(self.child.is_none(), "containerd is running");
+        let root = self.dir().to_owned();
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(root.join("containerd.log"))
+            .expect("log file");
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", self.netns().display()))
+            .arg("containerd")
+            .arg("--config")
             .arg(root.join("config.toml"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .expect("start containerd");
-        let endpoint = format!("unix://{}", root.join("containerd.sock").display());
-        let mut this = Self {
-            child: Some(child),
-            dir: Some(dir),
-            endpoint,
-        };
-        this.wait_ready().await;
-        this.import_image();
-        Some(this)
+        self.child = Some(child);
+        self.wait_ready().await;
+    }
+
+    /// [`Self::start_again`] for a test without an async runtime.
+    pub fn start_again_blocking(&mut self) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(self.start_again());
     }
 
     /// [`Self::start`] for a test without an async runtime.
@@ -114,11 +159,6 @@ impl PrivateContainerd {
     /// The private temp dir (containerd's files are beneath it; a test may use it too).
     pub fn dir(&self) -> &Path {
         self.dir.as_ref().expect("live").path()
-    }
-
-    /// containerd's PID (its network namespace is the pods' host network).
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("live").id()
     }
 
     /// containerd's log so far (for a failing test's message).

@@ -212,6 +212,11 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         None => Arc::new(NothingAttached),
     };
     let lifecycles = Arc::new(PodLifecycles::new());
+    // ConfigMaps and Secrets of content volumes and containers' environment, watched per registered pod.
+    let objects: Arc<dyn VolumeObjects> = Arc::new(ApiObjects::new(
+        api.backend.clone(),
+        ObjectSourceConfig::default(),
+    ));
     let (runtime, cri): (Arc<dyn Runtime>, _) = match config.runtime {
         RuntimeKind::Simulated => (
             Arc::new(SimulatedRuntime::new(SimulatedConfig {
@@ -223,21 +228,19 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             None,
         ),
         RuntimeKind::Cri => {
-            let cri = CriRuntime::connect(CriConfig {
-                node_ip: config.node_ip.clone(),
-                ..CriConfig::new(&config.container_runtime_endpoint, &config.root_dir)
-            })
+            let cri = CriRuntime::connect(
+                CriConfig {
+                    node_ip: config.node_ip.clone(),
+                    ..CriConfig::new(&config.container_runtime_endpoint, &config.root_dir)
+                },
+                Some(objects.clone()),
+            )
             .await
             .context("--runtime cri")?;
             (cri.clone() as Arc<dyn Runtime>, Some(cri))
         }
     };
 
-    // ConfigMaps and Secrets of content volumes, watched per registered pod.
-    let objects: Arc<dyn VolumeObjects> = Arc::new(ApiObjects::new(
-        api.backend.clone(),
-        ObjectSourceConfig::default(),
-    ));
     let volumes = Arc::new(VolumeManager::new(
         VolumeManagerDeps {
             pods: pods.clone(),

@@ -345,6 +345,15 @@ impl EnvSources {
     }
 }
 
+/// A container's resolved environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerEnv {
+    /// Name and value, in order.
+    pub vars: Vec<(String, String)>,
+    /// `envFrom` keys skipped because they are not valid variable names (with their prefix).
+    pub invalid: Vec<String>,
+}
+
 /// Upstream's `IsEnvVarName`: a C identifier-ish name (letters, digits, `_`, `-`, `.`, not
 /// starting with a digit).
 fn is_env_var_name(name: &str) -> bool {
@@ -366,7 +375,7 @@ pub fn container_env(
     container: &Container,
     addresses: PodAddresses<'_>,
     sources: &EnvSources,
-) -> Result<(Vec<(String, String)>, Vec<String>), EnvError> {
+) -> Result<ContainerEnv, EnvError> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let mut out: Vec<(String, String)> = Vec::new();
     let mut invalid = Vec::new();
@@ -476,7 +485,7 @@ pub fn container_env(
         };
         define(&mut out, var.name.clone(), value);
     }
-    Ok((out, invalid))
+    Ok(ContainerEnv { vars: out, invalid })
 }
 
 /// A downward API field of the pod (`metadata.name`, `status.podIP`, ...).
@@ -680,7 +689,7 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let (env, _) = container_env(
+        let env = container_env(
             &pod(false),
             &container,
             PodAddresses {
@@ -689,7 +698,8 @@ mod tests {
             },
             &EnvSources::default(),
         )
-        .unwrap();
+        .unwrap()
+        .vars;
         assert_eq!(
             env,
             [
@@ -757,7 +767,8 @@ mod tests {
             pod_ip: "",
             host_ip: "",
         };
-        let (env, invalid) = container_env(&pod(false), &container, addresses, &sources).unwrap();
+        let ContainerEnv { vars: env, invalid } =
+            container_env(&pod(false), &container, addresses, &sources).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("CM_a"), Some("overridden"));
         assert_eq!(get("CM_b"), Some("2"));

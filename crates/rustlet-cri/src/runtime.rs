@@ -846,7 +846,7 @@ impl Runtime for CriRuntime {
         let sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir);
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
         let sources = self.env_sources(pod, container).await?;
-        let (env, invalid) = container_env(
+        let env = container_env(
             pod,
             container,
             PodAddresses {
@@ -863,10 +863,10 @@ impl Runtime for CriRuntime {
                 e.to_string(),
             )
         })?;
-        if !invalid.is_empty() {
+        if !env.invalid.is_empty() {
             warn!(
                 container = %container.name,
-                keys = ?invalid,
+                keys = ?env.invalid,
                 "Keys from envFrom were skipped since they are invalid environment variable names"
             );
         }
@@ -878,7 +878,7 @@ impl Runtime for CriRuntime {
                 attempt,
                 image_ref: &image_ref,
                 mounts,
-                env: &env,
+                env: &env.vars,
             },
         );
         let container_log_dir = log_dir.join(&container.name);

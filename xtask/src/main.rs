@@ -156,6 +156,7 @@ const BENCHES: &[(&str, &str, bool)] = &[
     ("rustlet-volume", "volume", true),
     ("rustlet-volume", "content", true),
     ("rustlet", "agent", false),
+    ("rustlet", "cri", false),
 ];
 
 fn bench(root: &Path) -> Result<()> {

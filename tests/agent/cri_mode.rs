@@ -624,3 +624,85 @@ fn cri_a_runtime_that_goes_away_and_comes_back_is_used_again() {
     let log = std::fs::read_to_string(&agent.log).unwrap();
     assert!(log.contains("the container runtime answers again"), "{log}");
 }
+
+/// Kube mode on containerd: the pod from the API runs as a real container; its deletion stops
+/// and removes the container before the agent's DELETE (grace 0, the pod's UID).
+#[test]
+fn cri_kube_mode_stops_and_removes_the_containers_before_deleting_with_the_uid() {
+    use http::Method;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, PostParams};
+    use rustlet_api::local::store::{Kind, ObjectRef, Store};
+    use rustlet_api::test_server::TestApiServer;
+
+    let Some(cri) = Cri::new("cri_kube_mode_stops_and_removes_the_containers", &[]) else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = std::sync::Arc::new(Store::default());
+    let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
+    let kubeconfig = cri.containerd.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    // In this process's network namespace, where the test API server listens.
+    let agent = start_in(
+        None,
+        &[
+            "--node-name",
+            "node-a",
+            "--root-dir",
+            cri.root.to_str().unwrap(),
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--runtime",
+            "cri",
+            "--container-runtime-endpoint",
+            cri.containerd.endpoint(),
+        ],
+        &cri.containerd.dir().join("agent.log"),
+    );
+    let mut pod: Pod = serde_saphyr::from_str(&SLEEPER.replace("NAME", "web")).unwrap();
+    pod.spec.as_mut().unwrap().node_name = Some("node-a".into());
+    let api: Api<Pod> = Api::namespaced(rt.block_on(server.client()).unwrap(), "default");
+    let created = rt
+        .block_on(api.create(&PostParams::default(), &pod))
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    let reference = ObjectRef::new(Kind::Pod, "default", "web");
+    let stored = agent.wait_for("web running in the API", || {
+        let stored = store.get(&reference).ok()?;
+        (stored["status"]["containerStatuses"][0]["state"]["running"].is_object()).then_some(stored)
+    });
+    assert!(
+        stored["status"]["containerStatuses"][0]["containerID"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("containerd://")),
+        "{stored}"
+    );
+    assert_eq!(cri.listed().1.len(), 1);
+
+    rt.block_on(api.delete("web", &DeleteParams::default()))
+        .unwrap();
+    agent.wait_for("web deleted from the API", || {
+        store.get(&reference).err().filter(|e| e.code() == 404)
+    });
+    // The container and the sandbox were removed before the pod was deleted.
+    let (sandboxes, containers) = cri.listed();
+    assert!(
+        sandboxes.is_empty() && containers.is_empty(),
+        "{sandboxes:?} {containers:?}"
+    );
+    let deletes: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::DELETE && r.path.ends_with("/pods/web"))
+        .collect();
+    assert_eq!(
+        deletes.len(),
+        2,
+        "the user's, then the agent's: {deletes:?}"
+    );
+    let body: Value = serde_json::from_str(&deletes[1].body).unwrap();
+    assert_eq!(body["gracePeriodSeconds"], 0, "{body}");
+    assert_eq!(body["preconditions"]["uid"], uid.as_str(), "{body}");
+    assert!(agent.terminate().success());
+}

@@ -1062,3 +1062,74 @@ impl Runtime for CriRuntime {
         Some(next + Duration::from_millis(10))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(id: &str, sandbox: &str, name: &str, exited: bool) -> ContainerRecord {
+        let state = if exited {
+            InstanceState::Exited {
+                started_at: Timestamp::UNIX_EPOCH,
+                finished_at: Timestamp::UNIX_EPOCH,
+                exit_code: 1,
+                reason: "Error".into(),
+            }
+        } else {
+            InstanceState::Running {
+                started_at: Timestamp::UNIX_EPOCH,
+            }
+        };
+        ContainerRecord {
+            id: id.into(),
+            sandbox_id: sandbox.into(),
+            cri_state: 0,
+            created_at: 0,
+            instance: ContainerInstance {
+                id: format!("containerd://{id}"),
+                name: name.into(),
+                kind: ContainerKind::Regular,
+                image: String::new(),
+                image_id: String::new(),
+                attempt: 0,
+                state,
+            },
+        }
+    }
+
+    fn sandbox(id: &str, ready: bool) -> SandboxRecord {
+        SandboxRecord {
+            id: id.into(),
+            attempt: 0,
+            ready,
+            host_network: false,
+            ip: None,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn garbage_keeps_the_newest_two_of_a_name_and_sandboxes_still_holding_them() {
+        let pod = PodRecord {
+            // Newest first.
+            sandboxes: vec![
+                sandbox("s3", true),
+                sandbox("s2", false),
+                sandbox("s1", false),
+            ],
+            containers: vec![
+                container("c4", "s3", "app", false),
+                container("c3", "s2", "app", true),
+                container("c2", "s1", "app", true),
+                container("c1", "s1", "app", true),
+                container("x1", "s3", "other", true),
+            ],
+            touched: 0,
+        };
+        let found = garbage(&HashMap::from([(PodUid::new("u"), pod)]));
+        // c4 runs and c3 is its lastState: both kept; c2 and c1 go, and with them the only
+        // reason to keep s1; s2 still holds c3; the ready sandbox is never collected.
+        assert_eq!(found.containers, ["c2", "c1"]);
+        assert_eq!(found.sandboxes, ["s1"]);
+    }
+}

@@ -10,6 +10,10 @@
 //!     └──────── new container ID ◄──── ON HOLD (until the container is replaced)
 //! ```
 //!
+//! A changed readiness or startup result goes to the status manager at once
+//! (`set_container_readiness`, `set_container_startup`: R15-R18) and wakes the pod's worker,
+//! which acts on a liveness or startup failure.
+//!
 //! Probes run only on a runtime with processes ([`Runtime::runs_probes`]); exec goes through
 //! [`Runtime::exec_sync`], HTTP GET and TCP connect go from the agent to the pod IP (or the
 //! probe's host), each under the probe's timeout.
@@ -26,7 +30,6 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_volume::events::{EventKind, EventRecorder};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -292,6 +295,10 @@ pub async fn run_probe(
     Err("the probe has no handler".into())
 }
 
+/// Told of every change of a result: the container instance's ID, the kind, the new result
+/// (upstream's results-manager updates, B5/B6).
+pub(crate) type OnChange = Arc<dyn Fn(&str, ProbeKind, ProbeResult) + Send + Sync>;
+
 /// What a probe task is given.
 pub(crate) struct ProbeTask {
     pub kind: ProbeKind,
@@ -301,8 +308,8 @@ pub(crate) struct ProbeTask {
     pub runtime: Arc<dyn Runtime>,
     pub results: Arc<ProbeResults>,
     pub events: Arc<dyn EventRecorder>,
-    /// The pod worker to wake when a result changes.
-    pub wake: Arc<Notify>,
+    /// Called when a result changes.
+    pub on_change: OnChange,
     pub cancel: CancellationToken,
 }
 
@@ -444,7 +451,7 @@ impl ProbeTask {
     fn set(&self, id: &str, result: ProbeResult) {
         if self.results.set(id, self.kind, result) {
             debug!(container = %self.container.name, kind = ?self.kind, ?result, "probe result changed");
-            self.wake.notify_one();
+            (self.on_change)(id, self.kind, result);
         }
     }
 
@@ -524,17 +531,7 @@ mod tests {
     }
 
     /// A running pod whose container has `probe` as `kind`, and the probe task over it.
-    async fn probed(
-        kind: ProbeKind,
-        probe: Probe,
-        exits: &[i32],
-    ) -> (
-        Arc<Scripted>,
-        Arc<ProbeResults>,
-        Arc<FakeRecorder>,
-        String,
-        CancellationToken,
-    ) {
+    async fn probed(kind: ProbeKind, probe: Probe, exits: &[i32]) -> Probed {
         let mut container = Container {
             name: "c".into(),
             ..Default::default()
@@ -574,6 +571,7 @@ mod tests {
             Arc::new(FakeRecorder::default()),
         );
         let cancel = CancellationToken::new();
+        let changes = Arc::new(Mutex::new(Vec::new()));
         let task = ProbeTask {
             kind,
             pod,
@@ -582,11 +580,34 @@ mod tests {
             runtime: runtime.clone(),
             results: results.clone(),
             events: events.clone(),
-            wake: Arc::new(Notify::new()),
+            on_change: {
+                let changes = changes.clone();
+                Arc::new(move |id: &str, kind: ProbeKind, result: ProbeResult| {
+                    changes.lock().unwrap().push((id.to_owned(), kind, result));
+                })
+            },
             cancel: cancel.clone(),
         };
         tokio::spawn(task.run());
-        (runtime, results, events, id, cancel)
+        Probed {
+            runtime,
+            results,
+            events,
+            id,
+            cancel,
+            changes,
+        }
+    }
+
+    type Changes = Arc<Mutex<Vec<(String, ProbeKind, ProbeResult)>>>;
+
+    struct Probed {
+        runtime: Arc<Scripted>,
+        results: Arc<ProbeResults>,
+        events: Arc<FakeRecorder>,
+        id: String,
+        cancel: CancellationToken,
+        changes: Changes,
     }
 
     fn exec_probe(period: i32, success: i32, failure: i32) -> Probe {
@@ -606,7 +627,14 @@ mod tests {
         let start = Instant::now();
         let period = Duration::from_secs(10);
         // S S | F F S | F F F
-        let (runtime, results, events, id, cancel) = probed(
+        let Probed {
+            runtime,
+            results,
+            events,
+            id,
+            cancel,
+            changes,
+        } = probed(
             ProbeKind::Readiness,
             exec_probe(10, 2, 3),
             &[0, 0, 1, 1, 0, 1, 1, 1],
@@ -646,6 +674,16 @@ mod tests {
         );
         // One exec per period, no more (no spin); each failed run is an Unhealthy event.
         assert_eq!(*runtime.execs.lock().unwrap(), 8);
+        // Each change of the result was told once, nothing else.
+        let told: Vec<ProbeResult> = changes.lock().unwrap().iter().map(|c| c.2).collect();
+        assert_eq!(
+            told,
+            [
+                ProbeResult::Failure,
+                ProbeResult::Success,
+                ProbeResult::Failure
+            ]
+        );
         let unhealthy = events
             .events()
             .iter()
@@ -668,8 +706,12 @@ mod tests {
     async fn b4_a_liveness_failure_holds_until_the_container_is_replaced() {
         let start = Instant::now();
         let period = Duration::from_secs(1);
-        let (runtime, results, _events, id, _cancel) =
-            probed(ProbeKind::Liveness, exec_probe(1, 1, 2), &[1, 1, 1, 1]).await;
+        let Probed {
+            runtime,
+            results,
+            id,
+            ..
+        } = probed(ProbeKind::Liveness, exec_probe(1, 1, 2), &[1, 1, 1, 1]).await;
         let at = |n: u32| start + period * n + Duration::from_millis(1);
         tokio::time::sleep_until(at(0)).await;
         assert_eq!(

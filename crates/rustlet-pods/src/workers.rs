@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::prober::{ProbeKind, ProbeResult, ProbeResults, ProbeTask};
+use crate::prober::{OnChange, ProbeKind, ProbeResult, ProbeResults, ProbeTask};
 use crate::runtime::{
     ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, full_name,
 };
@@ -461,6 +461,26 @@ impl Worker {
                     continue;
                 }
                 let cancel = self.cancel.child_token();
+                let (status, uid, wake) = (
+                    self.shared.status.clone(),
+                    self.uid.clone(),
+                    self.probe_wake.clone(),
+                );
+                // B6: readiness and startup straight into the cached status; every change
+                // wakes the worker (a liveness failure kills there).
+                let on_change: OnChange = Arc::new(move |id, kind, result| {
+                    let passed = result == ProbeResult::Success;
+                    match kind {
+                        ProbeKind::Readiness => {
+                            status.set_container_readiness(&uid, id, passed);
+                        }
+                        ProbeKind::Startup => {
+                            status.set_container_startup(&uid, id, passed);
+                        }
+                        ProbeKind::Liveness => {}
+                    }
+                    wake.notify_one();
+                });
                 let task = ProbeTask {
                     kind,
                     pod: pod.clone(),
@@ -469,7 +489,7 @@ impl Worker {
                     runtime: self.shared.runtime.clone(),
                     results: self.shared.probe_results.clone(),
                     events: self.shared.events.clone(),
-                    wake: self.probe_wake.clone(),
+                    on_change,
                     cancel: cancel.clone(),
                 };
                 tokio::spawn(task.run().in_current_span());

@@ -842,6 +842,17 @@ impl Runtime for CriRuntime {
                 message: "the pod has no ready sandbox".into(),
             });
         };
+        // The name becomes a directory of the pod's logs: one path component, never more
+        // (the API server validates it; a hostile manifest is refused here too).
+        let name = container.name.as_str();
+        if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
+            return Err(waiting(
+                pod,
+                name,
+                "CreateContainerConfigError",
+                format!("container name {name:?} is not a valid name"),
+            ));
+        }
         let log_dir = self.log_dir(&uid).unwrap_or_default();
         let sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir);
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;

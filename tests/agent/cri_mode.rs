@@ -77,6 +77,15 @@ impl Cri {
     }
 }
 
+/// Waits until the pod's container `main` runs; returns the pod.
+fn running(agent: &Agent, name: &str) -> Value {
+    agent.wait_for(&format!("{name} running"), || {
+        agent
+            .pod(name)
+            .filter(|p| container(p, "main")["state"]["running"].is_object())
+    })
+}
+
 fn uid(pod: &Value) -> String {
     pod["metadata"]["uid"].as_str().unwrap().to_owned()
 }
@@ -297,13 +306,6 @@ fn cri_kill_9_of_the_agent_leaves_containers_running_and_a_restart_adopts_them()
         return;
     };
     let agent = cri.start();
-    let running = |agent: &Agent, name: &str| {
-        agent.wait_for(&format!("{name} running"), || {
-            agent
-                .pod(name)
-                .filter(|p| container(p, "main")["state"]["running"].is_object())
-        })
-    };
     let before = running(&agent, "stays");
     let goes = running(&agent, "goes");
     agent.kill9();
@@ -591,13 +593,6 @@ fn cri_a_runtime_that_goes_away_and_comes_back_is_used_again() {
         return;
     };
     let agent = cri.start();
-    let running = |agent: &Agent, name: &str| {
-        agent.wait_for(&format!("{name} running"), || {
-            agent
-                .pod(name)
-                .filter(|p| container(p, "main")["state"]["running"].is_object())
-        })
-    };
     let before = running(&agent, "stays");
     cri.containerd.stop();
     // Meanwhile a pod comes; its sandbox cannot be made yet.

@@ -25,7 +25,7 @@ use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_pods::runtime::{
     ContainerInstance, ContainerKind, ExecOutput, InstanceState, Runtime, RuntimeError,
-    RuntimePodStatus, Sandbox,
+    RuntimePodStatus, Sandbox, full_name,
 };
 use rustlet_volume::objects::VolumeObjects;
 use rustlet_volume::subpath::ContainerMount;
@@ -181,14 +181,6 @@ fn waiting(pod: &Pod, container: &str, reason: &str, message: String) -> Runtime
         reason: reason.to_owned(),
         message,
     }
-}
-
-fn full_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 impl CriRuntime {

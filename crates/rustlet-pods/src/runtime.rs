@@ -12,7 +12,7 @@ use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
 
 /// `<namespace>/<name>`, as errors and logs name a pod.
-pub(crate) fn full_name(pod: &Pod) -> String {
+pub fn full_name(pod: &Pod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),

@@ -231,13 +231,11 @@ pub async fn run_probe(
     if let Some(http) = &probe.http_get {
         let host = http.host.as_deref().unwrap_or(pod_ip).to_owned();
         let port = port(container, &http.port)?;
-        if http
+        let https = http
             .scheme
             .as_deref()
-            .is_some_and(|s| s.eq_ignore_ascii_case("https"))
-        {
-            return Err("HTTPS probes are not supported yet".into());
-        }
+            .is_some_and(|s| s.eq_ignore_ascii_case("https"));
+        let scheme = if https { "https" } else { "http" };
         let path = http.path.as_deref().unwrap_or("/");
         let path = if path.starts_with('/') {
             path.to_owned()
@@ -249,10 +247,20 @@ pub async fn run_probe(
             let stream = tokio::net::TcpStream::connect((host.as_str(), port))
                 .await
                 .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| e.to_string())?;
-            tokio::spawn(conn);
+            let mut sender = if https {
+                let tls = tls_connect(&host, stream).await?;
+                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tokio::spawn(conn);
+                sender
+            } else {
+                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tokio::spawn(conn);
+                sender
+            };
             let mut request = hyper::Request::get(&path)
                 .header("Host", format!("{host}:{port}"))
                 .header("User-Agent", "kube-probe/1.37")
@@ -280,7 +288,7 @@ pub async fn run_probe(
         };
         return Ok(match tokio::time::timeout(timeout, get).await {
             Err(_) => Outcome::failure(format!(
-                "Get \"http://{host}:{port}{path}\": context deadline exceeded"
+                "Get \"{scheme}://{host}:{port}{path}\": context deadline exceeded"
             )),
             Ok(Err(e)) => Outcome::failure(e),
             Ok(Ok((code, body))) if (200..400).contains(&code) => Outcome::success(body),
@@ -298,6 +306,77 @@ pub async fn run_probe(
 /// Told of every change of a result: the container instance's ID, the kind, the new result
 /// (upstream's results-manager updates, B5/B6).
 pub(crate) type OnChange = Arc<dyn Fn(&str, ProbeKind, ProbeResult) + Send + Sync>;
+
+/// Upstream's HTTPS probes skip certificate verification (`InsecureSkipVerify`): the
+/// handshake's signatures are still checked against the presented key, the chain and the name
+/// are not.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS client session over `stream` for an HTTPS probe.
+async fn tls_connect(
+    host: &str,
+    stream: tokio::net::TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+        .map_err(|e| format!("server name {host:?}: {e}"))?;
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, stream)
+        .await
+        .map_err(|e| format!("TLS handshake with {host}: {e}"))
+}
 
 /// What a probe task is given.
 pub(crate) struct ProbeTask {
@@ -727,6 +806,139 @@ mod tests {
         // On hold: no more execs for this instance.
         tokio::time::sleep_until(at(5)).await;
         assert_eq!(*runtime.execs.lock().unwrap(), 2);
+    }
+
+    /// Serves one canned HTTP answer per connection on loopback (TLS with the test
+    /// certificate when `tls`); returns the port.
+    async fn http_server(status: u16, tls: bool) -> u16 {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let acceptor = tls.then(|| {
+            let cert = CertificateDer::from_pem_slice(include_bytes!("../testdata/probe-cert.pem"))
+                .unwrap();
+            let key =
+                PrivateKeyDer::from_pem_slice(include_bytes!("../testdata/probe-key.pem")).unwrap();
+            let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap();
+            tokio_rustls::TlsAcceptor::from(Arc::new(config))
+        });
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let answer = format!(
+                        "HTTP/1.1 {status} X\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+                    );
+                    async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+                        mut s: S,
+                        answer: String,
+                    ) {
+                        let mut seen = Vec::new();
+                        let mut buf = [0_u8; 1024];
+                        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match s.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        let _ = s.write_all(answer.as_bytes()).await;
+                        let _ = s.shutdown().await;
+                    }
+                    match acceptor {
+                        Some(a) => {
+                            if let Ok(tls) = a.accept(stream).await {
+                                serve(tls, answer).await;
+                            }
+                        }
+                        None => serve(stream, answer).await,
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    fn http_probe(port: u16, scheme: &str) -> Probe {
+        Probe {
+            http_get: Some(k8s_openapi::api::core::v1::HTTPGetAction {
+                port: IntOrString::Int(i32::from(port)),
+                path: Some("/healthz".into()),
+                scheme: Some(scheme.into()),
+                ..Default::default()
+            }),
+            // The TLS client to the plain server waits for an answer that never comes.
+            timeout_seconds: Some(1),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn b8_http_https_and_tcp_probes_against_loopback_servers() {
+        let runtime = SimulatedRuntime::new(SimulatedConfig::default());
+        let c = Container::default();
+        let probe = |p: Probe| {
+            let (runtime, c) = (&runtime, &c);
+            async move {
+                run_probe(runtime, &p, c, "sim://x", "127.0.0.1")
+                    .await
+                    .unwrap()
+            }
+        };
+        let ok = http_server(200, false).await;
+        assert_eq!(
+            probe(http_probe(ok, "HTTP")).await,
+            Outcome::success("hello")
+        );
+        let failing = http_server(503, false).await;
+        assert_eq!(
+            probe(http_probe(failing, "HTTP")).await,
+            Outcome::failure("HTTP probe failed with statuscode: 503")
+        );
+        // HTTPS with a self-signed certificate: not verified, as upstream's.
+        let tls = http_server(204, true).await;
+        assert_eq!(
+            probe(http_probe(tls, "HTTPS")).await.result,
+            ProbeResult::Success
+        );
+        // Plain HTTP to the TLS server fails, TLS to the plain one too.
+        assert_eq!(
+            probe(http_probe(tls, "HTTP")).await.result,
+            ProbeResult::Failure
+        );
+        assert_eq!(
+            probe(http_probe(ok, "HTTPS")).await.result,
+            ProbeResult::Failure
+        );
+
+        let tcp = |port: u16| Probe {
+            tcp_socket: Some(k8s_openapi::api::core::v1::TCPSocketAction {
+                port: IntOrString::Int(i32::from(port)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(probe(tcp(ok)).await.result, ProbeResult::Success);
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let refused = probe(tcp(closed)).await;
+        assert_eq!(refused.result, ProbeResult::Failure);
+        assert!(
+            refused.output.starts_with("dial tcp 127.0.0.1:"),
+            "{}",
+            refused.output
+        );
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub struct CriConfig {
     pub image_backoff_max: Duration,
     /// Grace period of the containers of a pod no worker knows (left from before a restart).
     pub orphan_grace: Duration,
+    /// How often a running pod's worker looks again when no relist announced a change (the
+    /// relist's events wake it at once; this is the safety net).
+    pub worker_resync: Duration,
 }
 
 impl CriConfig {
@@ -75,6 +78,7 @@ impl CriConfig {
             image_backoff_initial: Duration::from_secs(10),
             image_backoff_max: Duration::from_secs(300),
             orphan_grace: Duration::from_secs(2),
+            worker_resync: Duration::from_secs(10),
         }
     }
 }
@@ -138,6 +142,8 @@ pub struct CriRuntime {
     scheme: String,
     state: Mutex<State>,
     me: Weak<CriRuntime>,
+    /// Pods a relist saw change by themselves (upstream's PLEG events).
+    events: tokio::sync::broadcast::Sender<PodUid>,
 }
 
 fn ts(ns: i64) -> Timestamp {
@@ -205,6 +211,7 @@ impl CriRuntime {
             scheme: version.name,
             state: Mutex::new(State::default()),
             me: me.clone(),
+            events: tokio::sync::broadcast::channel(1024).0,
         });
         this.relist().await?;
         Ok(this)
@@ -316,21 +323,30 @@ impl CriRuntime {
             pod.containers
                 .sort_by_key(|c| std::cmp::Reverse(c.created_at));
         }
-        let garbage = {
+        let (garbage, changed) = {
             let mut state = self.state();
-            // What an action changed after this relist began stays as the action left it.
-            let kept: Vec<(PodUid, PodRecord)> = state
-                .pods
-                .drain()
-                .filter(|(_, p)| p.touched > started)
-                .collect();
-            for (uid, record) in kept {
-                pods.insert(uid, record);
+            // What an action changed after this relist began stays as the action left it; a
+            // pod's record that differs otherwise changed by itself (an exit, a sandbox that
+            // died, something removed from outside): its worker is told.
+            let mut changed = Vec::new();
+            let old = std::mem::take(&mut state.pods);
+            let known: HashSet<PodUid> = old.keys().cloned().collect();
+            for (uid, record) in old {
+                if record.touched > started {
+                    pods.insert(uid, record);
+                } else if pods.get(&uid).is_none_or(|new| !same_state(&record, new)) {
+                    changed.push(uid);
+                }
             }
+            // New to the cache and not made by an action: adopted, or made from outside.
+            changed.extend(pods.keys().filter(|uid| !known.contains(*uid)).cloned());
             state.pods = pods;
             state.last_relist = Some(Instant::now());
-            garbage(&state.pods)
+            (garbage(&state.pods), changed)
         };
+        for uid in changed {
+            let _ = self.events.send(uid);
+        }
         self.collect(garbage);
         Ok(())
     }
@@ -714,6 +730,20 @@ impl std::fmt::Debug for CriRuntime {
     }
 }
 
+/// Whether two records of a pod say the same about what runs.
+fn same_state(a: &PodRecord, b: &PodRecord) -> bool {
+    a.sandboxes.len() == b.sandboxes.len()
+        && a.containers.len() == b.containers.len()
+        && a.sandboxes
+            .iter()
+            .zip(&b.sandboxes)
+            .all(|(x, y)| x.id == y.id && x.ready == y.ready)
+        && a.containers
+            .iter()
+            .zip(&b.containers)
+            .all(|(x, y)| x.id == y.id && x.cri_state == y.cri_state)
+}
+
 /// Dead objects a relist found.
 #[derive(Debug, Default)]
 struct Garbage {
@@ -1004,6 +1034,10 @@ impl Runtime for CriRuntime {
         self.refresh_pod(&PodUid::of(pod)).await.map_err(failed)
     }
 
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<PodUid>> {
+        Some(self.events.subscribe())
+    }
+
     async fn remove_orphans(&self, keep: &HashSet<PodUid>) {
         let orphans: Vec<PodUid> = {
             let mut state = self.state();
@@ -1054,15 +1088,16 @@ impl Runtime for CriRuntime {
             .pulls
             .iter()
             .any(|((pod, _), b)| pod == uid && b.until > now);
-        if !running && !backing_off {
-            return None;
+        if backing_off {
+            // The next relist may see it change: wake just after it.
+            let next = state
+                .last_relist
+                .map_or(now, |at| at + self.config.relist_period)
+                .max(now);
+            return Some(next + Duration::from_millis(10));
         }
-        // The next relist may see it change: wake just after it.
-        let next = state
-            .last_relist
-            .map_or(now, |at| at + self.config.relist_period)
-            .max(now);
-        Some(next + Duration::from_millis(10))
+        // A relist announces what changes by itself (`changes`); this is the safety net.
+        running.then(|| now + self.config.worker_resync)
     }
 }
 

@@ -103,3 +103,78 @@ async fn a_container_writes_through_a_bind_mounted_host_directory() {
     client.remove_pod_sandbox(&sandbox).await.unwrap();
     assert!(client.list_pod_sandboxes().await.unwrap().is_empty());
 }
+
+/// The runtime's relist announces a pod whose container exited by itself (upstream's PLEG
+/// event), once; its own actions and an unchanged relist announce nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_announces_an_exit_once_and_nothing_else() {
+    use k8s_openapi::api::core::v1::{Container, Pod};
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+
+    let Some(containerd) = PrivateContainerd::start("a_relist_announces_an_exit_once").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let mut events = runtime
+        .changes()
+        .expect("the CRI runtime announces changes");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "once", "namespace": "default", "uid": "uid-once"},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "c", "image": BUSYBOX_IMAGE,
+            "command": ["/bin/sh", "-c", "read x < /dev/null; exit 4"]
+        }]}
+    }))
+    .unwrap();
+    let container: Container = pod.spec.as_ref().unwrap().containers[0].clone();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    runtime
+        .start_container(&pod, &container, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    let uid = rustlet_core::PodUid::new("uid-once");
+    // The process exits by itself; relists (real time, bounded) until one announces it.
+    let mut announced = None;
+    for _ in 0..500 {
+        runtime.relist().await.unwrap();
+        if let Ok(got) = events.try_recv() {
+            announced = Some(got);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(announced, Some(uid.clone()), "{}", containerd.log());
+    let status = runtime.pod_status(&uid).await;
+    assert!(
+        matches!(
+            status.containers[0].state,
+            InstanceState::Exited { exit_code: 4, .. }
+        ),
+        "{status:?}"
+    );
+    // Nothing changed since: nothing announced.
+    runtime.relist().await.unwrap();
+    assert!(events.try_recv().is_err());
+    // The runtime's own action (the kill) is in the cache already: a relist after it has
+    // nothing to announce.
+    runtime
+        .kill_pod(&pod, Duration::from_secs(1))
+        .await
+        .unwrap();
+    runtime.relist().await.unwrap();
+    assert!(events.try_recv().is_err());
+    runtime.remove_pod(&uid).await;
+    assert!(
+        runtime
+            .client()
+            .list_pod_sandboxes()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -255,6 +255,14 @@ pub trait Runtime: Send + Sync {
     }
 
     /// When this pod's state may next change by itself (a container exits); `None`: not by
-    /// itself. A runtime that cannot tell returns its relist period.
+    /// itself. A runtime that cannot tell returns its relist period; one that announces
+    /// changes ([`Self::changes`]) only a safety net.
     fn next_change(&self, uid: &PodUid) -> Option<Instant>;
+
+    /// The UIDs of pods whose state changed by itself, as the runtime sees them (upstream's
+    /// PLEG events): the workers wake the pod's worker. `None`: the runtime announces nothing
+    /// and [`Self::next_change`] says when to look.
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<PodUid>> {
+        None
+    }
 }

@@ -238,6 +238,7 @@ impl PodWorkers {
     /// is killed or unmounted (a restart adopts it).
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut workers: HashMap<PodUid, watch::Sender<PodSlot>> = HashMap::new();
+        let mut runtime_events = self.shared.runtime.changes();
         let mut tick = tokio::time::interval(self.shared.config.housekeeping_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -333,6 +334,29 @@ impl PodWorkers {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 changed = self.changes.changed() => if changed.is_err() { return },
+                // The runtime saw a pod change by itself (a container exited): its worker
+                // looks again; when events were missed, every worker does.
+                event = async {
+                    match runtime_events.as_mut() {
+                        Some(events) => events.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    use tokio::sync::broadcast::error::RecvError;
+                    match event {
+                        Ok(uid) => {
+                            if let Some(tx) = workers.get(&uid) {
+                                tx.send_modify(|_| {});
+                            }
+                        }
+                        Err(RecvError::Lagged(_)) => {
+                            for tx in workers.values() {
+                                tx.send_modify(|_| {});
+                            }
+                        }
+                        Err(RecvError::Closed) => runtime_events = None,
+                    }
+                }
                 _ = tick.tick() => {
                     let keep: HashSet<PodUid> = present.iter().map(|uid| PodUid::new(*uid)).collect();
                     self.shared.status.remove_orphaned_statuses(&keep);

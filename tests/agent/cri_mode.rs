@@ -701,3 +701,79 @@ fn cri_kube_mode_stops_and_removes_the_containers_before_deleting_with_the_uid()
     assert_eq!(body["preconditions"]["uid"], uid.as_str(), "{body}");
     assert!(agent.terminate().success());
 }
+
+/// An agent that died between CreateContainer and StartContainer left a sandbox and a created,
+/// never started container (made here by hand, with the labels the agent gives them): the next
+/// agent adopts the sandbox, removes the stale container and starts a fresh one.
+#[test]
+fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
+    use rustlet_cri::config::{ContainerInputs, container_config, sandbox_config};
+    use rustlet_pods::runtime::ContainerKind;
+
+    let uid = "0a7e8f2c-1d3b-4c5e-9f60-7182a3b4c5d6";
+    let manifest = SLEEPER.replace("NAME", "stale").replace(
+        "  namespace: default\n",
+        &format!("  namespace: default\n  uid: {uid}\n"),
+    );
+    let Some(cri) = Cri::new(
+        "cri_a_container_created_but_never_started",
+        &[("stale.yaml", &manifest)],
+    ) else {
+        return;
+    };
+    let pod: k8s_openapi::api::core::v1::Pod = serde_saphyr::from_str(&manifest).unwrap();
+    let spec_container = pod.spec.as_ref().unwrap().containers[0].clone();
+    let endpoint = cri.containerd.endpoint().to_owned();
+    let log_dir = cri.root.join("pod-logs").join(uid);
+    std::fs::create_dir_all(log_dir.join("main")).unwrap();
+    let (sandbox, stale) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                .await
+                .unwrap();
+            let sandbox_cfg = sandbox_config(&pod, 0, &log_dir);
+            let sandbox = client.run_pod_sandbox(sandbox_cfg.clone()).await.unwrap();
+            let image = client
+                .image_status(rustlet_cri::testing::BUSYBOX_IMAGE)
+                .await
+                .unwrap()
+                .unwrap()
+                .id;
+            let config = container_config(
+                &pod,
+                &spec_container,
+                &ContainerInputs {
+                    kind: ContainerKind::Regular,
+                    attempt: 0,
+                    image_ref: &image,
+                    mounts: &[],
+                    env: &[],
+                },
+            );
+            let stale = client
+                .create_container(&sandbox, config, sandbox_cfg)
+                .await
+                .unwrap();
+            (sandbox, stale)
+        });
+    let agent = cri.start();
+    let pod = running(&agent, "stale");
+    let id = container(&pod, "main")["containerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(id, format!("containerd://{stale}"));
+    let (sandboxes, containers) = cri.listed();
+    assert_eq!(sandboxes, [sandbox], "the sandbox is adopted");
+    assert_eq!(
+        containers.len(),
+        1,
+        "the stale container is removed: {containers:?}"
+    );
+    assert_eq!(format!("containerd://{}", containers[0].0), id);
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(log.contains("created and never started"), "{log}");
+}

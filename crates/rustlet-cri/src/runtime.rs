@@ -841,22 +841,45 @@ impl Runtime for CriRuntime {
         mounts: &[ContainerMount],
     ) -> Result<(), RuntimeError> {
         let uid = PodUid::of(pod);
-        let (sandbox, attempt) = {
+        let (sandbox, attempt, never_started) = {
             let state = self.state();
             let record = state.pods.get(&uid);
             let sandbox = record
                 .and_then(|p| p.sandboxes.first())
                 .filter(|s| s.ready)
                 .cloned();
-            let attempt = record
-                .and_then(|p| {
-                    p.containers
-                        .iter()
-                        .find(|c| c.instance.name == container.name)
-                })
+            let of_name = || {
+                record
+                    .into_iter()
+                    .flat_map(|p| &p.containers)
+                    .filter(|c| c.instance.name == container.name)
+            };
+            let attempt = of_name()
+                .next()
                 .map_or(0, |c| u32::try_from(c.instance.attempt).unwrap_or(0) + 1);
-            (sandbox, attempt)
+            // Instances created and never started (an agent that died between the two) are
+            // removed before a new one is made.
+            let never_started: Vec<String> = of_name()
+                .filter(|c| c.instance.state == InstanceState::Created)
+                .map(|c| c.id.clone())
+                .collect();
+            (sandbox, attempt, never_started)
         };
+        for id in never_started {
+            info!(container = %container.name, %id, "removing a container that was created and never started");
+            match self.client.remove_container(&id).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    return Err(waiting(
+                        pod,
+                        &container.name,
+                        "CreateContainerError",
+                        e.to_string(),
+                    ));
+                }
+            }
+        }
         let Some(sandbox) = sandbox else {
             return Err(RuntimeError::StartContainer {
                 pod: full_name(pod),

@@ -686,7 +686,7 @@ impl Worker {
             let (newest, _) = runtime.instances(&container.name);
             match newest.map(|c| &c.state) {
                 Some(InstanceState::Exited { exit_code: 0, .. }) => continue,
-                Some(InstanceState::Running { .. } | InstanceState::Created) => {
+                Some(InstanceState::Running { .. }) => {
                     return Ok(Synced::Running(runtime_api.next_change(&self.uid)));
                 }
                 Some(InstanceState::Exited { .. }) if restart_policy == "Never" => {
@@ -736,9 +736,11 @@ impl Worker {
         for container in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
             let newest = runtime.instances(&container.name).0;
             let exited = match newest.map(|c| &c.state) {
-                None => None,
+                // Created and never started (an agent that died between the two): started
+                // afresh, as one that never ran.
+                None | Some(InstanceState::Created) => None,
                 Some(InstanceState::Exited { exit_code, .. }) => Some(*exit_code),
-                Some(_) => {
+                Some(InstanceState::Running { .. }) => {
                     // C11: a failed liveness or startup probe kills the container.
                     let id = newest.map(|c| c.id.as_str()).unwrap_or_default();
                     if let Some(kind) = self.failed_probe(id) {

@@ -416,7 +416,6 @@ impl VolumeManager {
                 }
                 () = tokio::time::sleep_until(next_resync) => {
                     next_resync = tokio::time::Instant::now() + self.config.resync_period;
-                                        self.update_volume_counts();
                     for kept in self.housekeeping() {
                         debug!(?kept, "orphaned pod directory kept");
                     }
@@ -440,12 +439,13 @@ impl VolumeManager {
         &self.metrics
     }
 
-    /// Refreshes `volume_manager_total_volumes` (on the resync period).
-    pub fn update_volume_counts(&self) {
-        self.metrics
-            .set_totals("desired_state_of_world", self.dsw.volume_counts_by_plugin());
-        self.metrics
-            .set_totals("actual_state_of_world", self.asw.volume_counts_by_plugin());
+    /// Registers the manager's metrics, the volume counts among them (counted on each scrape).
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.metrics.register(registry);
+        registry.register_collector(Box::new(crate::metrics::TotalVolumes {
+            dsw: self.dsw.clone(),
+            asw: self.asw.clone(),
+        }));
     }
 
     /// V13: the reconciler has run with a complete desired state, and the reconstructed volumes

@@ -1,11 +1,19 @@
 //! Prometheus metrics with upstream's names (spec section 2.6): volumes by plugin and state,
 //! and operation durations by operation, plugin and status.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::cache::asw::ActualStateOfWorld;
+use crate::cache::dsw::DesiredStateOfWorld;
 
 /// Label pairs.
 pub type Labels = Vec<(String, String)>;
@@ -17,9 +25,6 @@ fn operation_histogram() -> Histogram {
 /// The volume manager's metrics. Cloning shares the series.
 #[derive(Clone, Debug)]
 pub struct VolumeMetrics {
-    /// `volume_manager_total_volumes{plugin_name, state}`, state `desired_state_of_world` or
-    /// `actual_state_of_world`; refreshed on the resync period.
-    pub total_volumes: Family<Labels, Gauge>,
     /// `storage_operation_duration_seconds{operation_name, volume_plugin, status}`.
     pub operation_duration: Family<Labels, Histogram, fn() -> Histogram>,
     /// `force_cleaned_failed_volume_operations_total` (upstream, V76): volumes that failed
@@ -30,7 +35,6 @@ pub struct VolumeMetrics {
 impl Default for VolumeMetrics {
     fn default() -> Self {
         Self {
-            total_volumes: Family::default(),
             operation_duration: Family::new_with_constructor(
                 operation_histogram as fn() -> Histogram,
             ),
@@ -42,11 +46,6 @@ impl Default for VolumeMetrics {
 impl VolumeMetrics {
     /// Registers every series (the agent prefixes them, e.g. with `kubelet_`).
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "volume_manager_total_volumes",
-            "Number of volumes in the desired and actual state",
-            self.total_volumes.clone(),
-        );
         registry.register(
             "storage_operation_duration_seconds",
             "Duration of volume operations",
@@ -78,16 +77,39 @@ impl VolumeMetrics {
             .get_or_create(&labels)
             .observe(seconds);
     }
+}
 
-    /// Sets the volume counts of one state from (plugin, count) pairs.
-    pub fn set_totals(&self, state: &str, counts: impl IntoIterator<Item = (String, i64)>) {
-        for (plugin, count) in counts {
-            self.total_volumes
-                .get_or_create(&vec![
+/// `volume_manager_total_volumes{plugin_name, state}` (state `desired_state_of_world` or
+/// `actual_state_of_world`), counted from the caches on each scrape, as upstream's
+/// `totalVolumesCollector`: nothing is counted while nobody asks, and a plugin whose volumes
+/// are all gone drops out instead of staying at its last count.
+#[derive(Debug)]
+pub struct TotalVolumes {
+    pub(crate) dsw: Arc<DesiredStateOfWorld>,
+    pub(crate) asw: Arc<ActualStateOfWorld>,
+}
+
+impl Collector for TotalVolumes {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let states: [(&str, BTreeMap<String, i64>); 2] = [
+            ("desired_state_of_world", self.dsw.volume_counts_by_plugin()),
+            ("actual_state_of_world", self.asw.volume_counts_by_plugin()),
+        ];
+        let mut family = encoder.encode_descriptor(
+            "volume_manager_total_volumes",
+            "Number of volumes in the desired and actual state",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (state, counts) in states {
+            for (plugin, count) in counts {
+                let labels: Labels = vec![
                     ("plugin_name".to_owned(), plugin),
                     ("state".to_owned(), state.to_owned()),
-                ])
-                .set(count);
+                ];
+                ConstGauge::new(count).encode(family.encode_family(&labels)?)?;
+            }
         }
+        Ok(())
     }
 }

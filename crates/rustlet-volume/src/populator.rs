@@ -465,7 +465,10 @@ mod interner_tests {
         assert!(Arc::ptr_eq(&a, &b), "replicas share the spec");
         let tmpfs = interner.intern(&empty_dir("cache", Some("Memory")));
         assert!(!Arc::ptr_eq(&a, &tmpfs));
-        assert_eq!(tmpfs.empty_dir.as_ref().unwrap().medium.as_deref(), Some("Memory"));
+        assert_eq!(
+            tmpfs.empty_dir.as_ref().unwrap().medium.as_deref(),
+            Some("Memory")
+        );
         let other = interner.intern(&empty_dir("scratch", None));
         assert!(!Arc::ptr_eq(&a, &other));
         assert_eq!(other.name, "scratch");

@@ -259,7 +259,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             ..VolumeManagerConfig::new(&config.root_dir)
         },
     ));
-    volumes.metrics().register(&mut registry);
+    volumes.register_metrics(&mut registry);
 
     let status_metrics = StatusMetrics::default();
     status_metrics.register(&mut registry);

@@ -341,9 +341,8 @@ async fn metrics_with_upstream_names() {
     );
     r.pods.add(pod.clone());
     r.manager.wait_for_attach_and_mount(&pod).await.unwrap();
-    r.manager.update_volume_counts();
     let mut registry = prometheus_client::registry::Registry::default();
-    r.manager.metrics().register(&mut registry);
+    r.manager.register_metrics(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     for line in [
@@ -353,6 +352,17 @@ async fn metrics_with_upstream_names() {
     ] {
         assert!(text.contains(line), "missing {line}\n{text}");
     }
+    // Counted on each scrape: once the pod's volumes are gone, the plugin drops out of both
+    // states instead of staying at its last count.
+    r.pods.remove("pm");
+    r.pods.set_runtime_removed("pm");
+    r.manager.pod_updated();
+    r.manager.wait_for_unmount(&pod).await.unwrap();
+    // The next pass (virtual time) drops the unmounted volumes from the actual state.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(!text.contains("volume_manager_total_volumes{"), "{text}");
     r.stop().await;
 }
 

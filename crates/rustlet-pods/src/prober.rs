@@ -248,18 +248,9 @@ pub async fn run_probe(
                 .await
                 .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
             let mut sender = if https {
-                let tls = tls_connect(&host, stream).await?;
-                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                tokio::spawn(conn);
-                sender
+                http1(tls_connect(&host, stream).await?).await?
             } else {
-                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                tokio::spawn(conn);
-                sender
+                http1(stream).await?
             };
             let mut request = hyper::Request::get(&path)
                 .header("Host", format!("{host}:{port}"))
@@ -306,6 +297,18 @@ pub async fn run_probe(
 /// Told of every change of a result: the container instance's ID, the kind, the new result
 /// (upstream's results-manager updates, B5/B6).
 pub(crate) type OnChange = Arc<dyn Fn(&str, ProbeKind, ProbeResult) + Send + Sync>;
+
+/// An HTTP/1.1 client connection over `io` (its driver runs as a task).
+async fn http1<S>(io: S) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
 
 /// Upstream's HTTPS probes skip certificate verification (`InsecureSkipVerify`): the
 /// handshake's signatures are still checked against the presented key, the chain and the name

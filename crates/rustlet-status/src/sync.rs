@@ -442,6 +442,11 @@ impl Syncer {
         count
     }
 
+    fn forget_synced(&mut self, api_uid: &PodUid) {
+        self.api_status_versions.remove(api_uid);
+        self.written_rv.remove(api_uid);
+    }
+
     fn record(&mut self, uid: PodUid, outcome: SyncOutcome) {
         match outcome {
             SyncOutcome::Synced {
@@ -456,15 +461,19 @@ impl Syncer {
                 }
                 self.ctx.shared.mark_synced(&uid, version);
                 match deletion {
+                    // The pod is deleted (or already gone) and its status dropped: what was
+                    // synced of it goes too, so a pod that comes back with the same UID (a
+                    // manifest restored with its own UID) has its first status synced at once
+                    // instead of looking synced up to the old version until the next full batch.
                     Deletion::Failed(e) if e.is_not_found() => {
                         // The pod is already gone: the deletion is done.
                         self.ctx.shared.delete_pod_status(&uid);
-                        self.written_rv.remove(&api_uid);
+                        self.forget_synced(&api_uid);
                         self.backoff.remove(&uid);
                     }
                     Deletion::Failed(e) => self.schedule_retry(uid, &e),
                     Deletion::Deleted => {
-                        self.written_rv.remove(&api_uid);
+                        self.forget_synced(&api_uid);
                         self.backoff.remove(&uid);
                     }
                     Deletion::NotDue => {

@@ -409,3 +409,33 @@ async fn metrics_count_requests_by_verb_and_code() {
         "{text}"
     );
 }
+
+/// A pod deleted by the status manager that comes back with the same UID (a manifest restored
+/// with its own UID) has its first status synced by the kick at once: what was synced of the
+/// old incarnation is forgotten with it (it used to look synced up to the old version until the
+/// next full batch reconciled it).
+#[tokio::test(start_paused = true)]
+async fn a_uid_that_comes_back_after_its_deletion_is_synced_at_once() {
+    let mut h = Harness::upstream();
+    let mut pod = test_pod();
+    pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        crate::seams::Clock::now(&crate::seams::SystemClock),
+    ));
+    h.client.put_pod(pod.clone());
+    h.pods.add_pod(pod.clone());
+    for n in 0..3 {
+        h.manager.set_pod_status(&pod, random_status(n));
+    }
+    h.manager.terminate_pod(&pod);
+    h.consume_updates().await;
+    assert!(h.client.pod("new", "foo").is_none(), "deleted");
+    h.client.take_verbs();
+
+    let back = test_pod();
+    h.client.put_pod(back.clone());
+    h.pods.add_pod(back.clone());
+    h.manager.set_pod_status(&back, random_status(9));
+    h.verify_actions(&["get", "patch"]).await;
+    let stored = h.client.pod("new", "foo").unwrap();
+    assert_eq!(stored.status.unwrap().message.as_deref(), Some("random-9"));
+}

@@ -83,7 +83,8 @@ pub struct Populator {
     has_added_pods: Arc<AtomicBool>,
     /// Where pods register the ConfigMaps and Secrets they reference (content volumes).
     objects: Option<Arc<dyn VolumeObjects>>,
-    /// The pods registered with `objects`, released once they are gone.
+    /// Each processed pod, in the version the desired state holds (and, with `objects`, the
+    /// pods registered there), released once they are gone.
     registered: Mutex<HashMap<UniquePodName, Arc<Pod>>>,
     /// The labels and annotations a pod with downward API volumes was last processed with.
     downward: Mutex<HashMap<UniquePodName, PodFields>>,
@@ -316,20 +317,27 @@ impl Populator {
     fn process_pod_volumes(&self, pod: &Arc<Pod>) {
         let pod_name = unique_pod_name(pod);
         if self.processed().get(&pod_name) == Some(&true) {
-            // The latest version replaces the one kept, so a pod is held once, not twice.
-            self.dsw.refresh_pod(&pod_name, pod);
-            if let Some(kept) = self.registered().get_mut(&pod_name)
-                && !Arc::ptr_eq(kept, pod)
+            // The latest version replaces the one kept, so a pod is held once, not twice. The
+            // version the desired state holds is the one kept here: the same object (every
+            // pass of an idle node, over every pod) needs no look at the desired state.
             {
-                *kept = pod.clone();
+                let mut registered = self.registered();
+                match registered.get_mut(&pod_name) {
+                    Some(kept) if Arc::ptr_eq(kept, pod) => return,
+                    Some(kept) => *kept = pod.clone(),
+                    None => {
+                        registered.insert(pod_name.clone(), pod.clone());
+                    }
+                }
             }
+            self.dsw.refresh_pod(&pod_name, pod);
             return;
         }
         if let Some(objects) = &self.objects {
             // Again on every reprocess: a changed spec adds its new references first.
             objects.register_pod(pod);
-            self.registered().insert(pod_name.clone(), pod.clone());
         }
+        self.registered().insert(pod_name.clone(), pod.clone());
         let (mounts, devices) = pod_volume_names(pod);
         let mut all_added = true;
         let mut pending = false;
@@ -416,7 +424,7 @@ impl Populator {
                 self.dsw.pop_pod_errors(&pod);
             }
         }
-        if let Some(objects) = &self.objects {
+        {
             let gone: Vec<Arc<Pod>> = {
                 let mut registered = self.registered();
                 let names: Vec<UniquePodName> = registered
@@ -435,8 +443,10 @@ impl Populator {
                     .filter_map(|name| registered.remove(name))
                     .collect()
             };
-            for pod in gone {
-                objects.unregister_pod(&pod);
+            if let Some(objects) = &self.objects {
+                for pod in gone {
+                    objects.unregister_pod(&pod);
+                }
             }
         }
     }

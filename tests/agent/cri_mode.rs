@@ -777,3 +777,88 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
     let log = std::fs::read_to_string(&agent.log).unwrap();
     assert!(log.contains("created and never started"), "{log}");
 }
+
+/// B11 (upstream 1.35): an agent restart does not flip a Ready pod unready until its readiness
+/// probe runs again: a container that started more than 10 s before the new agent keeps the
+/// Ready it had. The Ready condition's lastTransitionTime in the API stays the same.
+#[test]
+fn cri_an_agent_restart_keeps_a_ready_pod_ready() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    use rustlet_api::local::store::{Kind, ObjectRef, Store};
+    use rustlet_api::test_server::TestApiServer;
+
+    let Some(cri) = Cri::new("cri_an_agent_restart_keeps_a_ready_pod_ready", &[]) else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = std::sync::Arc::new(Store::default());
+    let server = rt.block_on(TestApiServer::start(store.clone())).unwrap();
+    let kubeconfig = cri.containerd.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let args = [
+        "--node-name",
+        "node-a",
+        "--root-dir",
+        cri.root.to_str().unwrap(),
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--runtime",
+        "cri",
+        "--container-runtime-endpoint",
+        cri.containerd.endpoint(),
+    ];
+    let log = cri.containerd.dir().join("agent.log");
+    let agent = start_in(None, &args, &log);
+    let manifest = SLEEPER.replace("NAME", "probed").replace(
+        "    command:",
+        "    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 30\n    command:",
+    );
+    let mut pod: Pod = serde_saphyr::from_str(&manifest).unwrap();
+    pod.spec.as_mut().unwrap().node_name = Some("node-a".into());
+    let api: Api<Pod> = Api::namespaced(rt.block_on(server.client()).unwrap(), "default");
+    rt.block_on(api.create(&PostParams::default(), &pod))
+        .unwrap();
+    let reference = ObjectRef::new(Kind::Pod, "default", "probed");
+    let ready_since = |stored: &Value| -> Option<String> {
+        stored["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready" && c["status"] == "True")
+            .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_owned))
+    };
+    let before = agent.wait_for("probed Ready in the API", || {
+        ready_since(&store.get(&reference).ok()?)
+    });
+    // Upstream's rule needs the container to have started more than 10 s before the new agent.
+    std::thread::sleep(Duration::from_secs(11));
+    agent.kill9();
+    let writes_before = server.count(&http::Method::PATCH, "/pods/probed");
+    let agent = start_in(None, &args, &log);
+    // The new agent syncs the pod (its first status) and probes it again (period 30 s: once,
+    // at once); the Ready condition never left True.
+    agent.wait_for("the restarted agent's view of the pod", || {
+        agent
+            .pod("probed")
+            .filter(|p| container(p, "main")["ready"] == true)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let stored = store.get(&reference).unwrap();
+    assert_eq!(
+        ready_since(&stored).as_deref(),
+        Some(before.as_str()),
+        "{stored}"
+    );
+    let patches: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == http::Method::PATCH && r.path.ends_with("/pods/probed"))
+        .skip(writes_before)
+        .map(|r| r.body)
+        .collect();
+    assert!(
+        patches.iter().all(|b| !b.contains("\"False\"")),
+        "no condition went False after the restart: {patches:?}"
+    );
+    assert!(agent.terminate().success());
+}

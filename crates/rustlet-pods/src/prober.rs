@@ -393,6 +393,11 @@ pub(crate) struct ProbeTask {
     /// Called when a result changes.
     pub on_change: OnChange,
     pub cancel: CancellationToken,
+    /// Probes at once and starts the period again (B3's manual trigger, B10).
+    pub trigger: Arc<tokio::sync::Notify>,
+    /// B11: an instance that started before this (the agent's start less 10 s) was adopted:
+    /// no initial readiness Failure is seeded for it.
+    pub adopted_before: Timestamp,
 }
 
 /// Seconds since `started_at` on the wall clock (whole seconds, as upstream compares them).
@@ -419,6 +424,7 @@ impl ProbeTask {
             tokio::select! {
                 () = self.cancel.cancelled() => break,
                 _ = tick.tick() => {}
+                () = self.trigger.notified() => tick.reset(),
             }
             let status = self.runtime.pod_status(&self.uid).await;
             let Some(instance) = status.instances(&self.container.name).0.cloned() else {
@@ -432,7 +438,9 @@ impl ProbeTask {
                 current = Some(instance.id.clone());
                 on_hold = false;
                 (last, run) = (None, 0);
+                let adopted = matches!(instance.state, InstanceState::Running { started_at } if started_at < self.adopted_before);
                 let initial = match self.kind {
+                    ProbeKind::Readiness if adopted => None,
                     ProbeKind::Readiness => Some(ProbeResult::Failure),
                     ProbeKind::Liveness => Some(ProbeResult::Success),
                     ProbeKind::Startup => None,
@@ -669,6 +677,8 @@ mod tests {
                 })
             },
             cancel: cancel.clone(),
+            adopted_before: Timestamp::UNIX_EPOCH,
+            trigger: Arc::new(tokio::sync::Notify::new()),
         };
         tokio::spawn(task.run());
         Probed {

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use rustlet_core::deletion::PodDeletionSafety;
-use rustlet_core::pod::PodPhase;
+use rustlet_core::pod::{PodPhase, condition_type};
 use rustlet_core::{FeatureGates, PodUid};
 use rustlet_status::StatusManager;
 use rustlet_volume::events::{EventKind, EventRecorder, FAILED_MOUNT};
@@ -190,6 +190,9 @@ pub struct PodWorkers {
 
 struct Shared {
     probe_results: Arc<ProbeResults>,
+    /// Containers that started before this (the agent's start less 10 s) were adopted from an
+    /// earlier agent: B11.
+    adopted_before: k8s_openapi::jiff::Timestamp,
     pods: Arc<dyn PodSource>,
     lifecycles: Arc<PodLifecycles>,
     status: Arc<StatusManager>,
@@ -197,6 +200,15 @@ struct Shared {
     runtime: Arc<dyn Runtime>,
     events: Arc<dyn EventRecorder>,
     config: PodWorkersConfig,
+}
+
+/// B11: the agent's start less 10 s, on the wall clock.
+fn adopted_before() -> k8s_openapi::jiff::Timestamp {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));
+    k8s_openapi::jiff::Timestamp::from_second(now - 10)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
 }
 
 fn api_phase_terminal(pod: &Pod) -> bool {
@@ -211,6 +223,7 @@ impl PodWorkers {
         Self {
             shared: Arc::new(Shared {
                 probe_results: Arc::new(ProbeResults::default()),
+                adopted_before: adopted_before(),
                 pods: deps.pods,
                 lifecycles: deps.lifecycles,
                 status: deps.status,
@@ -415,8 +428,9 @@ struct Worker {
     rx: watch::Receiver<PodSlot>,
     cancel: CancellationToken,
     backoff: HashMap<String, RestartBackoff>,
-    /// The probe tasks of this pod (B2), each stopped by its token.
-    probes: HashMap<(String, ProbeKind), CancellationToken>,
+    /// The probe tasks of this pod (B2), each stopped by its token and triggered by its
+    /// notify.
+    probes: HashMap<(String, ProbeKind), (CancellationToken, Arc<Notify>)>,
     /// Woken when a probe result of this pod changes (B6).
     probe_wake: Arc<Notify>,
     /// Containers killed for a failed liveness or startup probe: restarted unless `Never`.
@@ -505,6 +519,7 @@ impl Worker {
                     }
                     wake.notify_one();
                 });
+                let trigger = Arc::new(Notify::new());
                 let task = ProbeTask {
                     kind,
                     pod: pod.clone(),
@@ -515,16 +530,18 @@ impl Worker {
                     events: self.shared.events.clone(),
                     on_change,
                     cancel: cancel.clone(),
+                    adopted_before: self.shared.adopted_before,
+                    trigger: trigger.clone(),
                 };
                 tokio::spawn(task.run().in_current_span());
-                self.probes.insert(key, cancel);
+                self.probes.insert(key, (cancel, trigger));
             }
         }
     }
 
     /// Stops the probe tasks of these kinds (B7).
     fn stop_probes(&mut self, kinds: &[ProbeKind]) {
-        self.probes.retain(|(_, kind), cancel| {
+        self.probes.retain(|(_, kind), (cancel, _)| {
             if kinds.contains(kind) {
                 cancel.cancel();
                 false
@@ -535,26 +552,54 @@ impl Worker {
     }
 
     /// B10's input: each regular container's startup and readiness results, for its newest
-    /// instance.
+    /// instance. B11: a container adopted from an earlier agent (started before this one's
+    /// start less 10 s) without a result yet keeps what `old` said: `started` if it was, and
+    /// `ready` while the pod was Ready, so an agent restart does not flip a pod unready until
+    /// its probes run again.
     fn probe_view(
         &self,
         pod: &Pod,
         runtime: &RuntimePodStatus,
+        old: &PodStatus,
     ) -> HashMap<String, ContainerProbes> {
         if !self.shared.runtime.runs_probes() {
             return HashMap::new();
         }
         let results = &self.shared.probe_results;
+        let pod_was_ready = rustlet_core::pod::is_condition_true(old, condition_type::READY);
         pod.spec
             .iter()
             .flat_map(|s| &s.containers)
             .map(|c| {
-                let id = runtime.instances(&c.name).0.map(|i| i.id.as_str());
+                let newest = runtime.instances(&c.name).0;
+                let id = newest.map(|i| i.id.as_str());
+                let adopted = newest.is_some_and(|i| {
+                    matches!(i.state, InstanceState::Running { started_at } if started_at < self.shared.adopted_before)
+                });
+                let was_started = old
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .any(|s| s.name == c.name && s.container_id.as_deref() == id && s.started == Some(true));
                 let passed = |kind: ProbeKind| {
-                    kind.of(c).map(|_| {
-                        id.is_some_and(|id| results.get(id, kind) == Some(ProbeResult::Success))
+                    kind.of(c).map(|_| match id.and_then(|id| results.get(id, kind)) {
+                        Some(result) => result == ProbeResult::Success,
+                        None if adopted => match kind {
+                            ProbeKind::Readiness => pod_was_ready,
+                            _ => was_started,
+                        },
+                        None => false,
                     })
                 };
+                // B10: a running container that is not ready yet gets its readiness probe now
+                // (on every status generation), not a period after its worker started.
+                let running = newest.is_some_and(|i| matches!(i.state, InstanceState::Running { .. }));
+                if running
+                    && passed(ProbeKind::Readiness) == Some(false)
+                    && let Some((_, trigger)) = self.probes.get(&(c.name.clone(), ProbeKind::Readiness))
+                {
+                    trigger.notify_one();
+                }
                 (
                     c.name.clone(),
                     ContainerProbes {
@@ -582,7 +627,7 @@ impl Worker {
         waiting: &HashMap<String, WaitingReason>,
     ) -> PodStatus {
         let old = self.old_status(pod);
-        let probes = self.probe_view(pod, runtime);
+        let probes = self.probe_view(pod, runtime, &old);
         let status = generate_api_status(&StatusInput {
             pod,
             runtime,

@@ -277,52 +277,15 @@ impl CriRuntime {
             }
             (sb, ct)
         };
-        let mut pods: HashMap<PodUid, PodRecord> = HashMap::new();
-        for sandbox in sandboxes {
-            let Some(uid) = sandbox.labels.get(POD_UID_LABEL) else {
-                continue;
-            };
-            let ready = sandbox.state == cri::PodSandboxState::SandboxReady as i32;
-            let record = match known_sandboxes.get(&sandbox.id) {
-                Some(known) if known.ready == ready => known.clone(),
-                _ => match self.sandbox_record(&sandbox.id, ready).await {
-                    Ok(record) => record,
-                    Err(e) if e.is_not_found() => continue,
-                    Err(e) => return Err(e),
-                },
-            };
-            pods.entry(PodUid::new(uid))
-                .or_default()
-                .sandboxes
-                .push(record);
-        }
-        for container in containers {
-            let Some(uid) = container.labels.get(POD_UID_LABEL) else {
-                continue;
-            };
-            let record = match known_containers.get(&container.id) {
-                // An exited container's status never changes; a running one's only by exiting.
-                Some(known) if known.cri_state == container.state => known.clone(),
-                _ => match self
-                    .container_record(&container.id, &container.pod_sandbox_id)
-                    .await
-                {
-                    Ok(record) => record,
-                    Err(e) if e.is_not_found() => continue,
-                    Err(e) => return Err(e),
-                },
-            };
-            pods.entry(PodUid::new(uid))
-                .or_default()
-                .containers
-                .push(record);
-        }
-        for pod in pods.values_mut() {
-            pod.sandboxes
-                .sort_by_key(|s| std::cmp::Reverse(s.created_at));
-            pod.containers
-                .sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        }
+        let mut pods = self
+            .records(
+                sandboxes,
+                containers,
+                None,
+                &known_sandboxes,
+                &known_containers,
+            )
+            .await?;
         let (garbage, changed) = {
             let mut state = self.state();
             // What an action changed after this relist began stays as the action left it; a
@@ -421,33 +384,77 @@ impl CriRuntime {
     async fn refresh_pod(&self, uid: &PodUid) -> Result<(), CriError> {
         let sandboxes = self.client.list_pod_sandboxes().await?;
         let containers = self.client.list_containers().await?;
-        let mine = |labels: &HashMap<String, String>| {
-            labels.get(POD_UID_LABEL).map(String::as_str) == Some(uid.as_str())
-        };
-        let mut record = PodRecord::default();
-        for s in sandboxes.iter().filter(|s| mine(&s.labels)) {
-            let ready = s.state == cri::PodSandboxState::SandboxReady as i32;
-            match self.sandbox_record(&s.id, ready).await {
-                Ok(r) => record.sandboxes.push(r),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        for c in containers.iter().filter(|c| mine(&c.labels)) {
-            match self.container_record(&c.id, &c.pod_sandbox_id).await {
-                Ok(r) => record.containers.push(r),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        record
-            .sandboxes
-            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        record
-            .containers
-            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        self.store(uid, record);
+        let mut pods = self
+            .records(
+                sandboxes,
+                containers,
+                Some(uid),
+                &HashMap::new(),
+                &HashMap::new(),
+            )
+            .await?;
+        self.store(uid, pods.remove(uid).unwrap_or_default());
         Ok(())
+    }
+
+    /// The pod records of what was listed (only `only`'s, if given), newest first. A sandbox
+    /// or container whose listed state is the one `known` has keeps its record; the others'
+    /// statuses are asked for (an exited container's status never changes, a running one's
+    /// only by exiting).
+    async fn records(
+        &self,
+        sandboxes: Vec<cri::PodSandbox>,
+        containers: Vec<cri::Container>,
+        only: Option<&PodUid>,
+        known_sandboxes: &HashMap<String, SandboxRecord>,
+        known_containers: &HashMap<String, ContainerRecord>,
+    ) -> Result<HashMap<PodUid, PodRecord>, CriError> {
+        let wanted = |labels: &HashMap<String, String>| {
+            labels
+                .get(POD_UID_LABEL)
+                .filter(|uid| only.is_none_or(|only| only.as_str() == uid.as_str()))
+                .map(PodUid::new)
+        };
+        let mut pods: HashMap<PodUid, PodRecord> = HashMap::new();
+        for sandbox in sandboxes {
+            let Some(uid) = wanted(&sandbox.labels) else {
+                continue;
+            };
+            let ready = sandbox.state == cri::PodSandboxState::SandboxReady as i32;
+            let record = match known_sandboxes.get(&sandbox.id) {
+                Some(known) if known.ready == ready => known.clone(),
+                _ => match self.sandbox_record(&sandbox.id, ready).await {
+                    Ok(record) => record,
+                    Err(e) if e.is_not_found() => continue,
+                    Err(e) => return Err(e),
+                },
+            };
+            pods.entry(uid).or_default().sandboxes.push(record);
+        }
+        for container in containers {
+            let Some(uid) = wanted(&container.labels) else {
+                continue;
+            };
+            let record = match known_containers.get(&container.id) {
+                Some(known) if known.cri_state == container.state => known.clone(),
+                _ => match self
+                    .container_record(&container.id, &container.pod_sandbox_id)
+                    .await
+                {
+                    Ok(record) => record,
+                    Err(e) if e.is_not_found() => continue,
+                    Err(e) => return Err(e),
+                },
+            };
+            pods.entry(uid).or_default().containers.push(record);
+        }
+        for pod in pods.values_mut() {
+            pod.sandboxes
+                .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+            pod.containers
+                .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        }
+        Ok(pods)
     }
 
     /// Stores a pod's record as an action left it.

@@ -482,42 +482,37 @@ impl CriRuntime {
         let Some(this) = self.me.upgrade() else {
             return;
         };
-        {
+        // Each ID once, however many relists find it before its removal ends.
+        let (containers, sandboxes): (Vec<String>, Vec<String>) = {
             let mut state = self.state();
-            let fresh = |id: &String, state: &mut State| state.removing.insert(id.clone());
-            let containers: Vec<String> = garbage
-                .containers
-                .into_iter()
-                .filter(|id| fresh(id, &mut state))
-                .collect();
-            let sandboxes: Vec<String> = garbage
-                .sandboxes
-                .into_iter()
-                .filter(|id| fresh(id, &mut state))
-                .collect();
-            if containers.is_empty() && sandboxes.is_empty() {
-                return;
-            }
-            drop(state);
-            tokio::spawn(async move {
-                for id in &containers {
-                    debug!(container = %id, "removing a dead container");
-                    if let Err(e) = this.client.remove_container(id).await {
-                        warn!(container = %id, error = %e, "removing a dead container failed");
-                    }
-                }
-                for id in &sandboxes {
-                    debug!(sandbox = %id, "removing a dead sandbox");
-                    if let Err(e) = this.client.remove_pod_sandbox(id).await {
-                        warn!(sandbox = %id, error = %e, "removing a dead sandbox failed");
-                    }
-                }
-                let mut state = this.state();
-                for id in containers.iter().chain(&sandboxes) {
-                    state.removing.remove(id);
-                }
-            });
+            let mut fresh = |ids: Vec<String>| -> Vec<String> {
+                ids.into_iter()
+                    .filter(|id| state.removing.insert(id.clone()))
+                    .collect()
+            };
+            (fresh(garbage.containers), fresh(garbage.sandboxes))
+        };
+        if containers.is_empty() && sandboxes.is_empty() {
+            return;
         }
+        tokio::spawn(async move {
+            for id in &containers {
+                debug!(container = %id, "removing a dead container");
+                if let Err(e) = this.client.remove_container(id).await {
+                    warn!(container = %id, error = %e, "removing a dead container failed");
+                }
+            }
+            for id in &sandboxes {
+                debug!(sandbox = %id, "removing a dead sandbox");
+                if let Err(e) = this.client.remove_pod_sandbox(id).await {
+                    warn!(sandbox = %id, error = %e, "removing a dead sandbox failed");
+                }
+            }
+            let mut state = this.state();
+            for id in containers.iter().chain(&sandboxes) {
+                state.removing.remove(id);
+            }
+        });
     }
 
     /// The image for `container`, pulled as its policy says; `ErrImagePull`,

@@ -26,6 +26,9 @@
 //!    the periodic pod sync (60-90 s), is measured beside ours in the `content` bench of
 //!    `rustlet-volume`. `-- content` runs this part alone.
 
+mod common;
+
+use common::{cpu_seconds, percentile};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -135,19 +138,6 @@ fn stop(mut child: Child) {
     let _ = child.wait();
 }
 
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |n: usize| {
-        fields
-            .get(n - 3)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(14) + ticks(15)) / 100.0
-}
-
 fn peak_rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -155,11 +145,6 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .find(|l| l.starts_with("VmHWM:"))
         .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         .map_or(0.0, |kib| kib / 1024.0)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 /// The directories and files the kubelet's layout gives one pod with a disk and a Memory

@@ -16,6 +16,9 @@
 //! running, the CPU of the agent (its relist every second, the workers' passes) and of
 //! containerd over 10 s.
 
+mod common;
+
+use common::{cpu_seconds, percentile};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -95,24 +98,6 @@ fn running(netns: &Path) -> Vec<String> {
         })
         .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
         .collect()
-}
-
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| {
-        f.iter().filter_map(|v| v.parse::<f64>().ok()).sum()
-    });
-    ticks / 100.0
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
 }
 
 fn containerd_pid(netns: &Path) -> Option<u32> {

@@ -990,3 +990,49 @@ spec:
     assert_eq!(file.mode() & 0o777, 0o440, "0400 plus group read");
     assert!(agent.terminate().success());
 }
+
+const ONCE: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: once
+  namespace: default
+  annotations:
+    rustlet.io/simulate-exit-after: \"0\"
+spec:
+  restartPolicy: Never
+  containers:
+  - name: job
+    image: busybox
+    volumeMounts:
+    - {name: out, mountPath: /out}
+  volumes:
+  - name: out
+    emptyDir: {}
+";
+
+/// A pod that finished before a restart comes back with its status and is not set up again:
+/// no volume of it is mounted (its directory was removed when it finished), and no mount is
+/// attempted.
+#[test]
+fn a_pod_finished_before_a_restart_gets_no_mount_after_it() {
+    let Some(local) = Local::new("a_pod_finished_before_a_restart", &[("once.yaml", ONCE)]) else {
+        return;
+    };
+    let agent = local.start();
+    let once = uid(&agent.wait_for_phase("once", "Succeeded"));
+    agent.wait_for("the finished pod's directory removed", || {
+        (!local.root.join("pods").join(&once).exists()).then_some(())
+    });
+    assert!(agent.terminate().success());
+    let log_before = std::fs::read_to_string(local.dir.path().join("agent.log")).unwrap();
+
+    let agent = local.start();
+    assert_eq!(uid(&agent.wait_for_phase("once", "Succeeded")), once);
+    // A few passes of the volume manager (1 s each) go by.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let log = std::fs::read_to_string(local.dir.path().join("agent.log")).unwrap();
+    let after = &log[log_before.len()..];
+    assert!(!after.contains("MountVolume"), "{after}");
+    assert!(!local.root.join("pods").join(&once).exists());
+    assert!(agent.terminate().success());
+}

@@ -305,7 +305,18 @@ impl PodWorkers {
                             in_source: true,
                         });
                         workers.insert(uid.clone(), tx);
-                        self.shared.lifecycles.set(&uid, Lifecycle::Syncing);
+                        // A pod first seen terminal in the API or being deleted never syncs
+                        // (W2, W21: its worker goes straight to termination): the volume
+                        // manager must not mount for it meanwhile (upstream's UpdatePod
+                        // starts such a worker terminating).
+                        let first = if api_phase_terminal(pod)
+                            || pod.metadata.deletion_timestamp.is_some()
+                        {
+                            Lifecycle::Terminating
+                        } else {
+                            Lifecycle::Syncing
+                        };
+                        self.shared.lifecycles.set(&uid, first);
                         let worker = Worker {
                             shared: self.shared.clone(),
                             uid: uid.clone(),

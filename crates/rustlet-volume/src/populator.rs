@@ -307,7 +307,14 @@ impl Populator {
             } else {
                 self.states.should_pod_runtime_be_removed(&uid)
             };
-            if !skip {
+            // A pod that is terminal in the API and was never set up here (found so after a
+            // restart: it finished before) runs no container again: nothing to mount for it.
+            let finished_before = pod
+                .status
+                .as_ref()
+                .is_some_and(|s| rustlet_core::pod::PodPhase::of(s).is_terminal())
+                && !self.processed().contains_key(&unique_pod_name(&pod));
+            if !skip && !finished_before {
                 self.process_pod_volumes(&pod);
             }
         }

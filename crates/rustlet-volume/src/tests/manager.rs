@@ -602,3 +602,50 @@ async fn volumes_that_require_remount_are_set_up_again_every_remount_period() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+/// The pacer: a pass after a quiet spell starts at once, however many came before it.
+#[test]
+fn pacer_lets_an_isolated_pass_start_at_once() {
+    use crate::manager::PassPacer;
+    let start = tokio::time::Instant::now();
+    let mut pacer = PassPacer::new(start);
+    let mut now = start;
+    for _ in 0..1000 {
+        // 300 µs passes, 1.3 ms apart (a pod added after each mount): never a rest.
+        now += Duration::from_micros(1300);
+        assert_eq!(pacer.after_pass(now, Duration::from_micros(300)), None);
+    }
+    // One expensive pass (a storm's first) may still run without a rest: within the burst.
+    now += Duration::from_secs(1);
+    assert_eq!(pacer.after_pass(now, Duration::from_millis(1)), None);
+}
+
+/// The pacer under a storm (every pass starts as soon as allowed): passes take at most a
+/// quarter of the wall-clock time, whatever they cost.
+#[test]
+fn pacer_holds_back_to_back_passes_to_a_quarter_of_a_core() {
+    use crate::manager::PassPacer;
+    for cost_us in [50, 800, 5_000, 40_000] {
+        let cost = Duration::from_micros(cost_us);
+        let start = tokio::time::Instant::now();
+        let mut pacer = PassPacer::new(start);
+        let mut now = start;
+        let mut busy = Duration::ZERO;
+        for _ in 0..2000 {
+            now += cost;
+            busy += cost;
+            if let Some(resume) = pacer.after_pass(now, cost) {
+                assert!(resume > now);
+                now = resume;
+            }
+        }
+        let share = busy.as_secs_f64() / (now - start).as_secs_f64();
+        // At most a quarter, plus the one burst spread over the run.
+        let burst = crate::manager::PASS_BURST.as_secs_f64() / (now - start).as_secs_f64();
+        assert!(share <= 0.25 + burst + 1e-9, "{cost_us} µs passes: {share}");
+        assert!(
+            share > 0.2,
+            "{cost_us} µs passes are not held back more than needed: {share}"
+        );
+    }
+}

@@ -17,8 +17,8 @@ use std::sync::{Arc, RwLock};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
-use rustlet_core::PodUid;
 use rustlet_core::pod::{is_mirror_pod, is_static_pod};
+use rustlet_core::{ChangeLog, PodChanges, PodUid};
 use rustlet_status::UidTranslations;
 use tokio::sync::watch;
 use tracing::warn;
@@ -42,6 +42,8 @@ struct Pods {
     /// A static source exists; `static_synced` says it was read once.
     static_expected: bool,
     static_synced: bool,
+    /// Which pods changed (the status manager's full batch visits only those).
+    changes: ChangeLog,
 }
 
 /// A pod's namespace and name.
@@ -66,6 +68,7 @@ fn from_api(mut pod: Pod) -> Pod {
 
 impl Pods {
     fn insert(&mut self, pod: Pod) {
+        self.changes.record(PodUid::of(&pod));
         if is_mirror_pod(&pod) {
             self.mirrors.insert(full_name(&pod), Arc::new(pod));
         } else {
@@ -77,6 +80,7 @@ impl Pods {
     }
 
     fn remove(&mut self, pod: &Pod) {
+        self.changes.record(PodUid::of(pod));
         if is_mirror_pod(pod) {
             self.mirrors.remove(&full_name(pod));
         } else {
@@ -143,6 +147,7 @@ impl PodCache {
                         .collect();
                     pods.by_uid.clear();
                     pods.mirrors.clear();
+                    pods.changes.reset();
                     for pod in statics {
                         pods.by_uid.insert(PodUid::of(&pod), pod);
                     }
@@ -191,6 +196,7 @@ impl PodCache {
             if !same {
                 for uid in old.keys() {
                     cache.by_uid.remove(uid);
+                    cache.changes.record(uid.clone());
                 }
                 cache.statics.clear();
                 for pod in pods {
@@ -253,6 +259,10 @@ impl rustlet_status::PodManager for PodCache {
             .find(|(_, m)| PodUid::of(m) == *uid)
             .and_then(|(name, _)| pods.statics.get(name).cloned())
             .unwrap_or_else(|| uid.clone())
+    }
+
+    fn changes_since(&self, cursor: u64) -> PodChanges {
+        self.read().changes.since(cursor)
     }
 
     fn uid_translations(&self) -> UidTranslations {

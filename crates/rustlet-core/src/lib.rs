@@ -27,12 +27,15 @@
 //! * [`generate`]: the condition generators (G1-G7); [`probe`]: readiness and startup (R15-R18).
 //! * [`refs::referenced_names`]: the ConfigMaps and Secrets a pod references (what the content
 //!   sources watch).
+//! * [`changes::ChangeLog`]: which pods changed since a cursor, so periodic passes visit only
+//!   those.
 //!
 //! Left to `rustlet-status` because they are about the cache or the API, not pure rules:
 //! the version map and kick channel (R12 signal, R27-R33), GET/PATCH/DELETE (R34-R39), cache
 //! removal (R25, R26), resize conditions (R48-R54), metrics (the R13 counter itself, R59-R61);
 //! [`update::Accepted::newly_terminated`] gives the counter its input.
 
+pub mod changes;
 pub mod deletion;
 pub mod equality;
 pub mod features;
@@ -56,6 +59,7 @@ pub mod testutil;
 #[cfg(test)]
 mod tests;
 
+pub use changes::{ChangeLog, PodChanges};
 pub use deletion::{DeletionDecision, PodDeletionSafety, can_be_deleted, deletion_decision};
 pub use equality::is_pod_status_by_kubelet_equal;
 pub use features::FeatureGates;

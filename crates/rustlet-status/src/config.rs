@@ -71,6 +71,11 @@ pub struct StatusManagerConfig {
     pub shutdown_flush_deadline: Duration,
     /// Feature gates in force.
     pub gates: FeatureGates,
+    /// Every this many full batches, one looks at every cached pod (a consistency check); the
+    /// others look only at pods whose status or API copy changed, that are not synced, or that
+    /// are finished (their deletion may become due). 1: every full batch looks at every pod,
+    /// as upstream's does.
+    pub full_scan_every: u32,
 }
 
 impl Default for StatusManagerConfig {
@@ -85,6 +90,8 @@ impl Default for StatusManagerConfig {
             request_timeout: Duration::from_secs(10),
             shutdown_flush_deadline: Duration::from_secs(5),
             gates: FeatureGates::default(),
+            // Every 5 minutes with the 10 s period.
+            full_scan_every: 30,
         }
     }
 }
@@ -99,6 +106,7 @@ impl StatusManagerConfig {
             read_strategy: ReadStrategy::AlwaysGet,
             api_qps: f64::INFINITY,
             retry: RetryPolicy::NextBatch,
+            full_scan_every: 1,
             ..Self::default()
         }
     }

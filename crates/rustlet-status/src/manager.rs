@@ -87,6 +87,28 @@ pub(crate) struct Shared {
     pub(crate) metrics: StatusMetrics,
     /// In-place resize conditions (R48-R54).
     pub(crate) resize: Mutex<ResizeState>,
+    /// Entries changed since the sync task last looked: its batches visit these, not every
+    /// pod (issue 15).
+    dirty: Mutex<Dirty>,
+}
+
+/// Cache UIDs whose entry changed or went since the sync task last took them. Bounded: past
+/// [`Dirty::LIMIT`] it only says that anything may have changed.
+#[derive(Debug, Default)]
+pub(crate) struct Dirty {
+    /// Entries stored (a set: a pod updated again before the task looked costs a lookup, no
+    /// allocation).
+    pub(crate) uids: HashSet<PodUid>,
+    /// Entries removed (and possibly stored again since, as a new pod under the same UID:
+    /// what was synced of the old one must be forgotten first).
+    pub(crate) removed: Vec<PodUid>,
+    pub(crate) overflow: bool,
+}
+
+impl Dirty {
+    /// Changes kept between two looks of the sync task (a kick follows every change, so this
+    /// is only reached when the task is not running).
+    const LIMIT: usize = 65_536;
 }
 
 impl Shared {
@@ -102,6 +124,31 @@ impl Shared {
         self.statuses.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The entry of `uid` was stored (or removed): the sync task's next batch looks at it.
+    fn mark_dirty(&self, uid: &PodUid, removed: bool) {
+        let mut dirty = self.dirty.lock().unwrap_or_else(|e| e.into_inner());
+        if dirty.overflow {
+            return;
+        }
+        if dirty.uids.len() + dirty.removed.len() >= Dirty::LIMIT {
+            *dirty = Dirty {
+                overflow: true,
+                ..Dirty::default()
+            };
+            return;
+        }
+        if removed {
+            dirty.removed.push(uid.clone());
+        } else if !dirty.uids.contains(uid) {
+            dirty.uids.insert(uid.clone());
+        }
+    }
+
+    /// What changed since the last call.
+    pub(crate) fn take_dirty(&self) -> Dirty {
+        std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// The sync task has written `version` of this pod: the next update starts the sync
     /// duration clock again (R61).
     pub(crate) fn mark_synced(&self, uid: &PodUid, version: u64) {
@@ -115,6 +162,7 @@ impl Shared {
     /// Upstream `deletePodStatus` (R26).
     pub(crate) fn delete_pod_status(&self, uid: &PodUid) {
         self.write().remove(uid);
+        self.mark_dirty(uid, true);
         self.resize().remove(uid);
         if let Some(latency) = &self.latency {
             latency.delete_pod_startup_state(uid);
@@ -139,6 +187,7 @@ impl StatusManager {
             latency: deps.latency,
             clock: deps.clock,
             gates: config.gates.clone(),
+            dirty: Mutex::new(Dirty::default()),
             resize: Mutex::new(ResizeState::new(
                 deps.metrics.pending_resizes.clone(),
                 deps.metrics.in_progress_resizes.clone(),
@@ -249,6 +298,7 @@ impl StatusManager {
                         .inc();
                 }
                 let version = accepted.entry.version;
+                self.shared.mark_dirty(&uid, false);
                 map.insert(uid, accepted.entry);
                 // Never blocks: a pending kick already covers this change.
                 let _ = self.shared.kick.try_send(());
@@ -328,13 +378,14 @@ impl StatusManager {
         self.store(&mut map, pod, status, UpdateSource::TerminatePod)
     }
 
-    /// Drops every cached status whose UID is not in `keep` (R25). The synced-version map is
-    /// cleaned by the sync task's next full batch.
+    /// Drops every cached status whose UID is not in `keep` (R25). The sync task forgets what
+    /// it synced of them in its next batch.
     pub fn remove_orphaned_statuses(&self, keep: &HashSet<PodUid>) {
         self.shared.write().retain(|uid, _| {
             let kept = keep.contains(uid);
             if !kept {
                 debug!(%uid, "Removing pod from status map.");
+                self.shared.mark_dirty(uid, true);
             }
             kept
         });

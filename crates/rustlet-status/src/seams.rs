@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use rustlet_core::PodUid;
+use rustlet_core::{PodChanges, PodUid};
 use serde_json::Value;
 
 /// An API error, classified the way the status manager acts on it.
@@ -116,6 +116,13 @@ pub trait PodManager: Send + Sync {
     fn translate_pod_uid(&self, uid: &PodUid) -> PodUid;
     /// Both translation maps.
     fn uid_translations(&self) -> UidTranslations;
+    /// The pods whose copy changed since `cursor` (a mirror pod's change names the mirror's
+    /// UID), so that a full batch visits only those (see [`PodChanges`]). The default keeps no
+    /// log: every full batch looks at every pod, as upstream's does.
+    fn changes_since(&self, cursor: u64) -> PodChanges {
+        let _ = cursor;
+        PodChanges::All { cursor: 0 }
+    }
 }
 
 /// Pod startup latency tracking (upstream `PodStartupLatencyStateHelper`).

@@ -9,6 +9,12 @@
 //! * **Backing off**: its last sync failed (API error, 404); no batch touches it until its retry
 //!   time, when a retry batch syncs it (full-batch rules). Success leaves the state.
 //! * **Gone**: deleted from the API (or recreated under another UID): the cache entry is dropped.
+//!
+//! What a batch looks at (issue 15): upstream's batches look at every cached pod. Here a kick
+//! batch looks at the pods not synced (the manager's dirty list feeds them), a full batch also
+//! at the pods whose pod-manager copy changed (its change log), the finished ones and those
+//! backing off; every `full_scan_every`-th full batch, or when a change log cannot answer, at
+//! every pod. The outcome per pod is upstream's; the work is O(changed).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
@@ -23,7 +29,7 @@ use rustlet_core::merge::{MergeContext, merge_pod_status};
 use rustlet_core::normalize::normalize_status;
 use rustlet_core::patch::status_patch;
 use rustlet_core::pod::is_static_pod;
-use rustlet_core::{PodUid, VersionedPodStatus};
+use rustlet_core::{PodChanges, PodUid, VersionedPodStatus};
 use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -33,7 +39,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::config::{ReadStrategy, RetryPolicy, StatusManagerConfig};
 use crate::limiter::RateLimiter;
 use crate::manager::Shared;
-use crate::seams::{ClientError, PodStatusClient};
+use crate::seams::{ClientError, PodStatusClient, UidTranslations};
 
 /// Which batch runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +133,37 @@ pub(crate) struct Syncer {
     recheck: HashSet<PodUid>,
     /// Pods whose cached version was not synced, as the last whole-map plan counted them.
     pending: usize,
+    /// Cache UIDs that may have a version newer than the synced one, or wait for their mirror
+    /// pod: every batch looks at them. Invariant: a pod with an unsynced version is here or in
+    /// the shared dirty list (issue 15: batches visit these, not every pod).
+    unsynced: HashSet<PodUid>,
+    /// Cache UIDs of finished pods: their deletion may become due without any change the
+    /// agent hears of (the deletion-safety check), so every full batch looks at them.
+    finished: HashSet<PodUid>,
+    /// The pod manager's change log, as far as full batches have read it.
+    pod_changes: u64,
+    /// Full batches so far (every `full_scan_every`-th looks at every pod).
+    full_batches: u64,
+    /// A batch must look at every pod (the dirty list overflowed).
+    scan_everything: bool,
     pub(crate) rng: u64,
+}
+
+/// Which cached pods a batch looks at.
+enum Visit {
+    Everything,
+    These(HashSet<PodUid>),
+}
+
+/// Inserts or removes `uid` (no allocation when nothing changes).
+fn set_member(set: &mut HashSet<PodUid>, uid: &PodUid, member: bool) {
+    if member {
+        if !set.contains(uid) {
+            set.insert(uid.clone());
+        }
+    } else {
+        set.remove(uid);
+    }
 }
 
 /// A per-process seed, so the jitter of different agents differs (no retries in lockstep
@@ -173,6 +209,11 @@ impl Syncer {
             in_flight: HashSet::new(),
             recheck: HashSet::new(),
             pending: 0,
+            unsynced: HashSet::new(),
+            finished: HashSet::new(),
+            pod_changes: 0,
+            full_batches: 0,
+            scan_everything: false,
             rng: jitter_seed(),
         }
     }
@@ -329,6 +370,79 @@ impl Syncer {
         true
     }
 
+    /// Which pods this batch looks at. Upstream looks at every pod in every batch; here a
+    /// batch looks at the pods that changed (the cache's dirty list, the pod manager's change
+    /// log), those not synced yet, the finished ones (full batches) and those backing off, and
+    /// every `full_scan_every`-th full batch at every pod.
+    fn visits(
+        &mut self,
+        kind: BatchKind,
+        only: Option<&PodUid>,
+        translations: &UidTranslations,
+    ) -> Visit {
+        if let Some(uid) = only {
+            return Visit::These(HashSet::from([uid.clone()]));
+        }
+        let dirty = self.ctx.shared.take_dirty();
+        self.scan_everything |= dirty.overflow;
+        // A removed entry may be back already (a pod recreated under its UID, its version
+        // counting from 1 again): what was synced of the old one goes first.
+        for uid in &dirty.removed {
+            self.forget(uid, translations);
+        }
+        self.unsynced.extend(dirty.removed);
+        self.unsynced.extend(dirty.uids);
+        let mirror_to_pod = &translations.mirror_to_pod;
+        let mut these: HashSet<PodUid> = match kind {
+            BatchKind::Kick => self.unsynced.clone(),
+            BatchKind::Retry => self.backoff.keys().cloned().collect(),
+            BatchKind::Full => {
+                let every = u64::from(self.ctx.config.full_scan_every.max(1));
+                if self.full_batches.is_multiple_of(every) {
+                    self.scan_everything = true;
+                }
+                self.full_batches += 1;
+                match self.ctx.shared.pods.changes_since(self.pod_changes) {
+                    PodChanges::All { cursor } => {
+                        self.pod_changes = cursor;
+                        self.scan_everything = true;
+                        HashSet::new()
+                    }
+                    PodChanges::Since { cursor, uids } => {
+                        self.pod_changes = cursor;
+                        let mut these: HashSet<PodUid> = uids
+                            .into_iter()
+                            .map(|uid| mirror_to_pod.get(&uid).cloned().unwrap_or(uid))
+                            .collect();
+                        these.extend(self.unsynced.iter().cloned());
+                        these.extend(self.finished.iter().cloned());
+                        these.extend(self.backoff.keys().cloned());
+                        these
+                    }
+                }
+            }
+        };
+        if self.scan_everything && kind != BatchKind::Retry {
+            self.scan_everything = false;
+            return Visit::Everything;
+        }
+        // A Retry batch only looks at its pods; a scan waits for the next batch of another kind.
+        these.shrink_to_fit();
+        Visit::These(these)
+    }
+
+    /// What the sync task knew of a pod whose cache entry went (and of its mirror pod's API
+    /// object, for a static pod).
+    fn forget(&mut self, uid: &PodUid, translations: &UidTranslations) {
+        self.unsynced.remove(uid);
+        self.finished.remove(uid);
+        self.reconciled.remove(uid);
+        self.forget_synced(uid);
+        if let Some(mirror) = translations.pod_to_mirror.get(uid) {
+            self.forget_synced(mirror);
+        }
+    }
+
     /// Which pods a batch syncs (upstream `syncBatch`'s selection); `only` restricts it to one
     /// pod. Pods in flight are skipped (and synced again when they complete, if still due).
     /// A retry time that has passed without its pod being synced is dropped: the pod is gone,
@@ -339,35 +453,59 @@ impl Syncer {
         let now = Instant::now();
         let shared = self.ctx.shared.clone();
         let mut work = Vec::new();
+        let visit = self.visits(kind, only, &translations);
         let map = shared.read();
-        if kind == BatchKind::Full && only.is_none() {
-            self.api_status_versions.retain(|uid, _| {
-                map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid)
-            });
-            self.written_rv.retain(|uid, _| {
-                map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid)
-            });
-            // The memo only needs pruning once it holds entries for pods that are gone.
-            if self.reconciled.len() > map.len() {
-                self.reconciled.retain(|uid, _| map.contains_key(uid));
+        let entries: Box<dyn Iterator<Item = (&PodUid, &VersionedPodStatus)>> = match &visit {
+            Visit::Everything => {
+                if kind == BatchKind::Full {
+                    self.api_status_versions.retain(|uid, _| {
+                        map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid)
+                    });
+                    self.written_rv.retain(|uid, _| {
+                        map.contains_key(uid) || translations.mirror_to_pod.contains_key(uid)
+                    });
+                    // The memo only needs pruning once it holds entries for pods that are gone.
+                    if self.reconciled.len() > map.len() {
+                        self.reconciled.retain(|uid, _| map.contains_key(uid));
+                    }
+                }
+                // Rebuilt from the pods seen below.
+                self.unsynced.clear();
+                self.finished.clear();
+                Box::new(map.iter())
             }
-        }
-        let entries: Box<dyn Iterator<Item = (&PodUid, &VersionedPodStatus)>> = match only {
-            Some(uid) => Box::new(map.get_key_value(uid).into_iter()),
-            None => Box::new(map.iter()),
+            Visit::These(uids) => {
+                for uid in uids.iter().filter(|uid| !map.contains_key(*uid)) {
+                    self.forget(uid, &translations);
+                }
+                Box::new(uids.iter().filter_map(|uid| map.get_key_value(uid)))
+            }
         };
         let mut pending = 0i64;
+        // A scan starts from empty sets: only insertions (no hashing for the others).
+        let rebuilding = matches!(visit, Visit::Everything);
+        let mark = |set: &mut HashSet<PodUid>, uid: &PodUid, member: bool| {
+            if !rebuilding || member {
+                set_member(set, uid, member);
+            }
+        };
         for (uid, status) in entries {
             let status_uid = match translations.pod_to_mirror.get(uid) {
-                Some(mirror) if mirror.is_empty() => continue, // static pod without mirror (R29)
+                Some(mirror) if mirror.is_empty() => {
+                    // Static pod without mirror (R29): looked at again until it has one.
+                    mark(&mut self.unsynced, uid, true);
+                    continue;
+                }
                 Some(mirror) => mirror,
                 None => uid,
             };
+            mark(&mut self.finished, uid, status.pod_is_finished);
             let recorded = self.api_status_versions.get(status_uid).copied();
             let synced = recorded.unwrap_or(0);
             if synced < status.version {
                 pending += 1;
             }
+            mark(&mut self.unsynced, uid, synced < status.version);
             if self.in_flight.contains(uid) {
                 if synced < status.version || kind != BatchKind::Kick {
                     self.recheck.insert(uid.clone());
@@ -388,6 +526,7 @@ impl Syncer {
                         true
                     } else if self.needs_reconcile(uid, status) {
                         self.api_status_versions.remove(status_uid);
+                        mark(&mut self.unsynced, uid, true);
                         true
                     } else {
                         false
@@ -404,8 +543,11 @@ impl Syncer {
             }
         }
         if only.is_none() {
-            shared.metrics.pods_pending_sync.set(pending);
-            self.pending = usize::try_from(pending).unwrap_or_default();
+            // Every pod with an unsynced version was looked at, except by a Retry batch.
+            if kind != BatchKind::Retry {
+                shared.metrics.pods_pending_sync.set(pending);
+                self.pending = usize::try_from(pending).unwrap_or_default();
+            }
             if !self.backoff.is_empty() {
                 let dispatched: HashSet<&PodUid> = work.iter().map(|w| &w.cache_uid).collect();
                 let in_flight = &self.in_flight;

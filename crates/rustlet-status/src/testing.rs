@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use rustlet_core::PodUid;
 use rustlet_core::patch::apply_status_patch;
 use rustlet_core::pod::{is_mirror_pod, is_static_pod};
+use rustlet_core::{ChangeLog, PodChanges, PodUid};
 use serde_json::Value;
 
 use crate::manager::StatusManager;
@@ -413,6 +413,8 @@ struct PodManagerState {
     /// UIDs of the static pods, kept up to date so translations cost O(static pods), as
     /// upstream's basic pod manager keeps its translation maps.
     static_uids: std::collections::HashSet<PodUid>,
+    /// Every add, removal and status change, as the agent's pod cache logs them.
+    changes: ChangeLog,
 }
 
 /// A pod manager holding pods and mirror pods (upstream `kubepod.NewBasicPodManager`). Cloning
@@ -442,6 +444,7 @@ impl FakePodManager {
     /// Adds or replaces a pod; a pod with the mirror annotation goes to the mirror table.
     pub fn add_pod(&self, pod: Pod) {
         let mut state = self.state();
+        state.changes.record(PodUid::of(&pod));
         if is_mirror_pod(&pod) {
             state.mirrors.insert(full_name(&pod), Arc::new(pod));
         } else {
@@ -458,6 +461,7 @@ impl FakePodManager {
     /// Removes a pod (or mirror pod) by UID.
     pub fn remove_pod(&self, uid: &PodUid) {
         let mut state = self.state();
+        state.changes.record(uid.clone());
         state.pods.remove(uid);
         state.static_uids.remove(uid);
         state.mirrors.retain(|_, m| PodUid::of(m) != *uid);
@@ -466,6 +470,7 @@ impl FakePodManager {
     /// Replaces the status of a known pod (what the watch delivers after a write).
     pub fn set_status(&self, uid: &PodUid, status: PodStatus) {
         let mut state = self.state();
+        state.changes.record(uid.clone());
         if let Some(pod) = state.pods.get_mut(uid) {
             Arc::make_mut(pod).status = Some(status.clone());
         }
@@ -502,6 +507,10 @@ impl PodManager for FakePodManager {
             }
         }
         uid.clone()
+    }
+
+    fn changes_since(&self, cursor: u64) -> PodChanges {
+        self.state().changes.since(cursor)
     }
 
     fn uid_translations(&self) -> UidTranslations {

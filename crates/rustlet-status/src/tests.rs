@@ -1,5 +1,6 @@
 //! Upstream `status_manager_test.go` ported by name, then the behaviour past upstream.
 
+mod changed_only;
 mod hardening;
 mod harness;
 mod past_upstream;

@@ -216,3 +216,48 @@ fn with_a_static_source_the_sources_are_ready_only_once_it_was_read() {
     cache.set_static_pods(Vec::new());
     assert!(cache.all_sources_ready());
 }
+
+/// The change log the status manager's full batch reads: every event names its pod (a
+/// mirror's names the mirror), a relist says everything may have changed, and a static pod
+/// withdrawn from the manifests is named too.
+#[test]
+fn the_change_log_names_each_changed_pod_and_a_relist_says_all() {
+    use rustlet_core::PodChanges;
+    let cache = PodCache::new();
+    cache.apply(Event::Init);
+    cache.apply(Event::InitApply(pod("a", "uid-a", &[])));
+    cache.apply(Event::InitDone);
+    let PodChanges::All { cursor } = cache.changes_since(0) else {
+        panic!("a reader that saw nothing is told everything");
+    };
+    cache.apply(Event::Apply(pod("b", "uid-b", &[])));
+    cache.apply(Event::Delete(pod("a", "uid-a", &[])));
+    cache.apply(Event::Apply(pod(
+        "s",
+        "uid-mirror",
+        &[(CONFIG_MIRROR_ANNOTATION, "x")],
+    )));
+    let PodChanges::Since { cursor, uids } = cache.changes_since(cursor) else {
+        panic!("within the log");
+    };
+    let names: Vec<&str> = uids.iter().map(PodUid::as_str).collect();
+    assert_eq!(names, ["uid-b", "uid-a", "uid-mirror"]);
+    cache.set_static_pods(vec![pod(
+        "s",
+        "uid-s",
+        &[(CONFIG_SOURCE_ANNOTATION, "file")],
+    )]);
+    cache.set_static_pods(vec![]);
+    let PodChanges::Since { cursor, uids } = cache.changes_since(cursor) else {
+        panic!("within the log");
+    };
+    let names: Vec<&str> = uids.iter().map(PodUid::as_str).collect();
+    assert_eq!(names, ["uid-s", "uid-s"]);
+    cache.apply(Event::Init);
+    cache.apply(Event::InitApply(pod("b", "uid-b", &[])));
+    cache.apply(Event::InitDone);
+    assert!(matches!(
+        cache.changes_since(cursor),
+        PodChanges::All { .. }
+    ));
+}

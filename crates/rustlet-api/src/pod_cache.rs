@@ -295,6 +295,10 @@ impl rustlet_volume::populator::PodSource for PodCache {
         let pods = self.read();
         pods.synced && (!pods.static_expected || pods.static_synced)
     }
+
+    fn changes_since(&self, cursor: u64) -> PodChanges {
+        self.read().changes.since(cursor)
+    }
 }
 
 #[cfg(test)]

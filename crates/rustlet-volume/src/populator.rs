@@ -22,6 +22,13 @@ pub trait PodSource: Send + Sync {
     /// Whether every configured pod source has delivered its first full list (upstream
     /// `sourcesReady.AllReady`).
     fn all_sources_ready(&self) -> bool;
+    /// The pods added, changed or removed since `cursor` (see [`rustlet_core::PodChanges`]),
+    /// so that periodic work can tell that nothing changed. The default keeps no log: the
+    /// work runs every period, as upstream's does.
+    fn changes_since(&self, cursor: u64) -> rustlet_core::PodChanges {
+        let _ = cursor;
+        rustlet_core::PodChanges::All { cursor: 0 }
+    }
 }
 
 /// What the pod workers know about a pod's lifecycle (V23).
@@ -348,12 +355,13 @@ impl Populator {
         let (mounts, devices) = pod_volume_names(pod);
         let mut all_added = true;
         let mut pending = false;
+        let mut added_names = Vec::new();
         for name in mounts.union(&devices) {
             let added = match self.create_volume_spec(pod, name, &devices) {
                 SpecOutcome::Ready(spec) => self
                     .dsw
                     .add_pod_to_volume(&pod_name, pod.clone(), *spec, name)
-                    .map(drop)
+                    .map(|volume_name| added_names.push(volume_name))
                     .map_err(|e| e.to_string()),
                 SpecOutcome::Failed(err) => Err(err),
                 SpecOutcome::Pending => {
@@ -384,7 +392,7 @@ impl Populator {
         if all_added {
             processed.insert(pod_name.clone(), true);
             drop(processed);
-            self.asw.mark_remount_required(&pod_name);
+            self.asw.mark_remount_required(&pod_name, &added_names);
             self.dsw.pop_pod_errors(&pod_name);
         } else if let Some(flag) = processed.get_mut(&pod_name) {
             // Seen before (by a wait's reprocess): retried only after the next reprocess, so a

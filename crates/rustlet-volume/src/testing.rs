@@ -288,6 +288,8 @@ pub struct FakePods {
     ready: std::sync::atomic::AtomicBool,
     terminating: Mutex<std::collections::HashSet<PodUid>>,
     removed: Mutex<std::collections::HashSet<PodUid>>,
+    /// Every add and removal, as the agent's pod cache logs them.
+    changes: Mutex<rustlet_core::ChangeLog>,
 }
 
 impl Default for FakePods {
@@ -297,6 +299,7 @@ impl Default for FakePods {
             ready: std::sync::atomic::AtomicBool::new(true),
             terminating: Mutex::default(),
             removed: Mutex::default(),
+            changes: Mutex::default(),
         }
     }
 }
@@ -305,12 +308,14 @@ impl FakePods {
     /// Adds (or replaces) a pod.
     pub fn add(&self, pod: Arc<Pod>) {
         let mut pods = self.pods.lock().unwrap();
+        self.changes.lock().unwrap().record(PodUid::of(&pod));
         pods.retain(|p| PodUid::of(p) != PodUid::of(&pod));
         pods.push(pod);
     }
 
     /// Removes a pod from the source.
     pub fn remove(&self, uid: &str) {
+        self.changes.lock().unwrap().record(PodUid::new(uid));
         self.pods
             .lock()
             .unwrap()
@@ -340,6 +345,10 @@ impl crate::populator::PodSource for FakePods {
 
     fn all_sources_ready(&self) -> bool {
         self.ready.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn changes_since(&self, cursor: u64) -> rustlet_core::PodChanges {
+        self.changes.lock().unwrap().since(cursor)
     }
 }
 

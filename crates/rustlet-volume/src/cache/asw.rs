@@ -411,11 +411,16 @@ impl ActualStateOfWorld {
         let _ = self.delete_volume(volume_name);
     }
 
-    /// V37: every volume of the pod whose plugin requires remount is marked so.
-    pub fn mark_remount_required(&self, pod_name: &UniquePodName) {
+    /// V37: each of these volumes of the pod whose plugin requires remount is marked so. The
+    /// caller names the pod's volumes (the desired state knows them): upstream walks every
+    /// volume of the node for each pod, O(pods × volumes) when every pod is reprocessed.
+    pub fn mark_remount_required(&self, pod_name: &UniquePodName, volumes: &[UniqueVolumeName]) {
         let mut inner = self.write();
-        for volume in inner.volumes.values_mut() {
-            if let Some(pod) = volume.pods.get_mut(pod_name)
+        for volume_name in volumes {
+            if let Some(pod) = inner
+                .volumes
+                .get_mut(volume_name)
+                .and_then(|v| v.pods.get_mut(pod_name))
                 && self
                     .plugins
                     .find_by_spec(&pod.spec)

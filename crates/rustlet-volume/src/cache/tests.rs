@@ -593,7 +593,7 @@ fn v37_remount_required_for_plugins_that_ask_for_it() {
         .unwrap();
     asw.mark_volume_as_mounted(opts("p", &name, empty_dir("v"), VolumeMountState::Mounted))
         .unwrap();
-    asw.mark_remount_required(&pod_name("p"));
+    asw.mark_remount_required(&pod_name("p"), std::slice::from_ref(&name));
     assert_eq!(
         asw.pod_exists_in_volume(&pod_name("p"), &name),
         PodVolumeState::RemountRequired {
@@ -602,7 +602,7 @@ fn v37_remount_required_for_plugins_that_ask_for_it() {
     );
     // A SetUp starts (it serves the requests so far); a change comes while it runs.
     let epoch = asw.remount_epoch(&pod_name("p"), &name);
-    asw.mark_remount_required(&pod_name("p"));
+    asw.mark_remount_required(&pod_name("p"), std::slice::from_ref(&name));
     asw.mark_volume_as_mounted(opts("p", &name, empty_dir("v"), VolumeMountState::Mounted))
         .unwrap();
     assert!(

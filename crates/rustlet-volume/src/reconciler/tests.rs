@@ -352,7 +352,8 @@ async fn v55_a_remount_that_times_out_never_downgrades_a_mounted_volume() {
     let vol = w.add("p1", "v");
     w.pass().await;
     assert!(w.asw.pod_exists_in_volume(&pod_name, &vol).is_mounted());
-    w.asw.mark_remount_required(&pod_name);
+    w.asw
+        .mark_remount_required(&pod_name, std::slice::from_ref(&vol));
     w.plugin
         .calls
         .time_out_set_ups

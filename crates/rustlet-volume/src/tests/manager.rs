@@ -649,3 +649,35 @@ fn pacer_holds_back_to_back_passes_to_a_quarter_of_a_core() {
         );
     }
 }
+
+/// Housekeeping on an idle node: skipped while nothing changed since a run that kept nothing,
+/// but at least every `MAX_SKIPS + 1` periods; run again after any change of the pods, of
+/// either state, or after a run that kept an orphan.
+#[test]
+fn housekeeping_runs_when_something_changed_and_at_least_every_thirty_periods() {
+    use crate::manager::HousekeepingGate;
+    let pods = FakePods::default();
+    let mut gate = HousekeepingGate::default();
+    assert!(gate.due(&pods, (1, 1)), "the first period runs");
+    gate.ran(true, (1, 1));
+    for _ in 0..HousekeepingGate::MAX_SKIPS {
+        assert!(!gate.due(&pods, (1, 1)), "nothing changed");
+    }
+    assert!(gate.due(&pods, (1, 1)), "the safety net");
+    gate.ran(true, (1, 1));
+    assert!(!gate.due(&pods, (1, 1)));
+    pods.add(pod_with_volumes("p", vec![]));
+    assert!(gate.due(&pods, (1, 1)), "a pod came");
+    gate.ran(true, (1, 1));
+    assert!(gate.due(&pods, (2, 1)), "the desired state changed");
+    gate.ran(true, (2, 1));
+    assert!(gate.due(&pods, (2, 2)), "the actual state changed");
+    gate.ran(false, (2, 2));
+    assert!(
+        gate.due(&pods, (2, 2)),
+        "the last run kept an orphan: again"
+    );
+    gate.ran(true, (2, 2));
+    pods.remove("p");
+    assert!(gate.due(&pods, (2, 2)), "a pod went");
+}

@@ -3,14 +3,14 @@
 //! attach-wait or mount what is, then drop volumes no pod uses. After a restart, nothing is
 //! unmounted until the reconstructed volumes were checked against the node status (V74).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustlet_core::UniqueVolumeName;
 use tracing::{debug, info};
 
-use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, PodVolumeState};
+use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, PodVolumeState, Scope};
 use crate::executor::{ExecError, OperationExecutor};
 use crate::operations::OperationKey;
 
@@ -42,12 +42,61 @@ pub struct Reconciler {
     /// Set once the populator has made a full pass over all pod sources: before that, nothing is
     /// unmounted (a volume of a pod not yet seen must not be torn down).
     sources_ready: Arc<AtomicBool>,
-    /// (desired generation, actual generation, sources ready) after the last pass that found
-    /// nothing to do and met no obstacle: while they are unchanged, a pass has nothing to do.
-    idle_at: Mutex<Option<(u64, u64, bool)>>,
+    /// What the next pass must look at besides the volumes written since the last one.
+    next: Mutex<NextPass>,
     /// V74 (`volumesNeedUpdateFromNodeStatus`): reconstructed volumes whose attachability and
     /// device path wait for a read of the node status. While any wait, nothing is unmounted.
     needs_node_status: Mutex<BTreeSet<UniqueVolumeName>>,
+}
+
+/// What the last pass looked at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PassScope {
+    /// No pass yet.
+    #[default]
+    None,
+    /// Nothing changed since a pass that found nothing to do: no look at all.
+    Skipped,
+    /// This many volumes (written since the pass before, or held back in it).
+    Volumes(usize),
+    /// Every volume.
+    Everything,
+}
+
+/// The reconciler's memory between passes (issue 15: a pass looks at the volumes written
+/// since the last one, not at every volume).
+#[derive(Debug, Default)]
+struct NextPass {
+    /// (desired generation, actual generation, sources ready) after the last pass that found
+    /// nothing to do and met no obstacle: while they are unchanged, a pass has nothing to do.
+    idle_at: Option<(u64, u64, bool)>,
+    /// Volumes whose last look met an obstacle (an operation running or backing off, no room,
+    /// not attached yet): looked at again by every pass until it clears.
+    retry: HashSet<UniqueVolumeName>,
+    /// The sources-ready flag the last pass ran with (`None`: no pass yet). A change lets
+    /// unmounts start: every volume is looked at.
+    ready: Option<bool>,
+    /// Something not tied to a volume held the last pass back (the node status read):
+    /// the next looks at every volume.
+    everything: bool,
+    /// What the last pass looked at.
+    last: PassScope,
+}
+
+/// What one pass came to, besides its report.
+#[derive(Debug, Default)]
+struct PassOutcome {
+    report: PassReport,
+    /// Volumes that met an obstacle.
+    retry: HashSet<UniqueVolumeName>,
+    /// An obstacle not tied to a volume.
+    everything: bool,
+}
+
+impl PassOutcome {
+    fn clean(&self) -> bool {
+        self.retry.is_empty() && !self.everything
+    }
 }
 
 fn log_start_error(what: &str, err: &ExecError) {
@@ -71,7 +120,7 @@ impl Reconciler {
             asw,
             executor,
             sources_ready,
-            idle_at: Mutex::new(None),
+            next: Mutex::new(NextPass::default()),
             needs_node_status: Mutex::new(BTreeSet::new()),
         }
     }
@@ -139,31 +188,64 @@ impl Reconciler {
 
     /// One pass (V42). When neither state changed since a pass that found nothing to do, the
     /// scan is skipped: it would find nothing again (the event-driven steady state is O(1)).
+    /// Otherwise the pass looks at the volumes either state wrote since the last pass and at
+    /// those that met an obstacle in it (O(changed)); after a change of the sources-ready flag
+    /// or an obstacle not tied to a volume, at every volume, as upstream's every pass does.
     pub fn reconcile(&self) -> PassReport {
         let ready = self.sources_ready.load(Ordering::Acquire);
+        let mut touched = self.dsw.take_touched();
+        touched.merge(self.asw.take_touched());
         let fingerprint = (self.dsw.generation(), self.asw.generation(), ready);
-        let mut idle_at = self.idle_at.lock().unwrap_or_else(|e| e.into_inner());
-        if *idle_at == Some(fingerprint) {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        if next.idle_at == Some(fingerprint) && touched.volumes.is_empty() && !touched.all {
+            next.last = PassScope::Skipped;
             return PassReport::default();
         }
-        let (report, clean) = self.full_pass(ready);
-        *idle_at = (clean && report == PassReport::default()).then_some(fingerprint);
-        report
+        let everything = touched.all
+            || next.everything
+            || next.ready != Some(ready)
+            || self.waits_for_node_status();
+        let outcome = if everything {
+            next.last = PassScope::Everything;
+            self.pass(Scope::All, ready)
+        } else {
+            let mut volumes = std::mem::take(&mut next.retry);
+            volumes.extend(touched.volumes);
+            next.last = PassScope::Volumes(volumes.len());
+            self.pass(Scope::Volumes(&volumes), ready)
+        };
+        let clean = outcome.clean();
+        next.idle_at = (clean && outcome.report == PassReport::default()).then_some(fingerprint);
+        next.ready = Some(ready);
+        next.everything = outcome.everything;
+        next.retry = outcome.retry;
+        outcome.report
+    }
+
+    /// What the last [`Self::reconcile`] looked at.
+    pub fn last_pass(&self) -> PassScope {
+        self.next.lock().unwrap_or_else(|e| e.into_inner()).last
     }
 
     /// One full scan in upstream's order. `clean` is false when something could not start
     /// (an operation running or backing off, an unsupported attach), so the next pass must look
     /// again even if nothing changed.
     pub fn full_pass(&self, ready: bool) -> (PassReport, bool) {
-        let mut report = PassReport::default();
-        let mut clean = true;
+        let outcome = self.pass(Scope::All, ready);
+        let clean = outcome.clean();
+        (outcome.report, clean)
+    }
+
+    /// One pass over the volumes in `scope`, in upstream's order.
+    fn pass(&self, scope: Scope<'_>, ready: bool) -> PassOutcome {
+        let mut out = PassOutcome::default();
         // V42 steps 1 and 5. Better than upstream: the node status is read before this pass's
         // mounts, so a reconstructed attachable volume still desired is mounted with the device
         // path the node reports instead of an empty one (a failed WaitForAttach and a back-off).
         let waiting = self.update_reconstructed_from_node_status();
         let ready = ready && !waiting;
         if waiting {
-            clean = false;
+            out.everything = true;
         }
         if ready {
             // V43: mounted or uncertain, and no longer desired. Lock order: each phase holds one
@@ -171,15 +253,16 @@ impl Reconciler {
             // nests, and no writer holds one cache while taking the other, so no cycle forms.
             let stale = {
                 let desired = self.dsw.reader();
-                self.asw.possibly_mounted_where(|volume, pod| {
+                self.asw.possibly_mounted_in(scope, |volume, pod| {
                     !desired.pod_exists_in_volume(pod, volume)
                 })
             };
             for mounted in stale {
+                // Started or not, the next pass looks again (a failure changes no state).
+                out.retry.insert(mounted.volume_name.clone());
                 match self.executor.unmount_volume(&mounted) {
-                    Ok(_) => report.unmounts += 1,
+                    Ok(_) => out.report.unmounts += 1,
                     Err(e) => {
-                        clean = false;
                         log_start_error("operationExecutor.UnmountVolume", &e);
                     }
                 }
@@ -188,10 +271,12 @@ impl Reconciler {
         // V44. Only pairs not already mounted are copied out: the steady state copies nothing.
         let pending = {
             let actual = self.asw.reader();
-            self.dsw
-                .volumes_to_mount_where(|volume, pod| !actual.is_mounted_and_current(pod, volume))
+            self.dsw.volumes_to_mount_in(scope, |volume, pod| {
+                !actual.is_mounted_and_current(pod, volume)
+            })
         };
-        for volume in pending {
+        let mut pending = pending.into_iter();
+        while let Some(volume) = pending.next() {
             if !self
                 .executor
                 .operations()
@@ -199,7 +284,8 @@ impl Reconciler {
             {
                 // The rest waits for a pass after some of the running ones end (the manager
                 // runs one when room is freed).
-                clean = false;
+                out.retry.insert(volume.volume_name.clone());
+                out.retry.extend(pending.map(|v| v.volume_name));
                 break;
             }
             let mut state = self
@@ -209,7 +295,7 @@ impl Reconciler {
                 // V46/V52: non-attachable volumes are recorded as attached right away, and
                 // mounted in the same pass.
                 if let Err(e) = self.executor.verify_controller_attached_volume(&volume) {
-                    clean = false;
+                    out.retry.insert(volume.volume_name.clone());
                     log_start_error("operationExecutor.VerifyControllerAttachedVolume", &e);
                     continue;
                 }
@@ -232,17 +318,19 @@ impl Reconciler {
                 PodVolumeState::Mounted { .. } | PodVolumeState::NotAttached => continue,
             };
             debug!(volume = %volume.volume_name, pod = %volume.pod_name, remount, "operationExecutor.MountVolume started");
+            // Started or not, the next pass looks again: a SetUp that fails leaves the actual
+            // state as it was (no write, so no touch), and must be retried after its back-off.
+            out.retry.insert(volume.volume_name.clone());
             match self.executor.mount_volume(&volume, remount, &device_path) {
-                Ok(_) => report.mounts += 1,
+                Ok(_) => out.report.mounts += 1,
                 Err(e) => {
-                    clean = false;
                     log_start_error("operationExecutor.MountVolume", &e);
                 }
             }
         }
         if ready {
             // V45: volumes without pods that nobody wants and no operation touches.
-            for volume in self.asw.unmounted_volumes() {
+            for volume in self.asw.unmounted_volumes_in(scope) {
                 if self.dsw.volume_exists(&volume.volume_name) {
                     continue;
                 }
@@ -252,24 +340,24 @@ impl Reconciler {
                     node: None,
                 };
                 if self.executor.operations().is_operation_pending(&key) {
-                    clean = false;
+                    out.retry.insert(volume.volume_name.clone());
                     continue;
                 }
                 if volume.device_state.may_be_mounted() {
                     // The global mount goes first; the volume is dropped on a later pass.
-                    clean = false;
+                    out.retry.insert(volume.volume_name.clone());
                     match self.executor.unmount_device(&volume) {
-                        Ok(_) => report.device_unmounts += 1,
+                        Ok(_) => out.report.device_unmounts += 1,
                         Err(e) => log_start_error("operationExecutor.UnmountDevice", &e),
                     }
                     continue;
                 }
                 self.asw.mark_volume_as_detached(&volume.volume_name);
                 debug!(volume = %volume.volume_name, "Volume detached");
-                report.detached += 1;
+                out.report.detached += 1;
             }
         }
-        (report, clean)
+        out
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
 
-use super::Generational;
+use super::{Generational, Scope, Touch, Touched};
 use crate::plugin::{PluginError, PluginManager, unique_volume_name};
 use crate::spec::VolumeSpec;
 
@@ -240,13 +240,18 @@ impl ActualStateOfWorld {
         self.state.read()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.state.write()
+    fn write(&self, touch: Touch<'_>) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.state.write(touch)
     }
 
     /// A counter that changes whenever the state may have changed (every write).
     pub fn generation(&self) -> u64 {
         self.state.generation()
+    }
+
+    /// The volumes written since the last call (the reconciler's; one consumer).
+    pub fn take_touched(&self) -> Touched {
+        self.state.take_touched()
     }
 
     fn add_volume(
@@ -267,7 +272,7 @@ impl ActualStateOfWorld {
         } else {
             Attachability::NotAttachable
         });
-        let mut inner = self.write();
+        let mut inner = self.write(Touch::Volume(&name));
         match inner.volumes.get_mut(&name) {
             Some(existing) => existing.device_path = device_path.to_owned(),
             None => {
@@ -316,7 +321,7 @@ impl ActualStateOfWorld {
 
     /// V32: records a pod's mount in the given state.
     pub fn mark_volume_as_mounted(&self, opts: MarkVolumeOpts) -> Result<(), AswError> {
-        let mut inner = self.write();
+        let mut inner = self.write(Touch::Volume(&opts.volume_name));
         if inner.volumes.contains_key(&opts.volume_name) {
             inner
                 .by_pod
@@ -375,7 +380,7 @@ impl ActualStateOfWorld {
         pod_name: &UniquePodName,
         volume_name: &UniqueVolumeName,
     ) {
-        let mut inner = self.write();
+        let mut inner = self.write(Touch::Volume(volume_name));
         if let Some(volume) = inner.volumes.get_mut(volume_name) {
             volume.pods.remove(pod_name);
         }
@@ -392,7 +397,7 @@ impl ActualStateOfWorld {
 
     /// V36: removes a volume with no pods left.
     pub fn delete_volume(&self, volume_name: &UniqueVolumeName) -> Result<(), AswError> {
-        let mut inner = self.write();
+        let mut inner = self.write(Touch::Volume(volume_name));
         if let Some(volume) = inner.volumes.get(volume_name) {
             if !volume.pods.is_empty() {
                 return Err(AswError::VolumeStillMounted {
@@ -415,7 +420,7 @@ impl ActualStateOfWorld {
     /// caller names the pod's volumes (the desired state knows them): upstream walks every
     /// volume of the node for each pod, O(pods × volumes) when every pod is reprocessed.
     pub fn mark_remount_required(&self, pod_name: &UniquePodName, volumes: &[UniqueVolumeName]) {
-        let mut inner = self.write();
+        let mut inner = self.write(Touch::Volumes(volumes));
         for volume_name in volumes {
             if let Some(pod) = inner
                 .volumes
@@ -448,7 +453,7 @@ impl ActualStateOfWorld {
         volume_name: &UniqueVolumeName,
         epoch: u64,
     ) -> bool {
-        let mut inner = self.write();
+        let mut inner = self.write(Touch::Volume(volume_name));
         let Some(pod) = inner
             .volumes
             .get_mut(volume_name)
@@ -468,7 +473,7 @@ impl ActualStateOfWorld {
         device_path: &str,
         device_mount_path: &str,
     ) -> Result<(), AswError> {
-        let mut inner = self.write();
+        let mut inner = self.write(Touch::Volume(volume_name));
         let volume = inner
             .volumes
             .get_mut(volume_name)
@@ -608,9 +613,18 @@ impl ActualStateOfWorld {
     /// Mounted or uncertain entries for which `wanted(volume, pod)` is true, cloned.
     pub fn possibly_mounted_where(
         &self,
+        wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
+    ) -> Vec<MountedVolume> {
+        self.possibly_mounted_in(Scope::All, wanted)
+    }
+
+    /// [`Self::possibly_mounted_where`] over the volumes in `scope`.
+    pub fn possibly_mounted_in(
+        &self,
+        scope: Scope<'_>,
         mut wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
     ) -> Vec<MountedVolume> {
-        self.mounted_filter(|volume, pod, state| {
+        self.mounted_filter_in(scope, |volume, pod, state| {
             state != VolumeMountState::NotMounted && wanted(volume, pod)
         })
     }
@@ -624,11 +638,19 @@ impl ActualStateOfWorld {
 
     fn mounted_filter(
         &self,
+        filter: impl FnMut(&UniqueVolumeName, &UniquePodName, VolumeMountState) -> bool,
+    ) -> Vec<MountedVolume> {
+        self.mounted_filter_in(Scope::All, filter)
+    }
+
+    fn mounted_filter_in(
+        &self,
+        scope: Scope<'_>,
         mut filter: impl FnMut(&UniqueVolumeName, &UniquePodName, VolumeMountState) -> bool,
     ) -> Vec<MountedVolume> {
         let inner = self.read();
         let mut out = Vec::new();
-        for (volume_name, volume) in &inner.volumes {
+        for (volume_name, volume) in scope.entries(&inner.volumes) {
             for (pod_name, pod) in &volume.pods {
                 if filter(volume_name, pod_name, pod.state) {
                     out.push(MountedVolume::of(volume_name, volume, pod_name, pod));
@@ -678,9 +700,16 @@ impl ActualStateOfWorld {
     }
 
     fn volumes(&self, filter: impl Fn(&VolumeEntry) -> bool) -> Vec<AttachedVolume> {
-        self.read()
-            .volumes
-            .iter()
+        self.volumes_in(Scope::All, filter)
+    }
+
+    fn volumes_in(
+        &self,
+        scope: Scope<'_>,
+        filter: impl Fn(&VolumeEntry) -> bool,
+    ) -> Vec<AttachedVolume> {
+        scope
+            .entries(&self.read().volumes)
             .filter(|(_, v)| filter(v))
             .map(|(name, v)| AttachedVolume {
                 volume_name: name.clone(),
@@ -711,7 +740,12 @@ impl ActualStateOfWorld {
 
     /// V35: volumes with no pod entries at all.
     pub fn unmounted_volumes(&self) -> Vec<AttachedVolume> {
-        self.volumes(|v| v.pods.is_empty())
+        self.unmounted_volumes_in(Scope::All)
+    }
+
+    /// [`Self::unmounted_volumes`] among the volumes in `scope`.
+    pub fn unmounted_volumes_in(&self, scope: Scope<'_>) -> Vec<AttachedVolume> {
+        self.volumes_in(scope, |v| v.pods.is_empty())
     }
 
     /// V35: volumes whose global mount is `GloballyMounted`.
@@ -745,7 +779,7 @@ impl ActualStateOfWorld {
             opts.pod_uid.clone(),
         );
         self.mark_volume_mount_as_uncertain(opts)?;
-        self.write()
+        self.write(Touch::Volume(&volume_name))
             .found_during_reconstruction
             .entry(volume_name)
             .or_default()
@@ -771,7 +805,10 @@ impl ActualStateOfWorld {
         volume_name: &UniqueVolumeName,
         device_path: &str,
     ) {
-        if let Some(v) = self.write().volumes.get_mut(volume_name)
+        if let Some(v) = self
+            .write(Touch::Volume(volume_name))
+            .volumes
+            .get_mut(volume_name)
             && v.device_state == DeviceMountState::Uncertain
         {
             v.device_path = device_path.to_owned();
@@ -784,7 +821,10 @@ impl ActualStateOfWorld {
         volume_name: &UniqueVolumeName,
         attachable: bool,
     ) {
-        if let Some(v) = self.write().volumes.get_mut(volume_name)
+        if let Some(v) = self
+            .write(Touch::Volume(volume_name))
+            .volumes
+            .get_mut(volume_name)
             && v.attachability == Attachability::Uncertain
         {
             v.attachability = if attachable {
@@ -803,7 +843,7 @@ impl ActualStateOfWorld {
         outer_name: &str,
     ) {
         if let Some(pod) = self
-            .write()
+            .write(Touch::Volume(volume_name))
             .volumes
             .get_mut(volume_name)
             .and_then(|v| v.pods.get_mut(pod_name))

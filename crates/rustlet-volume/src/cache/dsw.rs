@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, Volume};
 use rustlet_core::quantity::quantity_ceil;
 use rustlet_core::{UniquePodName, UniqueVolumeName};
 
-use super::Generational;
+use super::{Generational, Scope, Touch, Touched};
 use crate::plugin::{PluginError, PluginManager, unique_volume_name};
 use crate::spec::VolumeSpec;
 
@@ -165,13 +165,18 @@ impl DesiredStateOfWorld {
         self.state.read()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.state.write()
+    fn write(&self, touch: Touch<'_>) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.state.write(touch)
     }
 
     /// A counter that changes whenever the state may have changed (every write).
     pub fn generation(&self) -> u64 {
         self.state.generation()
+    }
+
+    /// The volumes written since the last call (the reconciler's; one consumer).
+    pub fn take_touched(&self) -> Touched {
+        self.state.take_touched()
     }
 
     /// V25: adds (or refreshes) the pod's use of a volume; returns the unique volume name.
@@ -210,7 +215,7 @@ impl DesiredStateOfWorld {
                 return Ok(volume_name);
             }
         }
-        let mut guard = self.write();
+        let mut guard = self.write(Touch::Volume(&volume_name));
         let inner = &mut *guard;
         let entry = inner
             .volumes
@@ -267,7 +272,8 @@ impl DesiredStateOfWorld {
         if !holds_other(&self.read()) {
             return;
         }
-        let mut guard = self.write();
+        // The pod object only: nothing to mount changes.
+        let mut guard = self.write(Touch::Nothing);
         let inner = &mut *guard;
         let Some(index) = inner.by_pod.get(pod_name) else {
             return;
@@ -286,7 +292,7 @@ impl DesiredStateOfWorld {
     /// V26: removes the pod from the volume, the volume when no pod is left, and the pod's
     /// errors.
     pub fn delete_pod_from_volume(&self, pod_name: &UniquePodName, volume_name: &UniqueVolumeName) {
-        let mut guard = self.write();
+        let mut guard = self.write(Touch::Volume(volume_name));
         let inner = &mut *guard;
         inner.pod_errors.remove(pod_name);
         if let Some(entry) = inner.volumes.get_mut(volume_name) {
@@ -364,11 +370,20 @@ impl DesiredStateOfWorld {
     /// only looked at (the reconciler's steady state clones nothing).
     pub fn volumes_to_mount_where(
         &self,
+        wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
+    ) -> Vec<VolumeToMount> {
+        self.volumes_to_mount_in(Scope::All, wanted)
+    }
+
+    /// [`Self::volumes_to_mount_where`] over the volumes in `scope`.
+    pub fn volumes_to_mount_in(
+        &self,
+        scope: Scope<'_>,
         mut wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
     ) -> Vec<VolumeToMount> {
         let inner = self.read();
         let mut out = Vec::new();
-        for (volume_name, entry) in &inner.volumes {
+        for (volume_name, entry) in scope.entries(&inner.volumes) {
             for (pod_name, pod) in &entry.pods {
                 if wanted(volume_name, pod_name) {
                     out.push(to_mount(volume_name, pod_name, entry, pod));
@@ -440,15 +455,21 @@ impl DesiredStateOfWorld {
 
     /// V14: exactly these volumes are reported in use (replace semantics).
     pub fn mark_volumes_reported_in_use(&self, reported: &[UniqueVolumeName]) {
-        let mut inner = self.write();
+        let mut inner = self.write(Touch::Nothing);
+        let mut flipped = Vec::new();
         for (name, entry) in inner.volumes.iter_mut() {
-            entry.reported_in_use = reported.contains(name);
+            let now = reported.contains(name);
+            if entry.reported_in_use != now {
+                entry.reported_in_use = now;
+                flipped.push(name.clone());
+            }
         }
+        self.state.touch(Touch::Volumes(&flipped));
     }
 
     /// V28: records an error for a pod (a set, bounded by [`MAX_POD_ERRORS`]).
     pub fn add_error_to_pod(&self, pod_name: &UniquePodName, error: impl Into<String>) {
-        let mut inner = self.write();
+        let mut inner = self.write(Touch::Nothing);
         let errors = inner.pod_errors.entry(pod_name.clone()).or_default();
         if errors.len() <= MAX_POD_ERRORS {
             errors.insert(error.into());
@@ -457,7 +478,7 @@ impl DesiredStateOfWorld {
 
     /// V28: the pod's errors, sorted, and clears them.
     pub fn pop_pod_errors(&self, pod_name: &UniquePodName) -> Vec<String> {
-        self.write()
+        self.write(Touch::Nothing)
             .pod_errors
             .remove(pod_name)
             .map(|e| e.into_iter().collect())

@@ -367,3 +367,47 @@ async fn v55_a_remount_that_times_out_never_downgrades_a_mounted_volume() {
     );
     assert_eq!(w.asw.mounted_volumes_for_pod(&pod_name).len(), 1);
 }
+
+/// Issue 15: after the first pass, a pass looks only at the volumes written since the last
+/// one (and at those it started something for), not at every volume; a change of the
+/// sources-ready flag looks at everything again.
+#[tokio::test(start_paused = true)]
+async fn a_pass_looks_only_at_the_volumes_written_since_the_last() {
+    use super::PassScope;
+    let w = world();
+    for i in 0..50 {
+        w.add(&format!("p{i}"), "cache");
+    }
+    assert_eq!(w.pass().await.mounts, 50);
+    assert_eq!(w.reconciler.last_pass(), PassScope::Everything, "the first");
+    // The mounts it started are looked at once more (each wrote its volume).
+    assert_eq!(w.pass().await, PassReport::default());
+    assert_eq!(w.reconciler.last_pass(), PassScope::Volumes(50));
+    assert_eq!(w.pass().await, PassReport::default());
+    assert_eq!(
+        w.reconciler.last_pass(),
+        PassScope::Skipped,
+        "nothing changed"
+    );
+    // One pod more: its volume only, then once more after its mount.
+    let vol = w.add("new", "cache");
+    assert_eq!(w.pass().await.mounts, 1);
+    assert_eq!(w.reconciler.last_pass(), PassScope::Volumes(1));
+    assert!(
+        w.asw
+            .pod_exists_in_volume(&UniquePodName::new("new"), &vol)
+            .is_mounted()
+    );
+    w.pass().await;
+    assert_eq!(w.reconciler.last_pass(), PassScope::Volumes(1));
+    // A pod leaves: its volume is unmounted, looking at it alone.
+    w.dsw
+        .delete_pod_from_volume(&UniquePodName::new("p7"), &w.add("p7", "cache"));
+    assert_eq!(w.pass().await.unmounts, 1);
+    assert_eq!(w.reconciler.last_pass(), PassScope::Volumes(1));
+    // The sources' readiness flips: every volume once.
+    w.ready.store(false, Ordering::SeqCst);
+    w.pass().await;
+    assert_eq!(w.reconciler.last_pass(), PassScope::Everything);
+    assert_eq!(w.asw.mounted_volumes().len(), 50);
+}

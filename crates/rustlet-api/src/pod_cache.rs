@@ -299,6 +299,10 @@ impl rustlet_volume::populator::PodSource for PodCache {
     fn changes_since(&self, cursor: u64) -> PodChanges {
         self.read().changes.since(cursor)
     }
+
+    fn pod(&self, uid: &PodUid) -> Option<Arc<Pod>> {
+        self.read().by_uid.get(uid).cloned()
+    }
 }
 
 #[cfg(test)]

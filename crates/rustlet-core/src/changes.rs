@@ -27,6 +27,15 @@ pub enum PodChanges {
     },
 }
 
+impl PodChanges {
+    /// Where the next read starts.
+    pub fn cursor(&self) -> u64 {
+        match self {
+            Self::Since { cursor, .. } | Self::All { cursor } => *cursor,
+        }
+    }
+}
+
 /// The log: the last `capacity` changes, numbered from 1.
 #[derive(Clone, Debug)]
 pub struct ChangeLog {

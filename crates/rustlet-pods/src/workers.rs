@@ -24,7 +24,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use rustlet_core::deletion::PodDeletionSafety;
 use rustlet_core::pod::{PodPhase, condition_type};
-use rustlet_core::{FeatureGates, PodUid};
+use rustlet_core::{ChangeLog, FeatureGates, PodChanges, PodUid};
 use rustlet_status::StatusManager;
 use rustlet_volume::events::{EventKind, EventRecorder, FAILED_MOUNT};
 use rustlet_volume::manager::VolumeManager;
@@ -59,6 +59,8 @@ pub enum Lifecycle {
 pub struct PodLifecycles {
     states: Mutex<HashMap<PodUid, Lifecycle>>,
     synced: AtomicBool,
+    /// Which pods' lifecycles changed (the volume manager's populator visits only those).
+    changes: Mutex<ChangeLog>,
 }
 
 impl PodLifecycles {
@@ -81,17 +83,30 @@ impl PodLifecycles {
         self.lock().clone()
     }
 
+    fn log(&self) -> MutexGuard<'_, ChangeLog> {
+        self.changes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn set(&self, uid: &PodUid, state: Lifecycle) {
-        self.lock().insert(uid.clone(), state);
+        let mut states = self.lock();
+        if states.insert(uid.clone(), state) != Some(state) {
+            self.log().record(uid.clone());
+        }
     }
 
     fn forget(&self, uid: &PodUid) {
-        self.lock().remove(uid);
+        let mut states = self.lock();
+        if states.remove(uid).is_some() {
+            self.log().record(uid.clone());
+        }
     }
 
     /// The sources were read once (upstream `podsSynced`, W16).
     pub fn mark_synced(&self) {
+        let _states = self.lock();
         self.synced.store(true, Ordering::Release);
+        // Every pod no worker knows changes its answers.
+        self.log().reset();
     }
 
     /// Whether the sources were read once.
@@ -121,6 +136,10 @@ impl PodStateProvider for PodLifecycles {
             Some(state) => state >= Lifecycle::Terminated,
             None => self.is_synced(),
         }
+    }
+
+    fn changes_since(&self, cursor: u64) -> PodChanges {
+        self.log().since(cursor)
     }
 }
 

@@ -287,6 +287,12 @@ impl VolumeManager {
         self.reconcile_once();
     }
 
+    /// A populator pass over what changed, then a reconciler pass.
+    fn sync_changed(&self) {
+        self.populator.populate_changed();
+        self.reconcile_once();
+    }
+
     /// One reconciler pass (after an operation changed the actual state, the desired state did
     /// not change: no populator pass needed).
     fn reconcile_once(&self) {
@@ -335,7 +341,7 @@ impl VolumeManager {
         let report = self.reconstruct();
         let mut failed = report.failed;
         let mut needs_pass = self.executor.subscribe_needs_pass();
-        let mut populate = true;
+        let mut populate = Populate::Everything;
         // A deadline that events do not push back: on a busy node (every pod event, this
         // agent's own status patches included, wakes the loop) housekeeping still runs.
         let mut next_resync = tokio::time::Instant::now() + self.config.resync_period;
@@ -346,10 +352,10 @@ impl VolumeManager {
         let mut housekeeping = HousekeepingGate::default();
         loop {
             let started = std::time::Instant::now();
-            if populate {
-                self.sync_once();
-            } else {
-                self.reconcile_once();
+            match populate {
+                Populate::Everything => self.sync_once(),
+                Populate::Changed => self.sync_changed(),
+                Populate::No => self.reconcile_once(),
             }
             let calm_until = pacer.after_pass(tokio::time::Instant::now(), started.elapsed());
             if !failed.is_empty() && self.populator.has_added_pods().load(Ordering::Acquire) {
@@ -383,8 +389,8 @@ impl VolumeManager {
             let retry_at = self.executor.operations().next_retry_at();
             populate = tokio::select! {
                 () = cancel.cancelled() => return,
-                () = self.wake.notified() => true,
-                () = claims_resolved.notified() => true,
+                () = self.wake.notified() => Populate::Changed,
+                () = claims_resolved.notified() => Populate::Changed,
                 change = async {
                     match object_changes.as_mut() {
                         Some(changes) => changes.recv().await,
@@ -397,24 +403,24 @@ impl VolumeManager {
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => self.object_changed(None),
                         Err(tokio::sync::broadcast::error::RecvError::Closed) => object_changes = None,
                     }
-                    true
+                    Populate::Changed
                 }
-                Ok(()) = needs_pass.changed() => false,
+                Ok(()) = needs_pass.changed() => Populate::No,
                 // Mounts held back by `MAX_OPERATIONS_IN_FLIGHT` start as operations end.
-                () = self.executor.operations().room_freed() => false,
+                () = self.executor.operations().room_freed() => Populate::No,
                 () = async {
                     match retry_at {
                         Some(at) => tokio::time::sleep_until(at + Duration::from_millis(1)).await,
                         None => std::future::pending().await,
                     }
-                } => false,
+                } => Populate::No,
                 () = tokio::time::sleep_until(next_remount) => {
                     // Issue 10 item 16: V19's remount marking, for pods nothing else reprocesses.
                     next_remount = tokio::time::Instant::now() + self.config.remount_period;
                     for pod in self.dsw.pods() {
                         self.populator.reprocess_pod(&pod);
                     }
-                    true
+                    Populate::Changed
                 }
                 () = tokio::time::sleep_until(next_resync) => {
                     next_resync = tokio::time::Instant::now() + self.config.resync_period;
@@ -427,7 +433,8 @@ impl VolumeManager {
                             debug!(?kept, "orphaned pod directory kept");
                         }
                     }
-                    true
+                    // The safety net looks at every pod (upstream's every pass does).
+                    Populate::Everything
                 }
             };
             // Under a storm, events come faster than passes (each is O(pods)): the next pass
@@ -714,6 +721,17 @@ impl VolumeManager {
         self.dsw.mark_volumes_reported_in_use(reported);
         self.wake.notify_one();
     }
+}
+
+/// What the populator looks at before a reconciler pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Populate {
+    /// Nothing (an operation ended: only the actual state changed).
+    No,
+    /// The pods that changed (an event).
+    Changed,
+    /// Every pod (the first pass, and the resync safety net).
+    Everything,
 }
 
 /// When housekeeping (V80, orphaned pod directories) runs on the resync period: when the pods,

@@ -2,12 +2,12 @@
 //! V17-V23): turns the pods bound to the node into (volume, pod) pairs of the desired state, and
 //! removes the pairs of pods that are gone or whose containers have all stopped.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use rustlet_core::{PodUid, UniquePodName};
+use rustlet_core::{PodChanges, PodUid, UniquePodName};
 use tracing::{debug, warn};
 
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld};
@@ -29,6 +29,10 @@ pub trait PodSource: Send + Sync {
         let _ = cursor;
         rustlet_core::PodChanges::All { cursor: 0 }
     }
+    /// One pod by UID. The default looks through [`Self::pods`].
+    fn pod(&self, uid: &PodUid) -> Option<Arc<Pod>> {
+        self.pods().into_iter().find(|p| PodUid::of(p) == *uid)
+    }
 }
 
 /// What the pod workers know about a pod's lifecycle (V23).
@@ -37,6 +41,13 @@ pub trait PodStateProvider: Send + Sync {
     fn should_pod_containers_be_terminating(&self, uid: &PodUid) -> bool;
     /// Every container has stopped (or the pod is unknown once sources are synced).
     fn should_pod_runtime_be_removed(&self, uid: &PodUid) -> bool;
+    /// The pods whose answers may have changed since `cursor` (see
+    /// [`rustlet_core::PodChanges`]). The default keeps no log: every populator pass asks
+    /// about every pod, as upstream's does.
+    fn changes_since(&self, cursor: u64) -> rustlet_core::PodChanges {
+        let _ = cursor;
+        rustlet_core::PodChanges::All { cursor: 0 }
+    }
 }
 
 /// V2: the names used by any container's `volumeMounts` or `volumeDevices` (init, regular,
@@ -101,6 +112,11 @@ pub struct Populator {
     node: NodeIdentity,
     /// One copy of each distinct inline volume.
     volumes: VolumeInterner,
+    /// How far [`Populator::populate_changed`] read the pod source's and the pod workers'
+    /// change logs.
+    cursors: Mutex<(u64, u64)>,
+    /// Pods a pass kept for a later look (V22's quirk: a mount may still complete).
+    recheck: Mutex<HashSet<UniquePodName>>,
 }
 
 /// Identical inline volumes (the replicas of one template) share one copy in the desired
@@ -181,6 +197,8 @@ impl Populator {
             volumes: VolumeInterner::default(),
             claims: Arc::new(Claims::default()),
             node: NodeIdentity::default(),
+            cursors: Mutex::new((0, 0)),
+            recheck: Mutex::new(HashSet::new()),
         }
     }
 
@@ -285,6 +303,14 @@ impl Populator {
         self.has_added_pods.clone()
     }
 
+    fn cursors(&self) -> std::sync::MutexGuard<'_, (u64, u64)> {
+        self.cursors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn recheck(&self) -> std::sync::MutexGuard<'_, HashSet<UniquePodName>> {
+        self.recheck.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn processed(&self) -> std::sync::MutexGuard<'_, HashMap<UniquePodName, bool>> {
         self.processed.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -308,21 +334,118 @@ impl Populator {
     fn find_and_add_new_pods(&self) {
         let steady = self.has_added_pods.load(Ordering::Acquire);
         for pod in self.pods.pods() {
-            let uid = PodUid::of(&pod);
-            let skip = if steady {
-                self.states.should_pod_containers_be_terminating(&uid)
-            } else {
-                self.states.should_pod_runtime_be_removed(&uid)
-            };
-            // A pod that is terminal in the API and was never set up here (found so after a
-            // restart: it finished before) runs no container again: nothing to mount for it.
-            let finished_before = pod
-                .status
-                .as_ref()
-                .is_some_and(|s| rustlet_core::pod::PodPhase::of(s).is_terminal())
-                && !self.processed().contains_key(&unique_pod_name(&pod));
-            if !skip && !finished_before {
-                self.process_pod_volumes(&pod);
+            self.add_pod(&pod, steady);
+        }
+    }
+
+    /// The add half of a pass, for one pod of the source.
+    fn add_pod(&self, pod: &Arc<Pod>, steady: bool) {
+        let uid = PodUid::of(pod);
+        let skip = if steady {
+            self.states.should_pod_containers_be_terminating(&uid)
+        } else {
+            self.states.should_pod_runtime_be_removed(&uid)
+        };
+        // A pod that is terminal in the API and was never set up here (found so after a
+        // restart: it finished before) runs no container again: nothing to mount for it.
+        let finished_before = pod
+            .status
+            .as_ref()
+            .is_some_and(|s| rustlet_core::pod::PodPhase::of(s).is_terminal())
+            && !self.processed().contains_key(&unique_pod_name(pod));
+        if !skip && !finished_before {
+            self.process_pod_volumes(pod);
+        }
+    }
+
+    /// A pass over the pods that changed since the last pass (issue 15): those the pod source
+    /// or the pod workers logged, those asked to be processed again, and those a previous pass
+    /// kept for a later look. The same decisions as [`Self::populate`], which looks at every
+    /// pod and which this falls back to before the desired state is complete or when a log
+    /// cannot answer.
+    pub fn populate_changed(&self) {
+        let steady = self.has_added_pods.load(Ordering::Acquire);
+        let (source, states) = {
+            let mut cursors = self.cursors();
+            let source = self.pods.changes_since(cursors.0);
+            let states = self.states.changes_since(cursors.1);
+            cursors.0 = source.cursor();
+            cursors.1 = states.cursor();
+            (source, states)
+        };
+        let (
+            PodChanges::Since { uids: changed, .. },
+            PodChanges::Since {
+                uids: state_changed,
+                ..
+            },
+        ) = (source, states)
+        else {
+            return self.full_pass();
+        };
+        if !steady {
+            return self.full_pass();
+        }
+        let mut visit: HashSet<UniquePodName> = std::mem::take(&mut *self.recheck());
+        visit.extend(
+            changed
+                .into_iter()
+                .chain(state_changed)
+                .map(|uid| UniquePodName::new(uid.as_str())),
+        );
+        visit.extend(
+            self.processed()
+                .iter()
+                .filter(|(_, done)| !**done)
+                .map(|(name, _)| name.clone()),
+        );
+        for name in visit {
+            let known = self.pods.pod(&PodUid::new(name.as_str()));
+            if let Some(pod) = &known {
+                self.add_pod(pod, steady);
+            }
+            self.remove_pod(&name, known.as_ref());
+        }
+    }
+
+    /// [`Self::populate`] after taking the logs' cursors (what changed so far is covered).
+    fn full_pass(&self) {
+        self.populate();
+    }
+
+    /// The removal half of a pass (V22), for one pod; `known`: the pod in the source.
+    fn remove_pod(&self, name: &UniquePodName, known: Option<&Arc<Pod>>) {
+        let uid = PodUid::new(name.as_str());
+        let runtime_removed = self.states.should_pod_runtime_be_removed(&uid);
+        if runtime_removed {
+            for volume in self.dsw.volume_names_for_pod(name).into_values() {
+                // Upstream quirk (V22 step 3): a known pod whose volume never mounted stays;
+                // a later pass looks again (its mount may complete).
+                if known.is_some() && self.asw.pod_removed_from_volume(name, &volume) {
+                    self.recheck().insert(name.clone());
+                    continue;
+                }
+                if !self.dsw.pod_exists_in_volume(name, &volume) {
+                    continue; // the same volume under two outer names
+                }
+                debug!(pod = %name, volume = %volume, "Removing volume from desired state");
+                self.dsw.delete_pod_from_volume(name, &volume);
+                self.processed().remove(name);
+            }
+        }
+        if known.is_some() {
+            return;
+        }
+        self.dsw.pop_pod_errors(name);
+        if self.dsw.pod_has_volumes(name) {
+            return;
+        }
+        self.downward().remove(name);
+        if runtime_removed {
+            self.processed().remove(name);
+            let gone = self.registered().remove(name);
+            if let (Some(objects), Some(pod)) = (&self.objects, gone) {
+                objects.unregister_pod(&pod);
             }
         }
     }
@@ -410,15 +533,22 @@ impl Populator {
             .map(|p| (unique_pod_name(&p), p))
             .collect();
         // Only the pairs to remove are copied out; the others are looked at in place.
+        let mut recheck = Vec::new();
         let removable = self.dsw.pairs_where(|volume, pod| {
             let uid = PodUid::new(pod.as_str());
             // Containers may still run: keep (V22 steps 1-2).
             if !self.states.should_pod_runtime_be_removed(&uid) {
                 return false;
             }
-            // Upstream quirk (V22 step 3): a known pod whose volume never mounted stays.
-            !(known.contains_key(pod) && self.asw.pod_removed_from_volume(pod, volume))
+            // Upstream quirk (V22 step 3): a known pod whose volume never mounted stays (a
+            // later pass of only what changed looks at it again).
+            if known.contains_key(pod) && self.asw.pod_removed_from_volume(pod, volume) {
+                recheck.push(pod.clone());
+                return false;
+            }
+            true
         });
+        self.recheck().extend(recheck);
         for (volume_name, pod_name) in removable {
             debug!(pod = %pod_name, volume = %volume_name, "Removing volume from desired state");
             self.dsw.delete_pod_from_volume(&pod_name, &volume_name);

@@ -290,6 +290,8 @@ pub struct FakePods {
     removed: Mutex<std::collections::HashSet<PodUid>>,
     /// Every add and removal, as the agent's pod cache logs them.
     changes: Mutex<rustlet_core::ChangeLog>,
+    /// Every lifecycle change, as the agent's pod workers log them.
+    state_changes: Mutex<rustlet_core::ChangeLog>,
 }
 
 impl Default for FakePods {
@@ -300,6 +302,7 @@ impl Default for FakePods {
             terminating: Mutex::default(),
             removed: Mutex::default(),
             changes: Mutex::default(),
+            state_changes: Mutex::default(),
         }
     }
 }
@@ -330,11 +333,13 @@ impl FakePods {
     /// Termination requested for a pod.
     pub fn set_terminating(&self, uid: &str) {
         self.terminating.lock().unwrap().insert(PodUid::new(uid));
+        self.state_changes.lock().unwrap().record(PodUid::new(uid));
     }
 
     /// Every container of a pod stopped.
     pub fn set_runtime_removed(&self, uid: &str) {
         self.removed.lock().unwrap().insert(PodUid::new(uid));
+        self.state_changes.lock().unwrap().record(PodUid::new(uid));
     }
 }
 
@@ -359,6 +364,10 @@ impl crate::populator::PodStateProvider for FakePods {
 
     fn should_pod_runtime_be_removed(&self, uid: &PodUid) -> bool {
         self.removed.lock().unwrap().contains(uid)
+    }
+
+    fn changes_since(&self, cursor: u64) -> rustlet_core::PodChanges {
+        self.state_changes.lock().unwrap().since(cursor)
     }
 }
 

@@ -213,3 +213,97 @@ fn v17_has_added_pods_waits_for_the_sources() {
     f.populator.populate();
     assert!(f.populator.has_added_pods().load(Ordering::SeqCst));
 }
+
+/// The pod workers' view, counting how many pods a pass asks about.
+struct CountingStates {
+    inner: Arc<FakePods>,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::populator::PodStateProvider for CountingStates {
+    fn should_pod_containers_be_terminating(&self, uid: &rustlet_core::PodUid) -> bool {
+        self.inner.should_pod_containers_be_terminating(uid)
+    }
+    fn should_pod_runtime_be_removed(&self, uid: &rustlet_core::PodUid) -> bool {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        self.inner.should_pod_runtime_be_removed(uid)
+    }
+    fn changes_since(&self, cursor: u64) -> rustlet_core::PodChanges {
+        crate::populator::PodStateProvider::changes_since(&*self.inner, cursor)
+    }
+}
+
+/// Issue 15: a pass of what changed makes V19-V22's decisions for the pods the source or the
+/// pod workers named (and those asked to be processed again, or kept for a later look), not
+/// for every pod; the resync's full pass stays the safety net.
+#[test]
+fn a_pass_of_what_changed_adds_and_removes_only_the_pods_named() {
+    let pods = Arc::new(FakePods::default());
+    let states = Arc::new(CountingStates {
+        inner: pods.clone(),
+        asked: Default::default(),
+    });
+    let dsw = Arc::new(DesiredStateOfWorld::new(builtin_plugins()));
+    let asw = Arc::new(ActualStateOfWorld::new(builtin_plugins()));
+    let populator = Populator::new(dsw.clone(), asw.clone(), pods.clone(), states.clone());
+    for i in 0..100 {
+        pods.add(pod_with_volumes(
+            &format!("p{i}"),
+            vec![volume(empty_dir("v"))],
+        ));
+    }
+    populator.populate_changed(); // not steady yet: a full pass
+    assert_eq!(dsw.pods().len(), 100);
+    let asked = |f: &dyn Fn()| {
+        states.asked.store(0, Ordering::SeqCst);
+        f();
+        states.asked.load(Ordering::SeqCst)
+    };
+    assert_eq!(
+        asked(&|| populator.populate_changed()),
+        0,
+        "nothing changed"
+    );
+    pods.add(pod_with_volumes("new", vec![volume(empty_dir("v"))]));
+    assert_eq!(
+        asked(&|| populator.populate_changed()),
+        1,
+        "the new pod only"
+    );
+    assert!(dsw.pods().contains(&UniquePodName::new("new")));
+    // Deleted, containers still running: kept; the runtime gone (the workers' log): removed.
+    pods.remove("p3");
+    populator.populate_changed();
+    assert!(dsw.pods().contains(&UniquePodName::new("p3")));
+    pods.set_runtime_removed("p3");
+    assert_eq!(asked(&|| populator.populate_changed()), 1);
+    assert!(!dsw.pods().contains(&UniquePodName::new("p3")));
+    // V22's quirk: known, runtime gone, never mounted: kept, and looked at again on each pass
+    // until its mount shows, then removed.
+    pods.set_runtime_removed("p5");
+    populator.populate_changed();
+    assert!(dsw.pods().contains(&UniquePodName::new("p5")));
+    let vol = dsw.volume_names_for_pod(&UniquePodName::new("p5"))["v"].clone();
+    asw.mark_volume_as_attached(Some(vol.clone()), &empty_dir("v"), "")
+        .unwrap();
+    asw.mark_volume_as_mounted(MarkVolumeOpts {
+        pod_name: UniquePodName::new("p5"),
+        pod_uid: rustlet_core::PodUid::new("p5"),
+        volume_name: vol,
+        spec: empty_dir("v"),
+        outer_volume_spec_name: "v".into(),
+        volume_gid: None,
+        state: VolumeMountState::Mounted,
+    })
+    .unwrap();
+    populator.populate_changed();
+    assert!(!dsw.pods().contains(&UniquePodName::new("p5")));
+    // A reprocess request is served by the next pass.
+    populator.reprocess_pod(&UniquePodName::new("p7"));
+    assert_eq!(asked(&|| populator.populate_changed()), 1);
+    assert_eq!(asked(&|| populator.populate_changed()), 0);
+    // The same decisions as a full pass: nothing left for it to do.
+    let before = dsw.pods();
+    populator.populate();
+    assert_eq!(dsw.pods(), before);
+}

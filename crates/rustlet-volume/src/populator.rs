@@ -29,7 +29,8 @@ pub trait PodSource: Send + Sync {
         let _ = cursor;
         rustlet_core::PodChanges::All { cursor: 0 }
     }
-    /// One pod by UID. The default looks through [`Self::pods`].
+    /// One pod by UID. The default looks through [`Self::pods`] (a copy of every pod: a source
+    /// with an index should say so).
     fn pod(&self, uid: &PodUid) -> Option<Arc<Pod>> {
         self.pods().into_iter().find(|p| PodUid::of(p) == *uid)
     }

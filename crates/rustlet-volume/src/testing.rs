@@ -285,6 +285,8 @@ pub fn pod(uid: &str) -> Arc<Pod> {
 #[derive(Debug)]
 pub struct FakePods {
     pods: Mutex<Vec<Arc<Pod>>>,
+    /// The same pods by UID (O(1) [`crate::populator::PodSource::pod`]).
+    by_uid: Mutex<HashMap<PodUid, Arc<Pod>>>,
     ready: std::sync::atomic::AtomicBool,
     terminating: Mutex<std::collections::HashSet<PodUid>>,
     removed: Mutex<std::collections::HashSet<PodUid>>,
@@ -298,6 +300,7 @@ impl Default for FakePods {
     fn default() -> Self {
         Self {
             pods: Mutex::new(Vec::new()),
+            by_uid: Mutex::default(),
             ready: std::sync::atomic::AtomicBool::new(true),
             terminating: Mutex::default(),
             removed: Mutex::default(),
@@ -311,14 +314,19 @@ impl FakePods {
     /// Adds (or replaces) a pod.
     pub fn add(&self, pod: Arc<Pod>) {
         let mut pods = self.pods.lock().unwrap();
-        self.changes.lock().unwrap().record(PodUid::of(&pod));
-        pods.retain(|p| PodUid::of(p) != PodUid::of(&pod));
+        let uid = PodUid::of(&pod);
+        self.changes.lock().unwrap().record(uid.clone());
+        let replaced = self.by_uid.lock().unwrap().insert(uid, pod.clone());
+        if let Some(old) = replaced {
+            pods.retain(|p| !Arc::ptr_eq(p, &old));
+        }
         pods.push(pod);
     }
 
     /// Removes a pod from the source.
     pub fn remove(&self, uid: &str) {
         self.changes.lock().unwrap().record(PodUid::new(uid));
+        self.by_uid.lock().unwrap().remove(&PodUid::new(uid));
         self.pods
             .lock()
             .unwrap()
@@ -354,6 +362,10 @@ impl crate::populator::PodSource for FakePods {
 
     fn changes_since(&self, cursor: u64) -> rustlet_core::PodChanges {
         self.changes.lock().unwrap().since(cursor)
+    }
+
+    fn pod(&self, uid: &PodUid) -> Option<Arc<Pod>> {
+        self.by_uid.lock().unwrap().get(uid).cloned()
     }
 }
 

@@ -48,6 +48,10 @@ pub struct VolumeManagerConfig {
     pub node_allocatable_memory: Option<u64>,
     /// This node (its name and labels), for the node affinity of PersistentVolumes.
     pub node: NodeIdentity,
+    /// Every this many resyncs, the populator looks at every pod (a consistency check); the
+    /// others, like every event, look at the pods the pod source and the pod workers logged
+    /// as changed. 1: every resync looks at every pod, as upstream's loop does.
+    pub full_populate_every: u32,
 }
 
 impl VolumeManagerConfig {
@@ -60,6 +64,7 @@ impl VolumeManagerConfig {
             remount_period: Duration::from_secs(60),
             node_allocatable_memory: None,
             node: NodeIdentity::default(),
+            full_populate_every: 10,
         }
     }
 }
@@ -350,6 +355,7 @@ impl VolumeManager {
         let claims_resolved = self.populator.claims_resolved();
         let mut pacer = PassPacer::new(tokio::time::Instant::now());
         let mut housekeeping = HousekeepingGate::default();
+        let mut resyncs: u32 = 0;
         loop {
             let started = std::time::Instant::now();
             match populate {
@@ -433,8 +439,14 @@ impl VolumeManager {
                             debug!(?kept, "orphaned pod directory kept");
                         }
                     }
-                    // The safety net looks at every pod (upstream's every pass does).
-                    Populate::Everything
+                    // The safety net looks at every pod now and then (upstream's every pass
+                    // does), and otherwise at what the logs say changed.
+                    resyncs = resyncs.wrapping_add(1);
+                    if resyncs.is_multiple_of(self.config.full_populate_every.max(1)) {
+                        Populate::Everything
+                    } else {
+                        Populate::Changed
+                    }
                 }
             };
             // Under a storm, events come faster than passes (each is O(pods)): the next pass
@@ -730,7 +742,7 @@ enum Populate {
     No,
     /// The pods that changed (an event).
     Changed,
-    /// Every pod (the first pass, and the resync safety net).
+    /// Every pod (the first pass, and every `full_populate_every`-th resync).
     Everything,
 }
 

@@ -689,3 +689,76 @@ fn housekeeping_runs_when_something_changed_and_at_least_every_thirty_periods() 
     pods.remove("p");
     assert!(gate.due(&pods, (2, 2)), "a pod went");
 }
+
+/// The pod workers' view, counting how many pods the populator asks about.
+struct CountingStates {
+    inner: Arc<FakePods>,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::populator::PodStateProvider for CountingStates {
+    fn should_pod_containers_be_terminating(&self, uid: &rustlet_core::PodUid) -> bool {
+        self.inner.should_pod_containers_be_terminating(uid)
+    }
+    fn should_pod_runtime_be_removed(&self, uid: &rustlet_core::PodUid) -> bool {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.should_pod_runtime_be_removed(uid)
+    }
+    fn changes_since(&self, cursor: u64) -> rustlet_core::PodChanges {
+        crate::populator::PodStateProvider::changes_since(&*self.inner, cursor)
+    }
+}
+
+/// The running loop on an idle node (paused time): of ten resyncs, one looks at every pod
+/// and the others at what changed (nothing), so the populator asks about each pod once per
+/// ten seconds, not every second; a pod added meanwhile is mounted at once all the same.
+#[tokio::test(start_paused = true)]
+async fn resyncs_look_at_every_pod_once_in_ten() {
+    use std::sync::atomic::Ordering;
+    let root = tempfile::tempdir().unwrap();
+    let pods = Arc::new(FakePods::default());
+    let states = Arc::new(CountingStates {
+        inner: pods.clone(),
+        asked: Default::default(),
+    });
+    let deps = VolumeManagerDeps {
+        pods: pods.clone(),
+        states: states.clone(),
+        mounter: Arc::new(FakeMounter::new()),
+        plugins: builtin_plugins(),
+        events: Arc::new(FakeRecorder::default()),
+        node: Arc::new(crate::node::NothingAttached),
+        objects: None,
+    };
+    let manager = Arc::new(VolumeManager::new(
+        deps,
+        VolumeManagerConfig::new(root.path()),
+    ));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    let all: Vec<_> = (0..50)
+        .map(|i| pod_with_volumes(&format!("p{i}"), vec![empty_dir("v", None)]))
+        .collect();
+    for pod in &all {
+        pods.add(pod.clone());
+    }
+    manager.pod_updated();
+    for pod in &all {
+        manager.wait_for_attach_and_mount(pod).await.unwrap();
+    }
+    // Settle to a resync boundary, then count over ten of them.
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    states.asked.store(0, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let asked = states.asked.load(Ordering::SeqCst);
+    assert!(
+        (50..=2 * 50).contains(&asked),
+        "one full look at 50 pods in ten resyncs (upstream's shape: ten), asked {asked}"
+    );
+    let late = pod_with_volumes("late", vec![empty_dir("v", None)]);
+    pods.add(late.clone());
+    manager.pod_updated();
+    manager.wait_for_attach_and_mount(&late).await.unwrap();
+    cancel.cancel();
+    task.await.unwrap();
+}

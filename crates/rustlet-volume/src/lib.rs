@@ -34,6 +34,10 @@
 //! (unmount what is no longer desired; wait for attach, MountDevice and SetUp what is; then
 //! UnmountDevice and drop volumes nobody uses); [`reconstruct`] rebuilds the actual state from
 //! the pod directories after a restart. [`manager::VolumeManager`] runs it all, event-driven.
+//! Passes are O(changed): each cache write declares the volumes it touches
+//! (`cache::Touch`, collected in [`cache::Touched`]), and the reconciler looks at those; the populator's event passes look at
+//! the pods its seams' change logs name. Whole scans remain the rare consistency check; the
+//! outcome of a pass is the one a whole scan would reach.
 //!
 //! Plugins: emptyDir and hostPath ([`plugins::builtin_plugins`]); with an objects seam
 //! ([`objects::VolumeObjects`] in [`manager::VolumeManagerDeps::objects`]) also configMap, secret, downwardAPI and projected

@@ -30,7 +30,7 @@ pub(crate) enum Touch<'a> {
     Nothing,
 }
 
-/// The volumes written since the reconciler last took them. Bounded: past [`Touched::LIMIT`]
+/// The volumes written since the reconciler last took them. Bounded: past 65,536 volumes
 /// it only says that anything may have changed.
 #[derive(Debug, Default)]
 pub struct Touched {

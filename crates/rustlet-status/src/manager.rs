@@ -125,7 +125,7 @@ impl Shared {
     }
 
     /// The entry of `uid` was stored (or removed): the sync task's next batch looks at it.
-    fn mark_dirty(&self, uid: &PodUid, removed: bool) {
+    fn mark_dirty(&self, uid: &str, removed: bool) {
         let mut dirty = self.dirty.lock().unwrap_or_else(|e| e.into_inner());
         if dirty.overflow {
             return;
@@ -138,9 +138,9 @@ impl Shared {
             return;
         }
         if removed {
-            dirty.removed.push(uid.clone());
+            dirty.removed.push(PodUid::new(uid));
         } else if !dirty.uids.contains(uid) {
-            dirty.uids.insert(uid.clone());
+            dirty.uids.insert(PodUid::new(uid));
         }
     }
 
@@ -162,7 +162,7 @@ impl Shared {
     /// Upstream `deletePodStatus` (R26).
     pub(crate) fn delete_pod_status(&self, uid: &PodUid) {
         self.write().remove(uid);
-        self.mark_dirty(uid, true);
+        self.mark_dirty(uid.as_str(), true);
         self.resize().remove(uid);
         if let Some(latency) = &self.latency {
             latency.delete_pod_startup_state(uid);
@@ -256,8 +256,9 @@ impl StatusManager {
         status: PodStatus,
         source: UpdateSource,
     ) -> UpdateResult {
-        let uid = PodUid::of(pod);
-        let cached = map.get(&uid);
+        // Borrowed: the accepted path allocates no key for a pod already cached.
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let cached = map.get(uid);
         let mirror_status = match cached {
             Some(_) => None,
             None => self
@@ -298,8 +299,13 @@ impl StatusManager {
                         .inc();
                 }
                 let version = accepted.entry.version;
-                self.shared.mark_dirty(&uid, false);
-                map.insert(uid, accepted.entry);
+                self.shared.mark_dirty(uid, false);
+                match map.get_mut(uid) {
+                    Some(slot) => *slot = accepted.entry,
+                    None => {
+                        map.insert(PodUid::new(uid), accepted.entry);
+                    }
+                }
                 // Never blocks: a pending kick already covers this change.
                 let _ = self.shared.kick.try_send(());
                 UpdateResult::Stored(version)
@@ -385,7 +391,7 @@ impl StatusManager {
             let kept = keep.contains(uid);
             if !kept {
                 debug!(%uid, "Removing pod from status map.");
-                self.shared.mark_dirty(uid, true);
+                self.shared.mark_dirty(uid.as_str(), true);
             }
             kept
         });

@@ -14,7 +14,8 @@
 //!    (the whole, and per pod from its manifest's write to the poll that first saw it
 //!    Running: median and p99; the poll runs every 10 ms, every 100 ms above 100 pods, and
 //!    bounds the resolution), idle CPU of the agent over 10 s
-//!    with every pod running, and its peak RSS (`VmHWM`). Each run gets a fresh ext4 file
+//!    with every pod running (`-- steady`: also over 60 s from 30 s after, settled), and its
+//!    peak RSS (`VmHWM`). Each run gets a fresh ext4 file
 //!    system on a loop device (`-- shared-fs`: the shared temporary directory instead, where
 //!    the previous runs' removals slow inode allocation), and measures its floor on it first.
 //! 2. Kube mode against the test API server: API requests the agent makes per pod lifecycle
@@ -298,6 +299,13 @@ fn local_mode(dir: &Path, pods: usize) {
     let idle = Duration::from_secs(10);
     std::thread::sleep(idle);
     let cpu = cpu_seconds(pid) - cpu_before;
+    // `-- steady`: also the settled agent's idle CPU, over 60 s from 30 s after all Running.
+    let steady = std::env::args().any(|a| a == "steady").then(|| {
+        std::thread::sleep(Duration::from_secs(20));
+        let before = cpu_seconds(pid);
+        std::thread::sleep(Duration::from_secs(60));
+        (cpu_seconds(pid) - before) / 60.0 * 100.0
+    });
     let rss = peak_rss_mib(pid);
     stop(child);
     println!(
@@ -309,6 +317,9 @@ fn local_mode(dir: &Path, pods: usize) {
         idle.as_secs(),
         rss,
     );
+    if let Some(steady) = steady {
+        println!("  settled (30 s after all Running), idle CPU over 60 s: {steady:.3} % of a core");
+    }
     println!(
         "  floor, same file system, just before: {pods} pods' directories and ready files by plain syscalls: {:.1} ms by one thread, {:.1} ms by 32",
         floor_alone.as_secs_f64() * 1e3,

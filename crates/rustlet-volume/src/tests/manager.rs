@@ -11,6 +11,7 @@ use rustlet_mount::LinuxMounter;
 use rustlet_mount::fake::FakeMounter;
 use tokio_util::sync::CancellationToken;
 
+use super::CountingStates;
 use crate::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps, WaitCause, WaitError};
 use crate::mounter::Mounter;
 use crate::plugins::builtin_plugins;
@@ -58,9 +59,19 @@ fn start(root: &std::path::Path, mounter: Arc<dyn Mounter>, wait_timeout: Durati
 
 fn start_with(config: VolumeManagerConfig, mounter: Arc<dyn Mounter>) -> Running {
     let pods = Arc::new(FakePods::default());
+    start_with_states(config, mounter, pods.clone(), pods)
+}
+
+/// A running manager over `pods`, asking `states` about the pods' lifecycles.
+fn start_with_states(
+    config: VolumeManagerConfig,
+    mounter: Arc<dyn Mounter>,
+    pods: Arc<FakePods>,
+    states: Arc<dyn crate::populator::PodStateProvider>,
+) -> Running {
     let deps = VolumeManagerDeps {
         pods: pods.clone(),
-        states: pods.clone(),
+        states,
         mounter,
         plugins: builtin_plugins(),
         events: Arc::new(FakeRecorder::default()),
@@ -690,52 +701,25 @@ fn housekeeping_runs_when_something_changed_and_at_least_every_thirty_periods() 
     assert!(gate.due(&pods, (2, 2)), "a pod went");
 }
 
-/// The pod workers' view, counting how many pods the populator asks about.
-struct CountingStates {
-    inner: Arc<FakePods>,
-    asked: std::sync::atomic::AtomicUsize,
-}
-
-impl crate::populator::PodStateProvider for CountingStates {
-    fn should_pod_containers_be_terminating(&self, uid: &rustlet_core::PodUid) -> bool {
-        self.inner.should_pod_containers_be_terminating(uid)
-    }
-    fn should_pod_runtime_be_removed(&self, uid: &rustlet_core::PodUid) -> bool {
-        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.should_pod_runtime_be_removed(uid)
-    }
-    fn changes_since(&self, cursor: u64) -> rustlet_core::PodChanges {
-        crate::populator::PodStateProvider::changes_since(&*self.inner, cursor)
-    }
-}
-
 /// The running loop on an idle node (paused time): of ten resyncs, one looks at every pod
 /// and the others at what changed (nothing), so the populator asks about each pod once per
 /// ten seconds, not every second; a pod added meanwhile is mounted at once all the same.
 #[tokio::test(start_paused = true)]
 async fn resyncs_look_at_every_pod_once_in_ten() {
-    use std::sync::atomic::Ordering;
     let root = tempfile::tempdir().unwrap();
     let pods = Arc::new(FakePods::default());
-    let states = Arc::new(CountingStates {
-        inner: pods.clone(),
-        asked: Default::default(),
-    });
-    let deps = VolumeManagerDeps {
-        pods: pods.clone(),
-        states: states.clone(),
-        mounter: Arc::new(FakeMounter::new()),
-        plugins: builtin_plugins(),
-        events: Arc::new(FakeRecorder::default()),
-        node: Arc::new(crate::node::NothingAttached),
-        objects: None,
-    };
-    let manager = Arc::new(VolumeManager::new(
-        deps,
+    let states = Arc::new(CountingStates::new(pods.clone()));
+    let Running {
+        manager,
+        cancel,
+        task,
+        ..
+    } = start_with_states(
         VolumeManagerConfig::new(root.path()),
-    ));
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+        Arc::new(FakeMounter::new()),
+        pods.clone(),
+        states.clone(),
+    );
     let all: Vec<_> = (0..50)
         .map(|i| pod_with_volumes(&format!("p{i}"), vec![empty_dir("v", None)]))
         .collect();
@@ -748,9 +732,9 @@ async fn resyncs_look_at_every_pod_once_in_ten() {
     }
     // Settle to a resync boundary, then count over ten of them.
     tokio::time::sleep(Duration::from_millis(10_500)).await;
-    states.asked.store(0, Ordering::SeqCst);
+    let before = states.asked.load(std::sync::atomic::Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let asked = states.asked.load(Ordering::SeqCst);
+    let asked = states.asked.load(std::sync::atomic::Ordering::SeqCst) - before;
     assert!(
         (50..=2 * 50).contains(&asked),
         "one full look at 50 pods in ten resyncs (upstream's shape: ten), asked {asked}"

@@ -214,35 +214,13 @@ fn v17_has_added_pods_waits_for_the_sources() {
     assert!(f.populator.has_added_pods().load(Ordering::SeqCst));
 }
 
-/// The pod workers' view, counting how many pods a pass asks about.
-struct CountingStates {
-    inner: Arc<FakePods>,
-    asked: std::sync::atomic::AtomicUsize,
-}
-
-impl crate::populator::PodStateProvider for CountingStates {
-    fn should_pod_containers_be_terminating(&self, uid: &rustlet_core::PodUid) -> bool {
-        self.inner.should_pod_containers_be_terminating(uid)
-    }
-    fn should_pod_runtime_be_removed(&self, uid: &rustlet_core::PodUid) -> bool {
-        self.asked.fetch_add(1, Ordering::SeqCst);
-        self.inner.should_pod_runtime_be_removed(uid)
-    }
-    fn changes_since(&self, cursor: u64) -> rustlet_core::PodChanges {
-        crate::populator::PodStateProvider::changes_since(&*self.inner, cursor)
-    }
-}
-
 /// Issue 15: a pass of what changed makes V19-V22's decisions for the pods the source or the
 /// pod workers named (and those asked to be processed again, or kept for a later look), not
 /// for every pod; the resync's full pass stays the safety net.
 #[test]
 fn a_pass_of_what_changed_adds_and_removes_only_the_pods_named() {
     let pods = Arc::new(FakePods::default());
-    let states = Arc::new(CountingStates {
-        inner: pods.clone(),
-        asked: Default::default(),
-    });
+    let states = Arc::new(super::CountingStates::new(pods.clone()));
     let dsw = Arc::new(DesiredStateOfWorld::new(builtin_plugins()));
     let asw = Arc::new(ActualStateOfWorld::new(builtin_plugins()));
     let populator = Populator::new(dsw.clone(), asw.clone(), pods.clone(), states.clone());
@@ -254,11 +232,7 @@ fn a_pass_of_what_changed_adds_and_removes_only_the_pods_named() {
     }
     populator.populate_changed(); // not steady yet: a full pass
     assert_eq!(dsw.pods().len(), 100);
-    let asked = |f: &dyn Fn()| {
-        states.asked.store(0, Ordering::SeqCst);
-        f();
-        states.asked.load(Ordering::SeqCst)
-    };
+    let asked = |f: &dyn Fn()| states.asked_by(f);
     assert_eq!(
         asked(&|| populator.populate_changed()),
         0,

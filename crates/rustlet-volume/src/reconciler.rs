@@ -55,7 +55,7 @@ pub enum PassScope {
     /// No pass yet.
     #[default]
     None,
-    /// Nothing changed since a pass that found nothing to do: no look at all.
+    /// Nothing written and nothing held back since the last pass: no look at all.
     Skipped,
     /// This many volumes (written since the pass before, or held back in it).
     Volumes(usize),
@@ -67,9 +67,6 @@ pub enum PassScope {
 /// since the last one, not at every volume).
 #[derive(Debug, Default)]
 struct NextPass {
-    /// (desired generation, actual generation, sources ready) after the last pass that found
-    /// nothing to do and met no obstacle: while they are unchanged, a pass has nothing to do.
-    idle_at: Option<(u64, u64, bool)>,
     /// Volumes whose last look met an obstacle (an operation running or backing off, no room,
     /// not attached yet): looked at again by every pass until it clears.
     retry: HashSet<UniqueVolumeName>,
@@ -186,36 +183,32 @@ impl Reconciler {
         false
     }
 
-    /// One pass (V42). When neither state changed since a pass that found nothing to do, the
-    /// scan is skipped: it would find nothing again (the event-driven steady state is O(1)).
-    /// Otherwise the pass looks at the volumes either state wrote since the last pass and at
-    /// those that met an obstacle in it (O(changed)); after a change of the sources-ready flag
-    /// or an obstacle not tied to a volume, at every volume, as upstream's every pass does.
+    /// One pass (V42) over the volumes either state wrote since the last pass and those that
+    /// met an obstacle or had an operation started in it (O(changed)); none: the pass is
+    /// skipped, it would find nothing (the event-driven steady state is O(1)). After a change
+    /// of the sources-ready flag or an obstacle not tied to a volume, every volume, as
+    /// upstream's every pass does.
     pub fn reconcile(&self) -> PassReport {
         let ready = self.sources_ready.load(Ordering::Acquire);
         let mut touched = self.dsw.take_touched();
         touched.merge(self.asw.take_touched());
-        let fingerprint = (self.dsw.generation(), self.asw.generation(), ready);
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
-        if next.idle_at == Some(fingerprint) && touched.volumes.is_empty() && !touched.all {
-            next.last = PassScope::Skipped;
-            return PassReport::default();
-        }
         let everything = touched.all
             || next.everything
             || next.ready != Some(ready)
             || self.waits_for_node_status();
+        let mut volumes = std::mem::take(&mut next.retry);
+        volumes.extend(touched.volumes);
         let outcome = if everything {
             next.last = PassScope::Everything;
             self.pass(Scope::All, ready)
+        } else if volumes.is_empty() {
+            next.last = PassScope::Skipped;
+            return PassReport::default();
         } else {
-            let mut volumes = std::mem::take(&mut next.retry);
-            volumes.extend(touched.volumes);
             next.last = PassScope::Volumes(volumes.len());
             self.pass(Scope::Volumes(&volumes), ready)
         };
-        let clean = outcome.clean();
-        next.idle_at = (clean && outcome.report == PassReport::default()).then_some(fingerprint);
         next.ready = Some(ready);
         next.everything = outcome.everything;
         next.retry = outcome.retry;
@@ -253,7 +246,7 @@ impl Reconciler {
             // nests, and no writer holds one cache while taking the other, so no cycle forms.
             let stale = {
                 let desired = self.dsw.reader();
-                self.asw.possibly_mounted_in(scope, |volume, pod| {
+                self.asw.possibly_mounted_where(scope, |volume, pod| {
                     !desired.pod_exists_in_volume(pod, volume)
                 })
             };
@@ -271,7 +264,7 @@ impl Reconciler {
         // V44. Only pairs not already mounted are copied out: the steady state copies nothing.
         let pending = {
             let actual = self.asw.reader();
-            self.dsw.volumes_to_mount_in(scope, |volume, pod| {
+            self.dsw.volumes_to_mount_where(scope, |volume, pod| {
                 !actual.is_mounted_and_current(pod, volume)
             })
         };

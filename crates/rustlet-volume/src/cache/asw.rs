@@ -610,21 +610,14 @@ impl ActualStateOfWorld {
         })
     }
 
-    /// Mounted or uncertain entries for which `wanted(volume, pod)` is true, cloned.
+    /// Mounted or uncertain entries of the volumes in `scope` for which `wanted(volume, pod)`
+    /// is true, cloned.
     pub fn possibly_mounted_where(
-        &self,
-        wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
-    ) -> Vec<MountedVolume> {
-        self.possibly_mounted_in(Scope::All, wanted)
-    }
-
-    /// [`Self::possibly_mounted_where`] over the volumes in `scope`.
-    pub fn possibly_mounted_in(
         &self,
         scope: Scope<'_>,
         mut wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
     ) -> Vec<MountedVolume> {
-        self.mounted_filter_in(scope, |volume, pod, state| {
+        self.mounted_filter(scope, |volume, pod, state| {
             state != VolumeMountState::NotMounted && wanted(volume, pod)
         })
     }
@@ -633,17 +626,10 @@ impl ActualStateOfWorld {
         &self,
         filter: impl Fn(&UniquePodName, VolumeMountState) -> bool,
     ) -> Vec<MountedVolume> {
-        self.mounted_filter(|_, pod, state| filter(pod, state))
+        self.mounted_filter(Scope::All, |_, pod, state| filter(pod, state))
     }
 
     fn mounted_filter(
-        &self,
-        filter: impl FnMut(&UniqueVolumeName, &UniquePodName, VolumeMountState) -> bool,
-    ) -> Vec<MountedVolume> {
-        self.mounted_filter_in(Scope::All, filter)
-    }
-
-    fn mounted_filter_in(
         &self,
         scope: Scope<'_>,
         mut filter: impl FnMut(&UniqueVolumeName, &UniquePodName, VolumeMountState) -> bool,

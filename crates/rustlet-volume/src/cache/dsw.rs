@@ -342,7 +342,7 @@ impl DesiredStateOfWorld {
 
     /// Every (volume, pod) pair to mount.
     pub fn volumes_to_mount(&self) -> Vec<VolumeToMount> {
-        self.volumes_to_mount_where(|_, _| true)
+        self.volumes_to_mount_where(Scope::All, |_, _| true)
     }
 
     /// The volumes `pod_name` wants, through the per-pod index: costs the pod's volumes, not
@@ -366,17 +366,10 @@ impl DesiredStateOfWorld {
             .collect()
     }
 
-    /// The (volume, pod) pairs for which `wanted(volume, pod)` is true, cloned; the others are
-    /// only looked at (the reconciler's steady state clones nothing).
+    /// The (volume, pod) pairs of the volumes in `scope` for which `wanted(volume, pod)` is
+    /// true, cloned; the others are only looked at (the reconciler's steady state clones
+    /// nothing).
     pub fn volumes_to_mount_where(
-        &self,
-        wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
-    ) -> Vec<VolumeToMount> {
-        self.volumes_to_mount_in(Scope::All, wanted)
-    }
-
-    /// [`Self::volumes_to_mount_where`] over the volumes in `scope`.
-    pub fn volumes_to_mount_in(
         &self,
         scope: Scope<'_>,
         mut wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,

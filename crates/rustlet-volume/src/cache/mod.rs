@@ -9,9 +9,9 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use rustlet_core::UniqueVolumeName;
 
-/// A cache's state behind a lock, with a generation that every write bumps (the reconciler
-/// skips a pass when neither cache's generation moved) and the volumes each write touched
-/// (the reconciler's next pass looks at those, not at every volume).
+/// A cache's state behind a lock, with a generation that every write bumps (housekeeping
+/// runs only when it moved) and the volumes each write touched (the reconciler's next pass
+/// looks at those, not at every volume).
 #[derive(Debug, Default)]
 struct Generational<T> {
     inner: RwLock<T>,

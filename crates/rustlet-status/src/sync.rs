@@ -602,20 +602,17 @@ impl Syncer {
                     self.written_rv.insert(api_uid.clone(), rv);
                 }
                 self.ctx.shared.mark_synced(&uid, version);
+                // A deleted pod's status is dropped (`delete_pod_status`); the dirty list's
+                // removal makes the next batch forget what was synced of it, so a pod back
+                // under the same UID (a manifest restored with its own UID) is synced at once.
                 match deletion {
-                    // The pod is deleted (or already gone) and its status dropped: what was
-                    // synced of it goes too, so a pod that comes back with the same UID (a
-                    // manifest restored with its own UID) has its first status synced at once
-                    // instead of looking synced up to the old version until the next full batch.
                     Deletion::Failed(e) if e.is_not_found() => {
                         // The pod is already gone: the deletion is done.
                         self.ctx.shared.delete_pod_status(&uid);
-                        self.forget_synced(&api_uid);
                         self.backoff.remove(&uid);
                     }
                     Deletion::Failed(e) => self.schedule_retry(uid, &e),
                     Deletion::Deleted => {
-                        self.forget_synced(&api_uid);
                         self.backoff.remove(&uid);
                     }
                     Deletion::NotDue => {

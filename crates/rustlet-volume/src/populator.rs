@@ -325,17 +325,25 @@ impl Populator {
     /// every source was ready (V17).
     pub fn populate(&self) {
         let sources_ready = self.pods.all_sources_ready();
-        self.find_and_add_new_pods();
-        self.find_and_remove_deleted_pods();
+        let steady = self.has_added_pods.load(Ordering::Acquire);
+        let pods = self.pods.pods();
+        for pod in &pods {
+            self.add_pod(pod, steady);
+        }
+        // V22 for every pod the desired state or the populator's own maps know; the same
+        // decision per pod as a pass of what changed makes.
+        let known: HashMap<UniquePodName, &Arc<Pod>> =
+            pods.iter().map(|p| (unique_pod_name(p), p)).collect();
+        let mut names: HashSet<UniquePodName> = self.dsw.pods().into_iter().collect();
+        names.extend(self.dsw.pods_with_errors());
+        names.extend(self.processed().keys().cloned());
+        names.extend(self.downward().keys().cloned());
+        names.extend(self.registered().keys().cloned());
+        for name in &names {
+            self.remove_pod(name, known.get(name).copied());
+        }
         if sources_ready {
             self.has_added_pods.store(true, Ordering::Release);
-        }
-    }
-
-    fn find_and_add_new_pods(&self) {
-        let steady = self.has_added_pods.load(Ordering::Acquire);
-        for pod in self.pods.pods() {
-            self.add_pod(&pod, steady);
         }
     }
 
@@ -374,6 +382,7 @@ impl Populator {
             cursors.1 = states.cursor();
             (source, states)
         };
+        // What changed so far is covered by a full pass too (the cursors moved on).
         let (
             PodChanges::Since { uids: changed, .. },
             PodChanges::Since {
@@ -382,10 +391,10 @@ impl Populator {
             },
         ) = (source, states)
         else {
-            return self.full_pass();
+            return self.populate();
         };
         if !steady {
-            return self.full_pass();
+            return self.populate();
         }
         let mut visit: HashSet<UniquePodName> = std::mem::take(&mut *self.recheck());
         visit.extend(
@@ -409,12 +418,9 @@ impl Populator {
         }
     }
 
-    /// [`Self::populate`] after taking the logs' cursors (what changed so far is covered).
-    fn full_pass(&self) {
-        self.populate();
-    }
-
-    /// The removal half of a pass (V22), for one pod; `known`: the pod in the source.
+    /// The removal half of a pass (V22), for one pod; `known`: the pod in the source. Removes
+    /// its pairs once its runtime is gone (but V22's quirk), and forgets what the populator
+    /// kept of a pod that is neither in the source nor in the desired state.
     fn remove_pod(&self, name: &UniquePodName, known: Option<&Arc<Pod>>) {
         let uid = PodUid::new(name.as_str());
         let runtime_removed = self.states.should_pod_runtime_be_removed(&uid);
@@ -522,78 +528,6 @@ impl Populator {
             // Seen before (by a wait's reprocess): retried only after the next reprocess, so a
             // broken pod does not cost API calls every pass.
             *flag = true;
-        }
-    }
-
-    /// V22.
-    fn find_and_remove_deleted_pods(&self) {
-        let known: HashMap<UniquePodName, Arc<Pod>> = self
-            .pods
-            .pods()
-            .into_iter()
-            .map(|p| (unique_pod_name(&p), p))
-            .collect();
-        // Only the pairs to remove are copied out; the others are looked at in place.
-        let mut recheck = Vec::new();
-        let removable = self.dsw.pairs_where(|volume, pod| {
-            let uid = PodUid::new(pod.as_str());
-            // Containers may still run: keep (V22 steps 1-2).
-            if !self.states.should_pod_runtime_be_removed(&uid) {
-                return false;
-            }
-            // Upstream quirk (V22 step 3): a known pod whose volume never mounted stays (a
-            // later pass of only what changed looks at it again).
-            if known.contains_key(pod) && self.asw.pod_removed_from_volume(pod, volume) {
-                recheck.push(pod.clone());
-                return false;
-            }
-            true
-        });
-        self.recheck().extend(recheck);
-        for (volume_name, pod_name) in removable {
-            debug!(pod = %pod_name, volume = %volume_name, "Removing volume from desired state");
-            self.dsw.delete_pod_from_volume(&pod_name, &volume_name);
-            self.processed().remove(&pod_name);
-        }
-        let in_dsw = self.dsw.pods();
-        self.downward()
-            .retain(|pod, _| known.contains_key(pod) || in_dsw.contains(pod));
-        self.processed().retain(|pod, _| {
-            known.contains_key(pod)
-                || in_dsw.contains(pod)
-                || !self
-                    .states
-                    .should_pod_runtime_be_removed(&PodUid::new(pod.as_str()))
-        });
-        for pod in self.dsw.pods_with_errors() {
-            if !known.contains_key(&pod) {
-                self.dsw.pop_pod_errors(&pod);
-            }
-        }
-        {
-            let gone: Vec<Arc<Pod>> = {
-                let mut registered = self.registered();
-                let names: Vec<UniquePodName> = registered
-                    .keys()
-                    .filter(|pod| {
-                        !known.contains_key(*pod)
-                            && !in_dsw.contains(*pod)
-                            && self
-                                .states
-                                .should_pod_runtime_be_removed(&PodUid::new(pod.as_str()))
-                    })
-                    .cloned()
-                    .collect();
-                names
-                    .iter()
-                    .filter_map(|name| registered.remove(name))
-                    .collect()
-            };
-            if let Some(objects) = &self.objects {
-                for pod in gone {
-                    objects.unregister_pod(&pod);
-                }
-            }
         }
     }
 }

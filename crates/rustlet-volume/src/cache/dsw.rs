@@ -386,23 +386,6 @@ impl DesiredStateOfWorld {
         out
     }
 
-    /// The (volume, pod) pairs for which `wanted` is true, as names only.
-    pub fn pairs_where(
-        &self,
-        mut wanted: impl FnMut(&UniqueVolumeName, &UniquePodName) -> bool,
-    ) -> Vec<(UniqueVolumeName, UniquePodName)> {
-        let inner = self.read();
-        let mut out = Vec::new();
-        for (volume_name, entry) in &inner.volumes {
-            for pod_name in entry.pods.keys() {
-                if wanted(volume_name, pod_name) {
-                    out.push((volume_name.clone(), pod_name.clone()));
-                }
-            }
-        }
-        out
-    }
-
     /// Volumes per plugin (for the `volume_manager_total_volumes` metric).
     pub fn volume_counts_by_plugin(&self) -> BTreeMap<String, i64> {
         let inner = self.read();

@@ -348,7 +348,10 @@ async fn steady_state_pass(root: &Path) {
         assert_eq!(reconciler.reconcile(), Default::default());
         assert_eq!(
             reconciler.last_pass(),
-            rustlet_volume::reconciler::PassScope::Volumes(1)
+            rustlet_volume::reconciler::PassScope::Volumes {
+                looked: 1,
+                again: 0
+            }
         );
     });
     // Upstream's shape: copy every desired pair and every mounted volume, then compare.

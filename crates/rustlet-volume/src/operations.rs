@@ -4,7 +4,7 @@
 //! A key is (volume, pod, node); two keys conflict when the volumes are equal and set, and the
 //! pods (and nodes) are equal or either is unset. A key without a volume never conflicts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -125,7 +125,25 @@ pub struct NestedPendingOperations {
 struct Table {
     by_volume: HashMap<Option<UniqueVolumeName>, Vec<Entry>>,
     pending: usize,
+    ended: Ended,
 }
+
+/// Operations that ended since the last [`NestedPendingOperations::take_ended`], by volume:
+/// the reconciler looks at those volumes again (a failure writes no state, and its volume
+/// must be retried once its backoff ends), so it need not look at every started one on every
+/// pass while it runs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Ended {
+    /// The volumes whose operations ended.
+    pub volumes: HashSet<UniqueVolumeName>,
+    /// More ended than [`MAX_ENDED`] before anyone asked, or an operation without a volume
+    /// ended: the volumes are not named, look at every one.
+    pub overflow: bool,
+}
+
+/// At most this many ended volumes are kept for [`NestedPendingOperations::take_ended`]; past
+/// it the list says "everything" (a table nobody asks cannot grow without bound).
+pub const MAX_ENDED: usize = 4096;
 
 impl NestedPendingOperations {
     /// An empty table.
@@ -236,6 +254,15 @@ impl NestedPendingOperations {
                 });
             }
         }
+        match &key.volume {
+            Some(volume) if !table.ended.overflow && table.ended.volumes.len() < MAX_ENDED => {
+                table.ended.volumes.insert(volume.clone());
+            }
+            Some(_) | None => {
+                table.ended.volumes.clear();
+                table.ended.overflow = true;
+            }
+        }
         if table.pending == 0 {
             self.idle.notify_waiters();
         }
@@ -255,6 +282,16 @@ impl NestedPendingOperations {
         }
         self.wants_room.store(true, Ordering::Release);
         false
+    }
+
+    /// How many more operations may start under `limit` now.
+    pub fn room(&self, limit: usize) -> usize {
+        limit.saturating_sub(self.table().pending)
+    }
+
+    /// The operations that ended since the last call (see [`Ended`]).
+    pub fn take_ended(&self) -> Ended {
+        std::mem::take(&mut self.table().ended)
     }
 
     /// Resolves after an operation ended while [`Self::has_room`] had said no.
@@ -470,6 +507,45 @@ mod tests {
                 .is_err(),
             "nobody had asked: nothing announced"
         );
+    }
+
+    /// Issue 15: the volumes whose operations ended, success or failure, each once, until
+    /// asked; past `MAX_ENDED`, or for a key without a volume, "everything".
+    #[test]
+    fn ended_operations_name_their_volumes_until_asked() {
+        let table = NestedPendingOperations::new();
+        let (a, b) = (
+            OperationKey::new(vol("a"), pod("p")),
+            OperationKey::new(vol("b"), None),
+        );
+        table.start(&a, "volume_mount").unwrap();
+        table.start(&b, "volume_unmount").unwrap();
+        assert_eq!(table.take_ended(), Ended::default(), "still running");
+        table.finish(&a, Err("boom".into()));
+        table.finish(&b, Ok(()));
+        assert_eq!(
+            table.take_ended(),
+            Ended {
+                volumes: [vol("a"), vol("b")].into(),
+                overflow: false
+            }
+        );
+        assert_eq!(table.take_ended(), Ended::default(), "told once");
+        // An end nobody started names nothing.
+        table.finish(&OperationKey::new(vol("c"), None), Ok(()));
+        assert_eq!(table.take_ended(), Ended::default());
+
+        for i in 0..=MAX_ENDED {
+            let key = OperationKey::new(vol(&format!("v{i}")), None);
+            table.start(&key, "volume_mount").unwrap();
+            table.finish(&key, Ok(()));
+        }
+        let ended = table.take_ended();
+        assert!(ended.overflow && ended.volumes.is_empty(), "bounded");
+        let nameless = OperationKey::default();
+        table.start(&nameless, "verify").unwrap();
+        table.finish(&nameless, Ok(()));
+        assert!(table.take_ended().overflow);
     }
 
     #[tokio::test(start_paused = true)]

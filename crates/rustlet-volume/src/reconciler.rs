@@ -3,7 +3,7 @@
 //! attach-wait or mount what is, then drop volumes no pod uses. After a restart, nothing is
 //! unmounted until the reconstructed volumes were checked against the node status (V74).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +12,7 @@ use tracing::{debug, info};
 
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, PodVolumeState, Scope};
 use crate::executor::{ExecError, OperationExecutor};
-use crate::operations::OperationKey;
+use crate::operations::{OperationKey, StartError};
 
 /// What one pass started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,6 +25,15 @@ pub struct PassReport {
     pub detached: usize,
     /// UnmountDevice operations started.
     pub device_unmounts: usize,
+}
+
+impl PassReport {
+    fn add(&mut self, other: &Self) {
+        self.unmounts += other.unmounts;
+        self.mounts += other.mounts;
+        self.detached += other.detached;
+        self.device_unmounts += other.device_unmounts;
+    }
 }
 
 /// At most this many volume operations run at once, so a storm does not hold thousands of
@@ -57,8 +66,16 @@ pub enum PassScope {
     None,
     /// Nothing written and nothing held back since the last pass: no look at all.
     Skipped,
-    /// This many volumes (written since the pass before, or held back in it).
-    Volumes(usize),
+    /// `looked` volumes: written since the pass before, whose operations ended since, or held
+    /// back by the cap on operations in flight; `again` of them had met an obstacle (an
+    /// operation running or backing off, not attached yet) and are looked at again by every
+    /// pass until it clears.
+    Volumes {
+        /// Volumes looked at.
+        looked: usize,
+        /// Of those, the ones looked at again after an obstacle.
+        again: usize,
+    },
     /// Every volume.
     Everything,
 }
@@ -67,9 +84,13 @@ pub enum PassScope {
 /// since the last one, not at every volume).
 #[derive(Debug, Default)]
 struct NextPass {
-    /// Volumes whose last look met an obstacle (an operation running or backing off, no room,
-    /// not attached yet): looked at again by every pass until it clears.
+    /// Volumes whose last look met an obstacle (an operation running or backing off, not
+    /// attached yet): looked at again by every pass until it clears.
     retry: HashSet<UniqueVolumeName>,
+    /// Volumes not started for want of room under [`MAX_OPERATIONS_IN_FLIGHT`], in the order
+    /// met: a pass takes as many as there is room for, so a storm's held-back volumes are each
+    /// looked at about once, not by every pass while the first thousand run.
+    held_back: HeldBack,
     /// The sources-ready flag the last pass ran with (`None`: no pass yet). A change lets
     /// unmounts start: every volume is looked at.
     ready: Option<bool>,
@@ -80,20 +101,62 @@ struct NextPass {
     last: PassScope,
 }
 
+/// Volumes held back by the cap on operations in flight: first held back, first taken; each
+/// at most once.
+#[derive(Debug, Default)]
+struct HeldBack {
+    queue: VecDeque<UniqueVolumeName>,
+    members: HashSet<UniqueVolumeName>,
+}
+
+impl HeldBack {
+    fn push(&mut self, name: UniqueVolumeName) {
+        if self.members.insert(name.clone()) {
+            self.queue.push_back(name);
+        }
+    }
+
+    /// Up to `n` of the longest held back.
+    fn take(&mut self, n: usize) -> impl Iterator<Item = UniqueVolumeName> + '_ {
+        let n = n.min(self.queue.len());
+        self.queue.drain(..n).inspect(|name| {
+            self.members.remove(name);
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.queue.clear();
+        self.members.clear();
+    }
+}
+
 /// What one pass came to, besides its report.
 #[derive(Debug, Default)]
 struct PassOutcome {
     report: PassReport,
     /// Volumes that met an obstacle.
     retry: HashSet<UniqueVolumeName>,
+    /// Volumes not started for want of room, in order.
+    held_back: Vec<UniqueVolumeName>,
     /// An obstacle not tied to a volume.
     everything: bool,
 }
 
 impl PassOutcome {
     fn clean(&self) -> bool {
-        self.retry.is_empty() && !self.everything
+        self.retry.is_empty() && self.held_back.is_empty() && !self.everything
     }
+}
+
+/// Whether a volume whose operation could not start must be looked at again by the next
+/// pass: not when a conflicting operation runs on it (its end brings the volume back, see
+/// `take_ended`), else yes (a back-off, a wait for the node status).
+fn look_again(err: &ExecError) -> bool {
+    !matches!(err, ExecError::NotNow(StartError::AlreadyExists { .. }))
 }
 
 fn log_start_error(what: &str, err: &ExecError) {
@@ -183,36 +246,88 @@ impl Reconciler {
         false
     }
 
-    /// One pass (V42) over the volumes either state wrote since the last pass and those that
-    /// met an obstacle or had an operation started in it (O(changed)); none: the pass is
-    /// skipped, it would find nothing (the event-driven steady state is O(1)). After a change
-    /// of the sources-ready flag or an obstacle not tied to a volume, every volume, as
-    /// upstream's every pass does.
+    /// One pass (V42) over the volumes either state wrote since the last pass, those whose
+    /// operations ended since, those that met an obstacle, and as many held back by the cap
+    /// on operations in flight as there is room for (O(changed)); none: the pass is skipped,
+    /// it would find nothing (the event-driven steady state is O(1)). After a change of the
+    /// sources-ready flag or an obstacle not tied to a volume, every volume, as upstream's
+    /// every pass does.
     pub fn reconcile(&self) -> PassReport {
         let ready = self.sources_ready.load(Ordering::Acquire);
         let mut touched = self.dsw.take_touched();
         touched.merge(self.asw.take_touched());
+        let ended = self.executor.operations().take_ended();
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
         let everything = touched.all
+            || ended.overflow
             || next.everything
             || next.ready != Some(ready)
             || self.waits_for_node_status();
-        let mut volumes = std::mem::take(&mut next.retry);
-        volumes.extend(touched.volumes);
-        let outcome = if everything {
+        if everything {
             next.last = PassScope::Everything;
-            self.pass(Scope::All, ready)
-        } else if volumes.is_empty() {
-            next.last = PassScope::Skipped;
-            return PassReport::default();
+            next.held_back.clear();
+            let outcome = self.pass(Scope::All, ready);
+            next.ready = Some(ready);
+            next.everything = outcome.everything;
+            next.retry = outcome.retry;
+            for name in outcome.held_back {
+                next.held_back.push(name);
+            }
+            self.ask_for_room(&next);
+            return outcome.report;
+        }
+        let mut volumes = std::mem::take(&mut next.retry);
+        let again = volumes.len();
+        volumes.extend(touched.volumes);
+        volumes.extend(ended.volumes);
+        let mut report = PassReport::default();
+        let mut retry = HashSet::new();
+        let mut looked = 0;
+        // Held-back volumes join as room allows; when the ones taken need no operation (room
+        // is left), the next ones are looked at in the same call.
+        loop {
+            let room = self.executor.operations().room(MAX_OPERATIONS_IN_FLIGHT);
+            volumes.extend(next.held_back.take(room));
+            if volumes.is_empty() {
+                break;
+            }
+            looked += volumes.len();
+            let outcome = self.pass(Scope::Volumes(&volumes), ready);
+            report.add(&outcome.report);
+            retry.extend(outcome.retry);
+            next.everything |= outcome.everything;
+            for name in outcome.held_back {
+                next.held_back.push(name);
+            }
+            volumes.clear();
+            if next.held_back.is_empty()
+                || !self
+                    .executor
+                    .operations()
+                    .has_room(MAX_OPERATIONS_IN_FLIGHT)
+            {
+                break;
+            }
+        }
+        next.last = if looked == 0 {
+            PassScope::Skipped
         } else {
-            next.last = PassScope::Volumes(volumes.len());
-            self.pass(Scope::Volumes(&volumes), ready)
+            PassScope::Volumes { looked, again }
         };
         next.ready = Some(ready);
-        next.everything = outcome.everything;
-        next.retry = outcome.retry;
-        outcome.report
+        next.retry = retry;
+        self.ask_for_room(&next);
+        report
+    }
+
+    /// Volumes are held back: ask to hear when an operation ends (the manager then runs a
+    /// pass), unless there is room already (then the caller's next pass takes them).
+    fn ask_for_room(&self, next: &NextPass) {
+        if !next.held_back.is_empty() {
+            self.executor
+                .operations()
+                .has_room(MAX_OPERATIONS_IN_FLIGHT);
+        }
     }
 
     /// What the last [`Self::reconcile`] looked at.
@@ -251,11 +366,14 @@ impl Reconciler {
                 })
             };
             for mounted in stale {
-                // Started or not, the next pass looks again (a failure changes no state).
-                out.retry.insert(mounted.volume_name.clone());
+                // Not started: the next pass looks again. Started: its end brings the volume
+                // back (`take_ended`), success or failure.
                 match self.executor.unmount_volume(&mounted) {
                     Ok(_) => out.report.unmounts += 1,
                     Err(e) => {
+                        if look_again(&e) {
+                            out.retry.insert(mounted.volume_name.clone());
+                        }
                         log_start_error("operationExecutor.UnmountVolume", &e);
                     }
                 }
@@ -276,9 +394,21 @@ impl Reconciler {
                 .has_room(MAX_OPERATIONS_IN_FLIGHT)
             {
                 // The rest waits for a pass after some of the running ones end (the manager
-                // runs one when room is freed).
-                out.retry.insert(volume.volume_name.clone());
-                out.retry.extend(pending.map(|v| v.volume_name));
+                // runs one when room is freed); a volume whose operation runs comes back with
+                // its end.
+                let ops = self.executor.operations();
+                out.held_back.extend(
+                    std::iter::once(volume)
+                        .chain(pending)
+                        .map(|v| v.volume_name)
+                        .filter(|name| {
+                            !ops.is_operation_pending(&OperationKey {
+                                volume: Some(name.clone()),
+                                pod: None,
+                                node: None,
+                            })
+                        }),
+                );
                 break;
             }
             let mut state = self
@@ -311,12 +441,15 @@ impl Reconciler {
                 PodVolumeState::Mounted { .. } | PodVolumeState::NotAttached => continue,
             };
             debug!(volume = %volume.volume_name, pod = %volume.pod_name, remount, "operationExecutor.MountVolume started");
-            // Started or not, the next pass looks again: a SetUp that fails leaves the actual
-            // state as it was (no write, so no touch), and must be retried after its back-off.
-            out.retry.insert(volume.volume_name.clone());
+            // Not started (running, backing off): the next pass looks again. Started: its end
+            // brings the volume back (`take_ended`), also when a failed SetUp wrote nothing,
+            // and a pass then meets its back-off and keeps it until the back-off ends.
             match self.executor.mount_volume(&volume, remount, &device_path) {
                 Ok(_) => out.report.mounts += 1,
                 Err(e) => {
+                    if look_again(&e) {
+                        out.retry.insert(volume.volume_name.clone());
+                    }
                     log_start_error("operationExecutor.MountVolume", &e);
                 }
             }
@@ -333,15 +466,19 @@ impl Reconciler {
                     node: None,
                 };
                 if self.executor.operations().is_operation_pending(&key) {
-                    out.retry.insert(volume.volume_name.clone());
-                    continue;
+                    continue; // its end brings the volume back
                 }
                 if volume.device_state.may_be_mounted() {
-                    // The global mount goes first; the volume is dropped on a later pass.
-                    out.retry.insert(volume.volume_name.clone());
+                    // The global mount goes first; the volume is dropped on a later pass (the
+                    // operation's end brings it back).
                     match self.executor.unmount_device(&volume) {
                         Ok(_) => out.report.device_unmounts += 1,
-                        Err(e) => log_start_error("operationExecutor.UnmountDevice", &e),
+                        Err(e) => {
+                            if look_again(&e) {
+                                out.retry.insert(volume.volume_name.clone());
+                            }
+                            log_start_error("operationExecutor.UnmountDevice", &e);
+                        }
                     }
                     continue;
                 }

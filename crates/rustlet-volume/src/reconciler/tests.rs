@@ -144,6 +144,89 @@ async fn a_pass_starts_at_most_the_cap_of_operations() {
     assert_eq!(w.plugin.calls.set_ups(), pods);
 }
 
+/// Issue 15: volumes held back by the cap are not looked at by every pass while the cap is
+/// full (a storm's passes were O(held back) each); they join as room is freed, and the
+/// started ones come back through their ends, not by being looked at while they run.
+#[tokio::test(start_paused = true)]
+async fn held_back_volumes_wait_for_room_and_started_ones_for_their_end() {
+    use super::{MAX_OPERATIONS_IN_FLIGHT, PassScope};
+    let w = world();
+    let pods = MAX_OPERATIONS_IN_FLIGHT + 44;
+    for i in 0..pods {
+        w.add(&format!("p{i}"), "cache");
+    }
+    assert_eq!(w.reconciler.reconcile().mounts, MAX_OPERATIONS_IN_FLIGHT);
+    // The first pass recorded the started ones as attached (a write): each is looked at once
+    // more, and left to its end.
+    assert_eq!(w.reconciler.reconcile(), PassReport::default());
+    assert_eq!(
+        w.reconciler.last_pass(),
+        PassScope::Volumes {
+            looked: MAX_OPERATIONS_IN_FLIGHT,
+            again: 0
+        }
+    );
+    // The cap is full and nothing ended: nothing to look at.
+    assert_eq!(w.reconciler.reconcile(), PassReport::default());
+    assert_eq!(w.reconciler.last_pass(), PassScope::Skipped);
+    // The started ones end (each wrote its volume): those, and the held-back ones, once.
+    w.executor.operations().wait().await;
+    assert_eq!(w.pass().await.mounts, 44);
+    assert_eq!(
+        w.reconciler.last_pass(),
+        PassScope::Volumes {
+            looked: pods,
+            again: 0
+        }
+    );
+    assert_eq!(w.pass().await, PassReport::default());
+    assert_eq!(
+        w.reconciler.last_pass(),
+        PassScope::Volumes {
+            looked: 44,
+            again: 0
+        }
+    );
+    assert_eq!(w.pass().await, PassReport::default());
+    assert_eq!(w.reconciler.last_pass(), PassScope::Skipped);
+    assert_eq!(w.plugin.calls.set_ups(), pods);
+}
+
+/// Issue 15: a failed SetUp that wrote nothing is still retried after its back-off: its end
+/// names its volume to the next pass, which meets the back-off and keeps looking until it ends.
+#[tokio::test(start_paused = true)]
+async fn a_failed_operation_that_wrote_nothing_is_retried_after_its_back_off() {
+    use super::PassScope;
+    let w = world();
+    w.add("p1", FAIL_ON_SETUP);
+    w.pass().await; // recorded as attached (a write); the first SetUp fails
+    w.pass().await; // backing off
+    tokio::time::advance(Duration::from_millis(501)).await;
+    assert_eq!(w.pass().await.mounts, 1, "the second attempt");
+    // It failed again; this time nothing was written before it (already attached).
+    assert_eq!(w.pass().await, PassReport::default());
+    assert_eq!(
+        w.reconciler.last_pass(),
+        PassScope::Volumes {
+            looked: 1,
+            again: 0
+        },
+        "named by its end"
+    );
+    assert_eq!(w.pass().await, PassReport::default());
+    assert_eq!(
+        w.reconciler.last_pass(),
+        PassScope::Volumes {
+            looked: 1,
+            again: 1
+        },
+        "backing off: looked at again"
+    );
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    assert_eq!(w.pass().await.mounts, 1, "the third attempt");
+    assert_eq!(w.plugin.calls.set_ups(), 3);
+}
+
 #[tokio::test(start_paused = true)]
 async fn unmount_after_the_pod_leaves_then_the_volume_is_dropped() {
     let w = world();
@@ -374,15 +457,16 @@ async fn v55_a_remount_that_times_out_never_downgrades_a_mounted_volume() {
 #[tokio::test(start_paused = true)]
 async fn a_pass_looks_only_at_the_volumes_written_since_the_last() {
     use super::PassScope;
+    let volumes = |looked| PassScope::Volumes { looked, again: 0 };
     let w = world();
     for i in 0..50 {
         w.add(&format!("p{i}"), "cache");
     }
     assert_eq!(w.pass().await.mounts, 50);
     assert_eq!(w.reconciler.last_pass(), PassScope::Everything, "the first");
-    // The mounts it started are looked at once more (each wrote its volume).
+    // The mounts it started are looked at once more (each wrote its volume and ended).
     assert_eq!(w.pass().await, PassReport::default());
-    assert_eq!(w.reconciler.last_pass(), PassScope::Volumes(50));
+    assert_eq!(w.reconciler.last_pass(), volumes(50));
     assert_eq!(w.pass().await, PassReport::default());
     assert_eq!(
         w.reconciler.last_pass(),
@@ -392,19 +476,19 @@ async fn a_pass_looks_only_at_the_volumes_written_since_the_last() {
     // One pod more: its volume only, then once more after its mount.
     let vol = w.add("new", "cache");
     assert_eq!(w.pass().await.mounts, 1);
-    assert_eq!(w.reconciler.last_pass(), PassScope::Volumes(1));
+    assert_eq!(w.reconciler.last_pass(), volumes(1));
     assert!(
         w.asw
             .pod_exists_in_volume(&UniquePodName::new("new"), &vol)
             .is_mounted()
     );
     w.pass().await;
-    assert_eq!(w.reconciler.last_pass(), PassScope::Volumes(1));
+    assert_eq!(w.reconciler.last_pass(), volumes(1));
     // A pod leaves: its volume is unmounted, looking at it alone.
     w.dsw
         .delete_pod_from_volume(&UniquePodName::new("p7"), &w.add("p7", "cache"));
     assert_eq!(w.pass().await.unmounts, 1);
-    assert_eq!(w.reconciler.last_pass(), PassScope::Volumes(1));
+    assert_eq!(w.reconciler.last_pass(), volumes(1));
     // The sources' readiness flips: every volume once.
     w.ready.store(false, Ordering::SeqCst);
     w.pass().await;

@@ -669,6 +669,35 @@ fn pacer_holds_back_to_back_passes_to_a_quarter_of_a_core() {
     }
 }
 
+/// Issue 15: the pacer is charged for looking again (full passes, volumes re-looked after an
+/// obstacle), not for the work changes asked for.
+#[test]
+fn the_pacer_is_charged_for_looking_again_not_for_new_work() {
+    use crate::manager::{Populate, paced_cost};
+    use crate::reconciler::PassScope;
+    let cost = Duration::from_millis(8);
+    let volumes = |looked, again| PassScope::Volumes { looked, again };
+    assert_eq!(
+        paced_cost(Populate::Changed, volumes(3000, 0), cost),
+        Duration::ZERO,
+        "a storm's first pass: all new"
+    );
+    assert_eq!(
+        paced_cost(Populate::No, volumes(100, 25), cost),
+        Duration::from_millis(2)
+    );
+    assert_eq!(paced_cost(Populate::No, volumes(10, 10), cost), cost);
+    assert_eq!(
+        paced_cost(Populate::Changed, PassScope::Everything, cost),
+        cost
+    );
+    assert_eq!(paced_cost(Populate::Everything, volumes(10, 0), cost), cost);
+    assert_eq!(
+        paced_cost(Populate::Changed, PassScope::Skipped, cost),
+        cost
+    );
+}
+
 /// Housekeeping on an idle node: skipped while nothing changed since a run that kept nothing,
 /// but at least every `MAX_SKIPS + 1` periods; run again after any change of the pods, of
 /// either state, or after a run that kept an orphan.

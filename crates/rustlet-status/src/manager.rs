@@ -387,15 +387,22 @@ impl StatusManager {
     /// Drops every cached status whose UID is not in `keep` (R25). The sync task forgets what
     /// it synced of them in its next batch.
     pub fn remove_orphaned_statuses(&self, keep: &HashSet<PodUid>) {
+        self.retain_statuses(|uid| keep.contains(uid));
+    }
+
+    /// [`Self::remove_orphaned_statuses`] with the UIDs to keep as a predicate (the pod workers
+    /// ask their borrowed view of the pod source every housekeeping period, rather than copying
+    /// every UID into a set).
+    pub fn retain_statuses(&self, keep: impl Fn(&PodUid) -> bool) {
         self.shared.write().retain(|uid, _| {
-            let kept = keep.contains(uid);
+            let kept = keep(uid);
             if !kept {
                 debug!(%uid, "Removing pod from status map.");
                 self.shared.mark_dirty(uid.as_str(), true);
             }
             kept
         });
-        self.shared.resize().retain(|uid| keep.contains(uid));
+        self.shared.resize().retain(|uid| keep(uid));
     }
 
     /// The cached resize conditions of a pod: Pending first, then InProgress (R52).

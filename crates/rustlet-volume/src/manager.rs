@@ -422,9 +422,11 @@ impl VolumeManager {
                     }
                 } => Populate::No,
                 () = tokio::time::sleep_until(next_remount) => {
-                    // Issue 10 item 16: V19's remount marking, for pods nothing else reprocesses.
+                    // Issue 10 item 16: V19's remount marking, for pods nothing else reprocesses;
+                    // only those with a volume that wants it (issue 15: reprocessing every pod
+                    // each minute was a tenth of the settled agent's idle CPU).
                     next_remount = tokio::time::Instant::now() + self.config.remount_period;
-                    for pod in self.dsw.pods() {
+                    for pod in self.dsw.pods_requiring_remount() {
                         self.populator.reprocess_pod(&pod);
                     }
                     Populate::Changed

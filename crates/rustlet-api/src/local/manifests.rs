@@ -531,14 +531,18 @@ impl DirectorySync {
         })
     }
 
-    /// Forgets the UIDs of documents no file provides any more, and writes the state file
-    /// (a temporary file renamed over it) if anything changed.
-    fn save_uids(&mut self, report: &mut SyncReport) {
-        let provided: BTreeSet<&String> = self.files.values().flat_map(|a| &a.uid_keys).collect();
-        let before = self.uids.uids.len();
-        self.uids.uids.retain(|key, _| provided.contains(key));
-        if self.uids.uids.len() != before {
-            self.uids.dirty = true;
+    /// Forgets the UIDs of documents no file provides any more (after a scan that read or
+    /// lost a file: `files_changed`), and writes the state file (a temporary file renamed over
+    /// it) if anything changed or an earlier write failed.
+    fn save_uids(&mut self, report: &mut SyncReport, files_changed: bool) {
+        if files_changed {
+            let provided: BTreeSet<&String> =
+                self.files.values().flat_map(|a| &a.uid_keys).collect();
+            let before = self.uids.uids.len();
+            self.uids.uids.retain(|key, _| provided.contains(key));
+            if self.uids.uids.len() != before {
+                self.uids.dirty = true;
+            }
         }
         let Some(path) = self.uids.path.clone() else {
             return;
@@ -710,10 +714,22 @@ impl DirectorySync {
             }
         };
         self.reported.remove(&self.dir);
+        // The entry's type comes with the directory listing: only a symlink costs a `stat`.
         let present: BTreeSet<PathBuf> = entries
             .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| is_manifest(p) && p.is_file())
+            .filter_map(|e| {
+                let path = e.path();
+                if !is_manifest(&path) {
+                    return None;
+                }
+                let kind = e.file_type().ok()?;
+                let file = if kind.is_symlink() {
+                    path.is_file()
+                } else {
+                    kind.is_file()
+                };
+                file.then_some(path)
+            })
             .collect();
         // Phase 1: read every changed file (a file that cannot be read or parsed keeps what it
         // applied before).
@@ -741,6 +757,14 @@ impl DirectorySync {
         }
         self.reported
             .retain(|p, _| present.contains(p) || p == &self.dir);
+        if fresh.is_empty() && self.files.keys().all(|p| present.contains(p)) {
+            // Nothing read and nothing gone (the safety-net scan of a quiet directory): what
+            // the files provide is what it was.
+            self.save_uids(&mut report, false);
+            self.statuses.scanned = true;
+            self.save_statuses(&mut report);
+            return report;
+        }
         // Phase 2: who provides what. As the API server answers AlreadyExists to a second
         // create, an object stays with the file that provides it already (an unchanged file,
         // or a changed one that still has it); a new one goes to the first file in name order.
@@ -848,7 +872,7 @@ impl DirectorySync {
         for reference in &withdrawn {
             self.withdraw(reference, &mut report);
         }
-        self.save_uids(&mut report);
+        self.save_uids(&mut report, true);
         self.statuses.scanned = true;
         self.save_statuses(&mut report);
         report

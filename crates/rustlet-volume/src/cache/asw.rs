@@ -419,17 +419,36 @@ impl ActualStateOfWorld {
     /// V37: each of these volumes of the pod whose plugin requires remount is marked so. The
     /// caller names the pod's volumes (the desired state knows them): upstream walks every
     /// volume of the node for each pod, O(pods × volumes) when every pod is reprocessed.
+    /// Only the volumes marked count as written: a reprocessed pod of emptyDirs alone sends
+    /// the reconciler nothing to look at.
     pub fn mark_remount_required(&self, pod_name: &UniquePodName, volumes: &[UniqueVolumeName]) {
-        let mut inner = self.write(Touch::Volumes(volumes));
-        for volume_name in volumes {
+        let remountable: Vec<UniqueVolumeName> = {
+            let inner = self.read();
+            volumes
+                .iter()
+                .filter(|volume_name| {
+                    inner
+                        .volumes
+                        .get(*volume_name)
+                        .and_then(|v| v.pods.get(pod_name))
+                        .is_some_and(|pod| {
+                            self.plugins
+                                .find_by_spec(&pod.spec)
+                                .is_ok_and(|p| p.requires_remount(&pod.spec))
+                        })
+                })
+                .cloned()
+                .collect()
+        };
+        if remountable.is_empty() {
+            return;
+        }
+        let mut inner = self.write(Touch::Volumes(&remountable));
+        for volume_name in &remountable {
             if let Some(pod) = inner
                 .volumes
                 .get_mut(volume_name)
                 .and_then(|v| v.pods.get_mut(pod_name))
-                && self
-                    .plugins
-                    .find_by_spec(&pod.spec)
-                    .is_ok_and(|p| p.requires_remount(&pod.spec))
             {
                 pod.remount_requested += 1;
             }

@@ -45,6 +45,8 @@ struct PodToMount {
     pod: Arc<Pod>,
     spec: VolumeSpec,
     outer_names: Vec<String>,
+    /// The plugin asks for periodic remounts of this volume (V19).
+    remountable: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -241,12 +243,14 @@ impl DesiredStateOfWorld {
         for outer in &outer_names {
             index.insert(outer.clone(), volume_name.clone());
         }
+        let remountable = plugin.requires_remount(&spec);
         entry.pods.insert(
             pod_name.clone(),
             PodToMount {
                 pod,
                 spec,
                 outer_names,
+                remountable,
             },
         );
         Ok(volume_name)
@@ -415,6 +419,18 @@ impl DesiredStateOfWorld {
     /// The pods that have at least one desired volume.
     pub fn pods(&self) -> BTreeSet<UniquePodName> {
         self.read().by_pod.keys().cloned().collect()
+    }
+
+    /// The pods with a volume whose plugin asks to be set up again now and then (V19's
+    /// periodic remount: content volumes, refreshed from their sources).
+    pub fn pods_requiring_remount(&self) -> BTreeSet<UniquePodName> {
+        self.read()
+            .volumes
+            .values()
+            .flat_map(|v| v.pods.iter())
+            .filter(|(_, p)| p.remountable)
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// Outer volume name to unique volume name, for one pod.

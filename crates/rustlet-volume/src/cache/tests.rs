@@ -575,6 +575,26 @@ fn test_uncertain_volume_mounts() {
     assert!(!asw.pod_exists_in_volume(&pod_name("p"), &name).is_mounted());
 }
 
+/// Issue 15: a volume whose plugin wants no remount is not marked and not counted as written
+/// (a reprocessed pod of emptyDirs gives the reconciler nothing to look at).
+#[test]
+fn v37_a_remount_mark_on_a_volume_that_wants_none_writes_nothing() {
+    let asw = ActualStateOfWorld::new(fake_plugins());
+    let name = asw
+        .mark_volume_as_attached(None, &empty_dir("v"), "")
+        .unwrap();
+    asw.mark_volume_as_mounted(opts("p", &name, empty_dir("v"), VolumeMountState::Mounted))
+        .unwrap();
+    asw.take_touched();
+    asw.mark_remount_required(&pod_name("p"), std::slice::from_ref(&name));
+    let touched = asw.take_touched();
+    assert!(!touched.all && touched.volumes.is_empty(), "{touched:?}");
+    assert!(matches!(
+        asw.pod_exists_in_volume(&pod_name("p"), &name),
+        PodVolumeState::Mounted { .. }
+    ));
+}
+
 #[test]
 fn v37_remount_required_for_plugins_that_ask_for_it() {
     use crate::plugin::PluginManager;

@@ -730,6 +730,44 @@ fn housekeeping_runs_when_something_changed_and_at_least_every_thirty_periods() 
     assert!(gate.due(&pods, (2, 2)), "a pod went");
 }
 
+/// Issue 15: the remount tick reprocesses only the pods with a volume whose plugin wants
+/// periodic remounts (`volumes_that_require_remount_are_set_up_again_every_remount_period`
+/// shows those are); a node of emptyDirs is not walked every minute.
+#[tokio::test(start_paused = true)]
+async fn the_remount_tick_reprocesses_only_pods_with_volumes_that_want_it() {
+    let root = tempfile::tempdir().unwrap();
+    let pods = Arc::new(FakePods::default());
+    let states = Arc::new(CountingStates::new(pods.clone()));
+    let config = VolumeManagerConfig {
+        resync_period: Duration::from_secs(3600),
+        remount_period: Duration::from_secs(5),
+        ..VolumeManagerConfig::new(root.path())
+    };
+    let r = start_with_states(
+        config,
+        Arc::new(FakeMounter::new()),
+        pods.clone(),
+        states.clone(),
+    );
+    let all: Vec<_> = (0..50)
+        .map(|i| pod_with_volumes(&format!("p{i}"), vec![empty_dir("v", None)]))
+        .collect();
+    for pod in &all {
+        pods.add(pod.clone());
+    }
+    r.manager.pod_updated();
+    for pod in &all {
+        r.manager.wait_for_attach_and_mount(pod).await.unwrap();
+    }
+    // Settled (the passes after the mounts), well before the first tick at 5 s.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = states.asked.load(std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let asked = states.asked.load(std::sync::atomic::Ordering::SeqCst) - before;
+    assert_eq!(asked, 0, "two remount ticks, no pod reprocessed");
+    r.stop().await;
+}
+
 /// The running loop on an idle node (paused time): of ten resyncs, one looks at every pod
 /// and the others at what changed (nothing), so the populator asks about each pod once per
 /// ten seconds, not every second; a pod added meanwhile is mounted at once all the same.

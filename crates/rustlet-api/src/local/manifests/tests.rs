@@ -635,3 +635,26 @@ fn yaml_octal_modes_are_octal_as_the_api_server_reads_them() {
         "decimal stays decimal"
     );
 }
+
+/// Issue 15: the directory listing's entry types spare a `stat` per file, yet a symlinked
+/// manifest is still read (and a symlink to a directory is not); a scan of a quiet directory
+/// changes nothing, and a file gone since is still seen.
+#[test]
+fn a_symlinked_manifest_is_read_and_a_quiet_scan_changes_nothing() {
+    use super::SyncReport;
+    let (dir, store, mut sync) = setup();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("web.yaml");
+    std::fs::write(&target, WEB).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("web.yaml")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("dir.yaml")).unwrap();
+    let report = sync.sync();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.applied.len(), 2);
+    let version = store.resource_version();
+    assert_eq!(sync.sync(), SyncReport::default());
+    assert_eq!(store.resource_version(), version, "nothing written");
+    std::fs::remove_file(dir.path().join("web.yaml")).unwrap();
+    let report = sync.sync();
+    assert_eq!(report.terminating, vec![web()]);
+}

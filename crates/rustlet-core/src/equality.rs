@@ -8,7 +8,7 @@
 //! field in k8s-openapi fails to compile here until someone classifies it (the Rust form of
 //! upstream's `TestIsPodStatusByKubeletEqualFutureProof`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStatus, PodCondition, PodStatus, ResourceRequirements,
@@ -135,18 +135,18 @@ pub fn container_status_eq(a: &ContainerStatus, b: &ContainerStatus) -> bool {
         && list_eq(volume_mounts, &b.volume_mounts, PartialEq::eq)
 }
 
+/// The conditions the kubelet's comparison counts, one per type: the last of each, as
+/// upstream's map insertion keeps it. No map: a pod has a handful of conditions, and building
+/// two hash maps per call was a fifth of `set_pod_status`.
 fn counted_conditions<'a>(
     status: &'a PodStatus,
-    gates: &FeatureGates,
-) -> HashMap<&'a str, &'a PodCondition> {
-    // Last one wins on duplicate types, as upstream's map insertion does.
-    status
-        .conditions
-        .iter()
-        .flatten()
-        .filter(|c| pod_condition_counts_for_kubelet(&c.type_, gates))
-        .map(|c| (c.type_.as_str(), c))
-        .collect()
+    gates: &'a FeatureGates,
+) -> impl Iterator<Item = &'a PodCondition> + 'a {
+    let all = status.conditions.as_deref().unwrap_or_default();
+    all.iter().enumerate().filter_map(move |(i, c)| {
+        let last = all[i + 1..].iter().all(|later| later.type_ != c.type_);
+        (last && pod_condition_counts_for_kubelet(&c.type_, gates)).then_some(c)
+    })
 }
 
 /// R11: true when `new` says nothing the kubelet has not already said in `old`.
@@ -155,17 +155,21 @@ pub fn is_pod_status_by_kubelet_equal(
     new: &PodStatus,
     gates: &FeatureGates,
 ) -> bool {
-    let (old_conditions, new_conditions) = (
-        counted_conditions(old, gates),
-        counted_conditions(new, gates),
-    );
-    if old_conditions.len() != new_conditions.len() {
+    if counted_conditions(old, gates).count() != counted_conditions(new, gates).count() {
         return false;
     }
-    let conditions_equal = new_conditions.iter().all(|(type_, n)| {
-        old_conditions.get(type_).is_some_and(|o| {
-            o.status == n.status && str_eq(&o.reason, &n.reason) && str_eq(&o.message, &n.message)
-        })
+    let old_conditions = old.conditions.as_deref().unwrap_or_default();
+    let conditions_equal = counted_conditions(new, gates).all(|n| {
+        // The last of the type in `old` (counted: whether a type counts depends on it alone).
+        old_conditions
+            .iter()
+            .rev()
+            .find(|o| o.type_ == n.type_)
+            .is_some_and(|o| {
+                o.status == n.status
+                    && str_eq(&o.reason, &n.reason)
+                    && str_eq(&o.message, &n.message)
+            })
     });
     if !conditions_equal {
         return false;
@@ -535,6 +539,43 @@ mod tests {
         assert!(!is_pod_status_by_kubelet_equal(&a, &other_reason, &gates()));
         // Removing an owned condition is a change (the size check).
         assert!(!is_pod_status_by_kubelet_equal(&a, &base(), &gates()));
+    }
+
+    /// R11 with a condition type listed twice: the last of each type counts, as upstream's map
+    /// insertion keeps it, and a duplicate does not count twice (the size check).
+    #[test]
+    fn r11_the_last_condition_of_a_type_counts() {
+        let with = |conditions: Vec<PodCondition>| PodStatus {
+            conditions: Some(conditions),
+            ..base()
+        };
+        let once = with(vec![cond_reason("Ready", "True", "B")]);
+        let twice = with(vec![
+            cond_reason("Ready", "False", "A"),
+            cond_reason("Ready", "True", "B"),
+        ]);
+        assert!(is_pod_status_by_kubelet_equal(&once, &twice, &gates()));
+        assert!(is_pod_status_by_kubelet_equal(&twice, &once, &gates()));
+        let first_wins = with(vec![cond_reason("Ready", "False", "A")]);
+        assert!(!is_pod_status_by_kubelet_equal(
+            &first_wins,
+            &twice,
+            &gates()
+        ));
+        assert!(!is_pod_status_by_kubelet_equal(
+            &twice,
+            &first_wins,
+            &gates()
+        ));
+        let two_types = with(vec![
+            cond_reason("Ready", "True", "B"),
+            cond_reason("ContainersReady", "True", "B"),
+        ]);
+        assert!(!is_pod_status_by_kubelet_equal(
+            &twice,
+            &two_types,
+            &gates()
+        ));
     }
 
     #[test]

@@ -89,7 +89,8 @@ struct NextPass {
     retry: HashSet<UniqueVolumeName>,
     /// Volumes not started for want of room under [`MAX_OPERATIONS_IN_FLIGHT`], in the order
     /// met: a pass takes as many as there is room for, so a storm's held-back volumes are each
-    /// looked at about once, not by every pass while the first thousand run.
+    /// looked at about once, not by every pass while the first thousand run. Whoever found no
+    /// room asked to hear when an operation ends (`has_room`): the manager then runs a pass.
     held_back: HeldBack,
     /// The sources-ready flag the last pass ran with (`None`: no pass yet). A change lets
     /// unmounts start: every volume is looked at.
@@ -273,7 +274,6 @@ impl Reconciler {
             for name in outcome.held_back {
                 next.held_back.push(name);
             }
-            self.ask_for_room(&next);
             return outcome.report;
         }
         let mut volumes = std::mem::take(&mut next.retry);
@@ -316,18 +316,7 @@ impl Reconciler {
         };
         next.ready = Some(ready);
         next.retry = retry;
-        self.ask_for_room(&next);
         report
-    }
-
-    /// Volumes are held back: ask to hear when an operation ends (the manager then runs a
-    /// pass), unless there is room already (then the caller's next pass takes them).
-    fn ask_for_room(&self, next: &NextPass) {
-        if !next.held_back.is_empty() {
-            self.executor
-                .operations()
-                .has_room(MAX_OPERATIONS_IN_FLIGHT);
-        }
     }
 
     /// What the last [`Self::reconcile`] looked at.

@@ -730,6 +730,20 @@ fn housekeeping_runs_when_something_changed_and_at_least_every_thirty_periods() 
     assert!(gate.due(&pods, (2, 2)), "a pod went");
 }
 
+/// Adds `count` pods of one emptyDir each and waits until every one is mounted.
+async fn mount_empty_dir_pods(manager: &VolumeManager, pods: &FakePods, count: usize) {
+    let all: Vec<_> = (0..count)
+        .map(|i| pod_with_volumes(&format!("p{i}"), vec![empty_dir("v", None)]))
+        .collect();
+    for pod in &all {
+        pods.add(pod.clone());
+    }
+    manager.pod_updated();
+    for pod in &all {
+        manager.wait_for_attach_and_mount(pod).await.unwrap();
+    }
+}
+
 /// Issue 15: the remount tick reprocesses only the pods with a volume whose plugin wants
 /// periodic remounts (`volumes_that_require_remount_are_set_up_again_every_remount_period`
 /// shows those are); a node of emptyDirs is not walked every minute.
@@ -749,16 +763,7 @@ async fn the_remount_tick_reprocesses_only_pods_with_volumes_that_want_it() {
         pods.clone(),
         states.clone(),
     );
-    let all: Vec<_> = (0..50)
-        .map(|i| pod_with_volumes(&format!("p{i}"), vec![empty_dir("v", None)]))
-        .collect();
-    for pod in &all {
-        pods.add(pod.clone());
-    }
-    r.manager.pod_updated();
-    for pod in &all {
-        r.manager.wait_for_attach_and_mount(pod).await.unwrap();
-    }
+    mount_empty_dir_pods(&r.manager, &pods, 50).await;
     // Settled (the passes after the mounts), well before the first tick at 5 s.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = states.asked.load(std::sync::atomic::Ordering::SeqCst);
@@ -787,16 +792,7 @@ async fn resyncs_look_at_every_pod_once_in_ten() {
         pods.clone(),
         states.clone(),
     );
-    let all: Vec<_> = (0..50)
-        .map(|i| pod_with_volumes(&format!("p{i}"), vec![empty_dir("v", None)]))
-        .collect();
-    for pod in &all {
-        pods.add(pod.clone());
-    }
-    manager.pod_updated();
-    for pod in &all {
-        manager.wait_for_attach_and_mount(pod).await.unwrap();
-    }
+    mount_empty_dir_pods(&manager, &pods, 50).await;
     // Settle to a resync boundary, then count over ten of them.
     tokio::time::sleep(Duration::from_millis(10_500)).await;
     let before = states.asked.load(std::sync::atomic::Ordering::SeqCst);

@@ -58,7 +58,8 @@ pub struct OperationExecutor {
     events: Arc<dyn EventRecorder>,
     changed: watch::Sender<u64>,
     /// Bumped when an operation's outcome leaves work for the reconciler (an unmount finished, so
-    /// the volume may be dropped; or a mount ended uncertain). A successful mount leaves none.
+    /// the volume may be dropped; a mount ended uncertain; any operation failed, bumped by the
+    /// operation table once the failure is recorded). A successful mount leaves none.
     needs_pass: watch::Sender<u64>,
     metrics: VolumeMetrics,
     node: Arc<dyn NodeStatus>,
@@ -72,14 +73,18 @@ impl OperationExecutor {
         host: VolumeHost,
         events: Arc<dyn EventRecorder>,
     ) -> Self {
+        // A failed operation asks for a pass once its end is recorded (the pass then meets the
+        // back-off and the manager's retry timer is set): telling it from inside the operation
+        // would let the pass run first, see the operation still running, and wait for nothing.
+        let needs_pass = watch::channel(0).0;
         Self {
-            ops: Arc::new(NestedPendingOperations::new()),
+            ops: Arc::new(NestedPendingOperations::new().with_failure_signal(needs_pass.clone())),
             asw,
             plugins,
             host,
             events,
             changed: watch::channel(0).0,
-            needs_pass: watch::channel(0).0,
+            needs_pass,
             metrics: VolumeMetrics::default(),
             node: Arc::new(NothingAttached),
         }

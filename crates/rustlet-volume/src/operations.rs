@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustlet_core::{UniquePodName, UniqueVolumeName};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::error;
@@ -119,6 +119,8 @@ pub struct NestedPendingOperations {
     /// Someone found no room ([`Self::has_room`]) and waits for [`Self::room_freed`].
     wants_room: AtomicBool,
     room: Notify,
+    /// Bumped after a failure is recorded (see [`Self::with_failure_signal`]).
+    failed: Option<watch::Sender<u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -149,6 +151,14 @@ impl NestedPendingOperations {
     /// An empty table.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Bumps `signal` after each failure is recorded (its back-off set and its volume named by
+    /// [`Self::take_ended`]): a failure leaves work, a retry once the back-off ends, and the
+    /// one who runs passes must hear of it then, not when something else happens.
+    pub fn with_failure_signal(mut self, signal: watch::Sender<u64>) -> Self {
+        self.failed = Some(signal);
+        self
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -230,6 +240,7 @@ impl NestedPendingOperations {
         if entries[i].pending {
             table.pending -= 1;
         }
+        let failed = result.is_err();
         match result {
             Ok(()) => {
                 entries.remove(i);
@@ -269,6 +280,9 @@ impl NestedPendingOperations {
         if self.wants_room.swap(false, Ordering::AcqRel) {
             // A stored permit: a waiter that is not waiting yet still sees it.
             self.room.notify_one();
+        }
+        if failed && let Some(signal) = &self.failed {
+            signal.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 
@@ -546,6 +560,25 @@ mod tests {
         table.start(&nameless, "verify").unwrap();
         table.finish(&nameless, Ok(()));
         assert!(table.take_ended().overflow);
+    }
+
+    /// The failure signal is bumped after a failure is recorded, not after a success.
+    #[test]
+    fn a_failure_is_signalled_once_recorded() {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let table = NestedPendingOperations::new().with_failure_signal(tx);
+        let key = OperationKey::new(vol("v"), pod("p"));
+        table.start(&key, "volume_mount").unwrap();
+        table.finish(&key, Ok(()));
+        assert!(!rx.has_changed().unwrap(), "a success leaves no work");
+        table.start(&key, "volume_mount").unwrap();
+        table.finish(&key, Err("boom".into()));
+        assert!(rx.has_changed().unwrap());
+        assert!(matches!(
+            table.start(&key, "volume_mount"),
+            Err(StartError::Backoff { .. })
+        ));
+        assert_eq!(table.take_ended().volumes.len(), 1, "named by then");
     }
 
     #[tokio::test(start_paused = true)]

@@ -730,6 +730,54 @@ fn housekeeping_runs_when_something_changed_and_at_least_every_thirty_periods() 
     assert!(gate.due(&pods, (2, 2)), "a pod went");
 }
 
+/// A failed SetUp wakes the run loop: the pass right after it meets the back-off and sets the
+/// retry timer, so the second attempt comes when the 500 ms back-off ends, not at the next
+/// resync (an hour away here).
+#[tokio::test(start_paused = true)]
+async fn a_failed_set_up_is_retried_when_its_back_off_ends() {
+    use crate::plugin::PluginManager;
+    use crate::testing::{FAIL_ON_SETUP, FakePlugin, Serves};
+    let root = tempfile::tempdir().unwrap();
+    let plugin = FakePlugin {
+        name: "kubernetes.io/empty-dir",
+        serves: Serves::EmptyDir,
+        ..FakePlugin::default()
+    };
+    let pods = Arc::new(FakePods::default());
+    let manager = Arc::new(VolumeManager::new(
+        VolumeManagerDeps {
+            pods: pods.clone(),
+            states: pods.clone(),
+            mounter: Arc::new(FakeMounter::new()),
+            plugins: PluginManager::new(vec![Arc::new(plugin.clone())]),
+            events: Arc::new(FakeRecorder::default()),
+            node: Arc::new(crate::node::NothingAttached),
+            objects: None,
+        },
+        VolumeManagerConfig {
+            resync_period: Duration::from_secs(3600),
+            remount_period: Duration::from_secs(3600),
+            ..VolumeManagerConfig::new(root.path())
+        },
+    ));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    let pod = pod_with_volumes("p1", vec![empty_dir(FAIL_ON_SETUP, None)]);
+    pods.add(pod.clone());
+    manager.pod_updated();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(plugin.calls.set_ups(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(plugin.calls.set_ups(), 1, "backing off");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(plugin.calls.set_ups(), 2, "retried as the back-off ended");
+    // The second back-off is 1 s.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(plugin.calls.set_ups(), 3);
+    cancel.cancel();
+    task.await.unwrap();
+}
+
 /// Adds `count` pods of one emptyDir each and waits until every one is mounted.
 async fn mount_empty_dir_pods(manager: &VolumeManager, pods: &FakePods, count: usize) {
     let all: Vec<_> = (0..count)

@@ -89,6 +89,35 @@ fn start_with_states(
     }
 }
 
+/// A running manager whose one plugin is `plugin` serving emptyDirs (its call counters stay
+/// shared with the caller's copy), on a fake mounter.
+fn start_with_plugin(config: VolumeManagerConfig, plugin: &crate::testing::FakePlugin) -> Running {
+    let plugin = crate::testing::FakePlugin {
+        name: "kubernetes.io/empty-dir",
+        serves: crate::testing::Serves::EmptyDir,
+        ..plugin.clone()
+    };
+    let pods = Arc::new(FakePods::default());
+    let deps = VolumeManagerDeps {
+        pods: pods.clone(),
+        states: pods.clone(),
+        mounter: Arc::new(FakeMounter::new()),
+        plugins: crate::plugin::PluginManager::new(vec![Arc::new(plugin)]),
+        events: Arc::new(FakeRecorder::default()),
+        node: Arc::new(crate::node::NothingAttached),
+        objects: None,
+    };
+    let manager = Arc::new(VolumeManager::new(deps, config));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    Running {
+        manager,
+        pods,
+        cancel,
+        task,
+    }
+}
+
 impl Running {
     async fn stop(self) {
         self.cancel.cancel();
@@ -579,30 +608,18 @@ async fn housekeeping_runs_on_time_under_a_steady_stream_of_pod_events() {
 /// remount period, though no wait reprocesses its pod; others are left alone.
 #[tokio::test(start_paused = true)]
 async fn volumes_that_require_remount_are_set_up_again_every_remount_period() {
-    use crate::plugin::PluginManager;
-    use crate::testing::{FakePlugin, Serves};
+    use crate::testing::FakePlugin;
     let root = tempfile::tempdir().unwrap();
     let plugin = FakePlugin {
-        name: "kubernetes.io/empty-dir",
-        serves: Serves::EmptyDir,
         requires_remount: true,
         ..FakePlugin::default()
     };
-    let pods = Arc::new(FakePods::default());
-    let manager = Arc::new(VolumeManager::new(
-        VolumeManagerDeps {
-            pods: pods.clone(),
-            states: pods.clone(),
-            mounter: Arc::new(FakeMounter::new()),
-            plugins: PluginManager::new(vec![Arc::new(plugin.clone())]),
-            events: Arc::new(FakeRecorder::default()),
-            node: Arc::new(crate::node::NothingAttached),
-            objects: None,
-        },
-        VolumeManagerConfig::new(root.path()),
-    ));
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    let Running {
+        manager,
+        pods,
+        cancel,
+        task,
+    } = start_with_plugin(VolumeManagerConfig::new(root.path()), &plugin);
     let pod = pod_with_volumes("p1", vec![empty_dir("v", None)]);
     pods.add(pod.clone());
     manager.pod_updated();
@@ -735,33 +752,20 @@ fn housekeeping_runs_when_something_changed_and_at_least_every_thirty_periods() 
 /// resync (an hour away here).
 #[tokio::test(start_paused = true)]
 async fn a_failed_set_up_is_retried_when_its_back_off_ends() {
-    use crate::plugin::PluginManager;
-    use crate::testing::{FAIL_ON_SETUP, FakePlugin, Serves};
+    use crate::testing::{FAIL_ON_SETUP, FakePlugin};
     let root = tempfile::tempdir().unwrap();
-    let plugin = FakePlugin {
-        name: "kubernetes.io/empty-dir",
-        serves: Serves::EmptyDir,
-        ..FakePlugin::default()
+    let plugin = FakePlugin::default();
+    let config = VolumeManagerConfig {
+        resync_period: Duration::from_secs(3600),
+        remount_period: Duration::from_secs(3600),
+        ..VolumeManagerConfig::new(root.path())
     };
-    let pods = Arc::new(FakePods::default());
-    let manager = Arc::new(VolumeManager::new(
-        VolumeManagerDeps {
-            pods: pods.clone(),
-            states: pods.clone(),
-            mounter: Arc::new(FakeMounter::new()),
-            plugins: PluginManager::new(vec![Arc::new(plugin.clone())]),
-            events: Arc::new(FakeRecorder::default()),
-            node: Arc::new(crate::node::NothingAttached),
-            objects: None,
-        },
-        VolumeManagerConfig {
-            resync_period: Duration::from_secs(3600),
-            remount_period: Duration::from_secs(3600),
-            ..VolumeManagerConfig::new(root.path())
-        },
-    ));
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    let Running {
+        manager,
+        pods,
+        cancel,
+        task,
+    } = start_with_plugin(config, &plugin);
     let pod = pod_with_volumes("p1", vec![empty_dir(FAIL_ON_SETUP, None)]);
     pods.add(pod.clone());
     manager.pod_updated();

@@ -116,7 +116,9 @@ pub struct Populator {
     /// How far [`Populator::populate_changed`] read the pod source's and the pod workers'
     /// change logs.
     cursors: Mutex<(u64, u64)>,
-    /// Pods a pass kept for a later look (V22's quirk: a mount may still complete).
+    /// Pods the next pass of what changed looks at whatever the logs say: asked to be
+    /// processed again (V21), waiting for a claim lookup, or kept by V22's quirk (a mount may
+    /// still complete).
     recheck: Mutex<HashSet<UniquePodName>>,
 }
 
@@ -319,6 +321,7 @@ impl Populator {
     /// V21: the pod is processed again on the next pass (the entry stays, with `false`).
     pub fn reprocess_pod(&self, pod_name: &UniquePodName) {
         self.processed().insert(pod_name.clone(), false);
+        self.recheck().insert(pod_name.clone());
     }
 
     /// One upstream `populatorLoop`; sets the has-added-pods flag after a full pass made while
@@ -368,8 +371,8 @@ impl Populator {
     }
 
     /// A pass over the pods that changed since the last pass (issue 15): those the pod source
-    /// or the pod workers logged, those asked to be processed again, and those a previous pass
-    /// kept for a later look. The same decisions as [`Self::populate`], which looks at every
+    /// or the pod workers logged, and those kept for a later look (asked to be processed again,
+    /// waiting for a claim, V22's quirk): no walk over every processed pod. The same decisions as [`Self::populate`], which looks at every
     /// pod and which this falls back to before the desired state is complete or when a log
     /// cannot answer.
     pub fn populate_changed(&self) {
@@ -402,12 +405,6 @@ impl Populator {
                 .into_iter()
                 .chain(state_changed)
                 .map(|uid| UniquePodName::new(uid.as_str())),
-        );
-        visit.extend(
-            self.processed()
-                .iter()
-                .filter(|(_, done)| !**done)
-                .map(|(name, _)| name.clone()),
         );
         for name in visit {
             let known = self.pods.pod(&PodUid::new(name.as_str()));
@@ -517,6 +514,8 @@ impl Populator {
         if pending {
             // Processed again once the claim lookup ends (it marks the pod).
             processed.entry(pod_name.clone()).or_insert(false);
+            drop(processed);
+            self.recheck().insert(pod_name);
             return;
         }
         if all_added {

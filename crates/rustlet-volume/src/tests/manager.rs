@@ -69,11 +69,22 @@ fn start_with_states(
     pods: Arc<FakePods>,
     states: Arc<dyn crate::populator::PodStateProvider>,
 ) -> Running {
+    start_over(config, mounter, pods, states, builtin_plugins())
+}
+
+/// A running manager with these plugins, over `pods`, asking `states` about lifecycles.
+fn start_over(
+    config: VolumeManagerConfig,
+    mounter: Arc<dyn Mounter>,
+    pods: Arc<FakePods>,
+    states: Arc<dyn crate::populator::PodStateProvider>,
+    plugins: crate::plugin::PluginManager,
+) -> Running {
     let deps = VolumeManagerDeps {
         pods: pods.clone(),
         states,
         mounter,
-        plugins: builtin_plugins(),
+        plugins,
         events: Arc::new(FakeRecorder::default()),
         node: Arc::new(crate::node::NothingAttached),
         objects: None,
@@ -98,24 +109,13 @@ fn start_with_plugin(config: VolumeManagerConfig, plugin: &crate::testing::FakeP
         ..plugin.clone()
     };
     let pods = Arc::new(FakePods::default());
-    let deps = VolumeManagerDeps {
-        pods: pods.clone(),
-        states: pods.clone(),
-        mounter: Arc::new(FakeMounter::new()),
-        plugins: crate::plugin::PluginManager::new(vec![Arc::new(plugin)]),
-        events: Arc::new(FakeRecorder::default()),
-        node: Arc::new(crate::node::NothingAttached),
-        objects: None,
-    };
-    let manager = Arc::new(VolumeManager::new(deps, config));
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn(manager.clone().run(cancel.clone()));
-    Running {
-        manager,
+    start_over(
+        config,
+        Arc::new(FakeMounter::new()),
+        pods.clone(),
         pods,
-        cancel,
-        task,
-    }
+        crate::plugin::PluginManager::new(vec![Arc::new(plugin)]),
+    )
 }
 
 impl Running {

@@ -4,7 +4,7 @@
 //! A key is (volume, pod, node); two keys conflict when the volumes are equal and set, and the
 //! pods (and nodes) are equal or either is unset. A key without a volume never conflicts.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustlet_core::{UniquePodName, UniqueVolumeName};
+
+use crate::cache::Touched;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -127,25 +129,13 @@ pub struct NestedPendingOperations {
 struct Table {
     by_volume: HashMap<Option<UniqueVolumeName>, Vec<Entry>>,
     pending: usize,
-    ended: Ended,
+    /// The volumes whose operations ended since the last [`NestedPendingOperations::take_ended`]
+    /// (a cache's [`Touched`], bounded the same way): the reconciler looks at those volumes
+    /// again (a failure writes no state, and its volume must be retried once its back-off
+    /// ends), so it need not look at every started one on every pass while it runs. An
+    /// operation without a volume says "everything".
+    ended: Touched,
 }
-
-/// Operations that ended since the last [`NestedPendingOperations::take_ended`], by volume:
-/// the reconciler looks at those volumes again (a failure writes no state, and its volume
-/// must be retried once its backoff ends), so it need not look at every started one on every
-/// pass while it runs.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Ended {
-    /// The volumes whose operations ended.
-    pub volumes: HashSet<UniqueVolumeName>,
-    /// More ended than [`MAX_ENDED`] before anyone asked, or an operation without a volume
-    /// ended: the volumes are not named, look at every one.
-    pub overflow: bool,
-}
-
-/// At most this many ended volumes are kept for [`NestedPendingOperations::take_ended`]; past
-/// it the list says "everything" (a table nobody asks cannot grow without bound).
-pub const MAX_ENDED: usize = 4096;
 
 impl NestedPendingOperations {
     /// An empty table.
@@ -266,13 +256,8 @@ impl NestedPendingOperations {
             }
         }
         match &key.volume {
-            Some(volume) if !table.ended.overflow && table.ended.volumes.len() < MAX_ENDED => {
-                table.ended.volumes.insert(volume.clone());
-            }
-            Some(_) | None => {
-                table.ended.volumes.clear();
-                table.ended.overflow = true;
-            }
+            Some(volume) => table.ended.add(volume),
+            None => table.ended.everything(),
         }
         if table.pending == 0 {
             self.idle.notify_waiters();
@@ -303,8 +288,8 @@ impl NestedPendingOperations {
         limit.saturating_sub(self.table().pending)
     }
 
-    /// The operations that ended since the last call (see [`Ended`]).
-    pub fn take_ended(&self) -> Ended {
+    /// The volumes whose operations ended since the last call.
+    pub fn take_ended(&self) -> Touched {
         std::mem::take(&mut self.table().ended)
     }
 
@@ -524,7 +509,7 @@ mod tests {
     }
 
     /// Issue 15: the volumes whose operations ended, success or failure, each once, until
-    /// asked; past `MAX_ENDED`, or for a key without a volume, "everything".
+    /// asked; past `Touched::LIMIT`, or for a key without a volume, "everything".
     #[test]
     fn ended_operations_name_their_volumes_until_asked() {
         let table = NestedPendingOperations::new();
@@ -534,32 +519,32 @@ mod tests {
         );
         table.start(&a, "volume_mount").unwrap();
         table.start(&b, "volume_unmount").unwrap();
-        assert_eq!(table.take_ended(), Ended::default(), "still running");
+        assert_eq!(table.take_ended(), Touched::default(), "still running");
         table.finish(&a, Err("boom".into()));
         table.finish(&b, Ok(()));
         assert_eq!(
             table.take_ended(),
-            Ended {
+            Touched {
                 volumes: [vol("a"), vol("b")].into(),
-                overflow: false
+                all: false
             }
         );
-        assert_eq!(table.take_ended(), Ended::default(), "told once");
+        assert_eq!(table.take_ended(), Touched::default(), "told once");
         // An end nobody started names nothing.
         table.finish(&OperationKey::new(vol("c"), None), Ok(()));
-        assert_eq!(table.take_ended(), Ended::default());
+        assert_eq!(table.take_ended(), Touched::default());
 
-        for i in 0..=MAX_ENDED {
+        for i in 0..=Touched::LIMIT {
             let key = OperationKey::new(vol(&format!("v{i}")), None);
             table.start(&key, "volume_mount").unwrap();
             table.finish(&key, Ok(()));
         }
         let ended = table.take_ended();
-        assert!(ended.overflow && ended.volumes.is_empty(), "bounded");
+        assert!(ended.all && ended.volumes.is_empty(), "bounded");
         let nameless = OperationKey::default();
         table.start(&nameless, "verify").unwrap();
         table.finish(&nameless, Ok(()));
-        assert!(table.take_ended().overflow);
+        assert!(table.take_ended().all);
     }
 
     /// The failure signal is bumped after a failure is recorded, not after a success.

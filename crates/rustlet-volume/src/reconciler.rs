@@ -257,10 +257,9 @@ impl Reconciler {
         let ready = self.sources_ready.load(Ordering::Acquire);
         let mut touched = self.dsw.take_touched();
         touched.merge(self.asw.take_touched());
-        let ended = self.executor.operations().take_ended();
+        touched.merge(self.executor.operations().take_ended());
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
         let everything = touched.all
-            || ended.overflow
             || next.everything
             || next.ready != Some(ready)
             || self.waits_for_node_status();
@@ -279,7 +278,6 @@ impl Reconciler {
         let mut volumes = std::mem::take(&mut next.retry);
         let again = volumes.len();
         volumes.extend(touched.volumes);
-        volumes.extend(ended.volumes);
         let mut report = PassReport::default();
         let mut retry = HashSet::new();
         let mut looked = 0;

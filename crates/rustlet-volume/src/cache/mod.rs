@@ -30,9 +30,9 @@ pub(crate) enum Touch<'a> {
     Nothing,
 }
 
-/// The volumes written since the reconciler last took them. Bounded: past 65,536 volumes
-/// it only says that anything may have changed.
-#[derive(Debug, Default)]
+/// The volumes written (by a cache write, or by an operation's end) since the reconciler last
+/// took them. Bounded: past 65,536 volumes it only says that anything may have changed.
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Touched {
     /// The volumes written.
     pub volumes: HashSet<UniqueVolumeName>,
@@ -43,20 +43,25 @@ pub struct Touched {
 impl Touched {
     /// Volumes kept between two passes (a pass follows every change, so this is only reached
     /// when no reconciler runs).
-    const LIMIT: usize = 65_536;
+    pub(crate) const LIMIT: usize = 65_536;
 
-    fn add(&mut self, volume: &UniqueVolumeName) {
+    pub(crate) fn add(&mut self, volume: &UniqueVolumeName) {
         if self.all || self.volumes.contains(volume) {
             return;
         }
         if self.volumes.len() >= Self::LIMIT {
-            *self = Self {
-                all: true,
-                ..Self::default()
-            };
+            self.everything();
             return;
         }
         self.volumes.insert(volume.clone());
+    }
+
+    /// Anything may have changed.
+    pub(crate) fn everything(&mut self) {
+        *self = Self {
+            all: true,
+            ..Self::default()
+        };
     }
 
     /// Adds what `other` says.

@@ -1036,3 +1036,50 @@ fn a_pod_finished_before_a_restart_gets_no_mount_after_it() {
     assert!(!local.root.join("pods").join(&once).exists());
     assert!(agent.terminate().success());
 }
+
+/// Issue 24 item 1: a manifest whose `metadata.uid` is `..` would have `<root>/pods` as its
+/// pod directory, and its removal took every other pod's data with it. The manifest is now
+/// refused at intake (reported, never run), and removing it leaves the other pod's files.
+#[test]
+fn a_manifest_uid_that_is_not_one_path_component_is_refused_and_removes_nothing() {
+    let dotdot = KEEP
+        .replace("name: keep", "name: dotdot\n  uid: \"..\"")
+        .replace("medium: Memory", "{}");
+    let slash = KEEP.replace("name: keep", "name: slash\n  uid: a/b");
+    let Some(local) = Local::new(
+        "a_manifest_uid_that_is_not_one_path_component",
+        &[
+            ("keep.yaml", KEEP),
+            ("dotdot.yaml", &dotdot),
+            ("slash.yaml", &slash),
+        ],
+    ) else {
+        return;
+    };
+    let (root, manifests) = (&local.root, &local.manifests);
+    let log = local.dir.path().join("agent.log");
+    let agent = local.start();
+    let keep = agent.wait_for_phase("keep", "Running");
+    let data = volume_dir(root, &uid(&keep), "scratch").join("data");
+    std::fs::write(&data, "precious").unwrap();
+    let text = agent.wait_for("both manifests reported", || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        (text.contains("dotdot.yaml") && text.contains("slash.yaml")).then_some(text)
+    });
+    assert!(text.contains("metadata.uid"), "the field is named: {text}");
+    assert!(agent.pod("dotdot").is_none(), "never admitted");
+    assert!(agent.pod("slash").is_none(), "never admitted");
+
+    std::fs::remove_file(manifests.join("dotdot.yaml")).unwrap();
+    std::fs::remove_file(manifests.join("slash.yaml")).unwrap();
+    // A manifest written after the removals: once its pod runs, the removals were read.
+    std::fs::write(
+        manifests.join("later.yaml"),
+        KEEP.replace("name: keep", "name: later"),
+    )
+    .unwrap();
+    agent.wait_for_phase("later", "Running");
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "precious");
+    assert_eq!(agent.pod("keep").unwrap()["status"]["phase"], "Running");
+    assert!(agent.terminate().success());
+}

@@ -88,6 +88,69 @@ impl PodUid {
     pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
         Self::new(pod.metadata.uid.clone().unwrap_or_default())
     }
+
+    /// The UID as the name of its pod's directories (`<root>/pods/<uid>`, the pod's log
+    /// directory), checked by [`path_component`].
+    pub fn as_path_component(&self) -> Result<&str, UnsafePathComponent> {
+        path_component("pod UID", &self.0)
+    }
+}
+
+/// Why a string was refused as one component of a path: it would name no directory of its
+/// own, or another one (`..` is the parent: a pod with that UID would have `<root>/pods` as its
+/// directory and remove it with its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UnsafeReason {
+    /// The empty string: the component would be the parent itself.
+    #[error("is empty")]
+    Empty,
+    /// `.` or `..`: the directory itself or its parent.
+    #[error("is `.` or `..`")]
+    Dots,
+    /// A `/`: more than one component.
+    #[error("contains `/`")]
+    Slash,
+    /// A NUL byte: no path can hold one, and a C string ends there.
+    #[error("contains a NUL byte")]
+    Nul,
+}
+
+/// A pod UID, pod name or volume name that cannot be used as a path component.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {value:?} cannot be a path component: it {reason}")]
+pub struct UnsafePathComponent {
+    /// What the value is (`pod UID`, `volume name`, ...).
+    pub what: &'static str,
+    /// The value refused.
+    pub value: String,
+    /// Why.
+    pub reason: UnsafeReason,
+}
+
+/// `value` if it is exactly one component of a path: not empty, `.` or `..`, with no `/` and
+/// no NUL. Every path the agent builds from a pod UID, a pod name or a volume name takes the
+/// name through here, whatever intake already checked: those names come from manifests and
+/// from the API, and a pod's content is hostile input.
+pub fn path_component<'a>(
+    what: &'static str,
+    value: &'a str,
+) -> Result<&'a str, UnsafePathComponent> {
+    let reason = if value.is_empty() {
+        UnsafeReason::Empty
+    } else if value == "." || value == ".." {
+        UnsafeReason::Dots
+    } else if value.contains('/') {
+        UnsafeReason::Slash
+    } else if value.contains('\0') {
+        UnsafeReason::Nul
+    } else {
+        return Ok(value);
+    };
+    Err(UnsafePathComponent {
+        what,
+        value: value.to_owned(),
+        reason,
+    })
 }
 
 impl From<PodUid> for UniquePodName {
@@ -132,6 +195,39 @@ mod tests {
         map.insert(PodUid::new("a"), 1);
         assert_eq!(map.get("a"), Some(&1));
         assert!(PodUid::default().is_empty());
+    }
+
+    #[test]
+    fn path_components_refuse_empty_dots_slash_and_nul() {
+        for (value, reason) in [
+            ("", UnsafeReason::Empty),
+            (".", UnsafeReason::Dots),
+            ("..", UnsafeReason::Dots),
+            ("a/b", UnsafeReason::Slash),
+            ("/", UnsafeReason::Slash),
+            ("../x", UnsafeReason::Slash),
+            ("a\0b", UnsafeReason::Nul),
+        ] {
+            let err = path_component("pod UID", value).unwrap_err();
+            assert_eq!(err.reason, reason, "{value:?}");
+            assert_eq!(err.value, value);
+        }
+        for value in [
+            "...",
+            "a..b",
+            ".hidden",
+            "9f4c1e2a-0b6d-4a8e-9c3f-1d2e3f4a5b6c",
+            "ü",
+        ] {
+            assert_eq!(path_component("pod UID", value), Ok(value));
+        }
+        assert_eq!(
+            PodUid::new("..")
+                .as_path_component()
+                .unwrap_err()
+                .to_string(),
+            "pod UID \"..\" cannot be a path component: it is `.` or `..`"
+        );
     }
 
     #[test]

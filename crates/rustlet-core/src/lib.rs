@@ -63,7 +63,9 @@ pub use changes::{ChangeLog, PodChanges};
 pub use deletion::{DeletionDecision, PodDeletionSafety, can_be_deleted, deletion_decision};
 pub use equality::is_pod_status_by_kubelet_equal;
 pub use features::FeatureGates;
-pub use ids::{PodUid, UniquePodName, UniqueVolumeName};
+pub use ids::{
+    PodUid, UniquePodName, UniqueVolumeName, UnsafePathComponent, UnsafeReason, path_component,
+};
 pub use merge::{MergeContext, merge_pod_status};
 pub use normalize::normalize_status;
 pub use pod::PodPhase;

@@ -227,9 +227,8 @@ impl CriRuntime {
     }
 
     fn log_dir(&self, uid: &PodUid) -> Option<PathBuf> {
-        let uid = uid.as_str();
-        (!uid.is_empty() && !uid.contains('/') && uid != "." && uid != "..")
-            .then(|| self.config.root_dir.join("pod-logs").join(uid))
+        let uid = uid.as_path_component().ok()?;
+        Some(self.config.root_dir.join("pod-logs").join(uid))
     }
 
     /// Relists every `relist_period` until `cancel` fires; a failing relist keeps the last
@@ -939,7 +938,16 @@ impl Runtime for CriRuntime {
                 env: &env.vars,
             },
         );
-        let container_log_dir = log_dir.join(&container.name);
+        let container_log_dir = log_dir.join(
+            rustlet_core::path_component("container name", &container.name).map_err(|e| {
+                waiting(
+                    pod,
+                    &container.name,
+                    "CreateContainerConfigError",
+                    e.to_string(),
+                )
+            })?,
+        );
         let _ =
             tokio::task::spawn_blocking(move || std::fs::create_dir_all(container_log_dir)).await;
         let id = self

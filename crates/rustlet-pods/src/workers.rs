@@ -1107,18 +1107,11 @@ impl Worker {
 
     /// Removes `<root>/pods/<uid>`, never across a mount point.
     async fn remove_pod_dir(&self) -> Result<(), String> {
-        let dir = self
-            .shared
-            .config
-            .root_dir
-            .join("pods")
-            .join(self.uid.as_str());
-        if self.uid.as_str().is_empty() || self.uid.as_str().contains('/') {
-            return Err(format!(
-                "refusing to remove the directory of UID {:?}",
-                self.uid
-            ));
-        }
+        let uid = self
+            .uid
+            .as_path_component()
+            .map_err(|e| format!("refusing to remove the pod's directory: {e}"))?;
+        let dir = self.shared.config.root_dir.join("pods").join(uid);
         tokio::task::spawn_blocking(move || match std::fs::symlink_metadata(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             _ => rustlet_mount::remove_all_one_filesystem(&dir)

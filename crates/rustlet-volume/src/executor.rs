@@ -297,7 +297,7 @@ impl OperationExecutor {
                         .find_by_name(&mounted.plugin_name)
                         .ok_or_else(|| format!("UnmountVolume.FindPluginByName failed for volume {:?}", mounted.volume_name))?;
                     // V108: the subpath binds of the volume go first.
-                    let pod_dir = host.pod_dir(&mounted.pod_uid);
+                    let pod_dir = host.pod_dir(&mounted.pod_uid).map_err(|e| format!("UnmountVolume.CleanSubPaths failed for volume {:?}: {e}", mounted.volume_name))?;
                     let mut names: Vec<&str> = mounted.outer_volume_spec_names.iter().map(String::as_str).collect();
                     names.push(mounted.spec.name());
                     for name in names {

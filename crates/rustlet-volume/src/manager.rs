@@ -655,7 +655,7 @@ impl VolumeManager {
         make_mounts(
             container,
             &|name| volumes.get(name).map(|v| (v.path.clone(), v.read_only)),
-            &self.host.pod_dir(&PodUid::of(pod)),
+            &self.host.pod_dir(&PodUid::of(pod))?,
             &*self.host.mounter,
         )
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
+use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName, UnsafePathComponent, path_component};
 
 use crate::mounter::Mounter;
 use crate::spec::VolumeSpec;
@@ -36,17 +36,26 @@ impl std::fmt::Debug for VolumeHost {
 }
 
 impl VolumeHost {
-    /// `<root>/pods/<uid>`.
-    pub fn pod_dir(&self, pod_uid: &PodUid) -> PathBuf {
-        self.root_dir.join("pods").join(pod_uid.as_str())
+    /// `<root>/pods/<uid>`; refused for a UID that is not one path component.
+    pub fn pod_dir(&self, pod_uid: &PodUid) -> Result<PathBuf, UnsafePathComponent> {
+        Ok(self
+            .root_dir
+            .join("pods")
+            .join(pod_uid.as_path_component()?))
     }
 
     /// `<root>/pods/<uid>/volumes/<escaped plugin>/<inner name>`: where a volume is mounted.
-    pub fn pod_volume_dir(&self, pod_uid: &PodUid, plugin: &str, inner_name: &str) -> PathBuf {
-        self.pod_dir(pod_uid)
+    pub fn pod_volume_dir(
+        &self,
+        pod_uid: &PodUid,
+        plugin: &str,
+        inner_name: &str,
+    ) -> Result<PathBuf, UnsafePathComponent> {
+        Ok(self
+            .pod_dir(pod_uid)?
             .join("volumes")
             .join(escape_plugin_name(plugin))
-            .join(inner_name)
+            .join(path_component("volume name", inner_name)?))
     }
 
     /// `<root>/plugins/<plugin>/mounts/<volume>`: the global (device) mount path of an
@@ -60,11 +69,17 @@ impl VolumeHost {
     }
 
     /// `<root>/pods/<uid>/plugins/<escaped plugin>/<inner name>`: per-pod plugin state.
-    pub fn pod_plugin_dir(&self, pod_uid: &PodUid, plugin: &str, inner_name: &str) -> PathBuf {
-        self.pod_dir(pod_uid)
+    pub fn pod_plugin_dir(
+        &self,
+        pod_uid: &PodUid,
+        plugin: &str,
+        inner_name: &str,
+    ) -> Result<PathBuf, UnsafePathComponent> {
+        Ok(self
+            .pod_dir(pod_uid)?
             .join("plugins")
             .join(escape_plugin_name(plugin))
-            .join(inner_name)
+            .join(path_component("volume name", inner_name)?))
     }
 }
 
@@ -174,6 +189,9 @@ pub enum PluginError {
         /// The operation.
         operation: &'static str,
     },
+    /// The pod's UID or the volume's name cannot name a directory.
+    #[error(transparent)]
+    UnsafePath(#[from] UnsafePathComponent),
     /// The spec is not one this plugin can serve.
     #[error("invalid volume spec for plugin {plugin}: {reason}")]
     InvalidSpec {

@@ -55,6 +55,9 @@ pub enum ContainerMountError {
         /// Why, when it names no host path.
         reason: Option<String>,
     },
+    /// The pod's UID cannot name its directory.
+    #[error(transparent)]
+    UnsafePath(#[from] rustlet_core::UnsafePathComponent),
     /// The missing subpath directory could not be created.
     #[error(
         "failed to create subPath directory for volumeMount {mount:?} of container {container:?}"

@@ -192,7 +192,7 @@ impl VolumePlugin for FakePlugin {
     ) -> Result<Box<dyn VolumeMounter>, PluginError> {
         let uid = PodUid::of(pod);
         Ok(Box::new(FakeVolume {
-            path: host.pod_volume_dir(&uid, self.name, spec.name()),
+            path: host.pod_volume_dir(&uid, self.name, spec.name())?,
             name: spec.name().to_owned(),
             calls: self.calls.clone(),
         }))
@@ -205,7 +205,7 @@ impl VolumePlugin for FakePlugin {
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
         Ok(Box::new(FakeVolume {
-            path: host.pod_volume_dir(pod_uid, self.name, inner_name),
+            path: host.pod_volume_dir(pod_uid, self.name, inner_name)?,
             name: inner_name.to_owned(),
             calls: self.calls.clone(),
         }))
@@ -651,7 +651,7 @@ impl VolumePlugin for FakeAttachablePlugin {
     ) -> Result<Box<dyn VolumeMounter>, PluginError> {
         let uid = PodUid::of(pod);
         Ok(Box::new(FakeAttachedVolume {
-            pod_dir: host.pod_volume_dir(&uid, self.plugin_name(), spec.name()),
+            pod_dir: host.pod_volume_dir(&uid, self.plugin_name(), spec.name())?,
             global: host.plugin_global_mount_dir(self.plugin_name(), spec.name()),
             host: host.clone(),
             calls: self.calls.clone(),
@@ -677,7 +677,7 @@ impl VolumePlugin for FakeAttachablePlugin {
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
         Ok(Box::new(FakeAttachedVolume {
-            pod_dir: host.pod_volume_dir(pod_uid, self.plugin_name(), inner_name),
+            pod_dir: host.pod_volume_dir(pod_uid, self.plugin_name(), inner_name)?,
             global: host.plugin_global_mount_dir(self.plugin_name(), inner_name),
             host: host.clone(),
             calls: self.calls.clone(),

@@ -152,8 +152,44 @@ fn qualified_name_problems(value: &str) -> Vec<String> {
     out
 }
 
-/// Upstream `ValidateLabels` and `ValidateAnnotations` on `metadata`.
+/// The longest `metadata.uid` a manifest may choose.
+pub const UID_MAX: usize = 128;
+
+/// A `metadata.uid` that a manifest chose (the API server never lets a client choose one; a
+/// local manifest and a static pod may, as upstream's file source keeps a manifest's UID). A
+/// pod's UID names its directories, so the local store accepts what the API server would give,
+/// a UUID, and more generally 1-128 characters of `[A-Za-z0-9._-]` other than `.` and `..`.
+/// Deviation: upstream checks nothing here (its paths are built from whatever the file said).
+fn validate_uid(uid: &str, errors: &mut FieldErrors) {
+    let detail = match rustlet_core::path_component("pod UID", uid) {
+        Err(e) => Some(format!("it {}", e.reason)),
+        Ok(_) if uid.len() > UID_MAX => Some(format!("must be no more than {UID_MAX} characters")),
+        Ok(_)
+            if !uid
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) =>
+        {
+            Some("must consist of alphanumeric characters, '-', '_' or '.'".to_owned())
+        }
+        Ok(_) => None,
+    };
+    if let Some(detail) = detail {
+        errors.invalid(
+            "metadata.uid",
+            &quoted(uid),
+            &format!("{detail} (a UID names the object's directories; a UUID is always accepted)"),
+        );
+    }
+}
+
+/// Upstream `ValidateLabels` and `ValidateAnnotations` on `metadata`, and the manifest's own
+/// `metadata.uid` ([`validate_uid`]).
 pub fn validate_metadata(metadata: &Value, errors: &mut FieldErrors) {
+    if let Some(uid) = metadata.get("uid").and_then(Value::as_str)
+        && !uid.is_empty()
+    {
+        validate_uid(uid, errors);
+    }
     if let Some(labels) = metadata.get("labels").and_then(Value::as_object) {
         for (key, value) in labels {
             for problem in qualified_name_problems(key) {
@@ -625,6 +661,41 @@ mod tests {
             Some("illegal base64 data: character '.' at offset 3".into())
         );
         assert!(base64_problem("aGVsbG8").is_some(), "unpadded");
+    }
+
+    /// Issue 24 item 1: a manifest's own UID names the pod's directories: a UUID and the
+    /// other short names of `[A-Za-z0-9._-]` pass, `..`, `/`, NUL and the rest are named.
+    #[test]
+    fn a_manifest_uid_must_be_one_safe_path_component() {
+        let check = |uid: &str| {
+            let mut errors = FieldErrors::default();
+            validate_metadata(&serde_json::json!({ "uid": uid }), &mut errors);
+            errors.0
+        };
+        for uid in [
+            "6d1a5e36-0c4b-4c59-9a43-5a2f0f1c7d01",
+            "p",
+            "uid_1.a",
+            "",
+            "...",
+        ] {
+            assert!(check(uid).is_empty(), "{uid:?}: {:?}", check(uid));
+        }
+        assert_eq!(
+            check(".."),
+            [
+                "metadata.uid: Invalid value: \"..\": it is `.` or `..` (a UID names the \
+              object's directories; a UUID is always accepted)"
+            ]
+        );
+        for uid in ["a/b", "a\0b", "é", "a b", &"a".repeat(UID_MAX + 1)] {
+            let errors = check(uid);
+            assert_eq!(errors.len(), 1, "{uid:?}: {errors:?}");
+            assert!(
+                errors[0].starts_with("metadata.uid: Invalid value: "),
+                "{errors:?}"
+            );
+        }
     }
 
     proptest! {

@@ -80,15 +80,20 @@ impl ContentPlugin {
         }
     }
 
-    fn wrapped(&self, pod_uid: &PodUid, inner_name: &str, host: &VolumeHost) -> EmptyDir {
-        EmptyDir {
-            dir: host.pod_volume_dir(pod_uid, self.plugin_name(), inner_name),
-            meta_dir: host.pod_plugin_dir(pod_uid, self.plugin_name(), inner_name),
+    fn wrapped(
+        &self,
+        pod_uid: &PodUid,
+        inner_name: &str,
+        host: &VolumeHost,
+    ) -> Result<EmptyDir, PluginError> {
+        Ok(EmptyDir {
+            dir: host.pod_volume_dir(pod_uid, self.plugin_name(), inner_name)?,
+            meta_dir: host.pod_plugin_dir(pod_uid, self.plugin_name(), inner_name)?,
             medium: self.medium(),
             size: None,
             mounter: host.mounter.clone(),
             ownership: None,
-        }
+        })
     }
 }
 
@@ -212,7 +217,7 @@ impl VolumePlugin for ContentPlugin {
             .volume()
             .ok_or_else(|| invalid("not an inline volume"))?;
         let source = Source::of(self.kind, volume).ok_or_else(|| invalid("no source"))?;
-        let mut wrapped = self.wrapped(&PodUid::of(pod), &volume.name, host);
+        let mut wrapped = self.wrapped(&PodUid::of(pod), &volume.name, host)?;
         if wrapped.medium == Medium::Memory {
             wrapped.size = memory_size(pod, volume, host.node_allocatable_memory);
         }
@@ -264,7 +269,7 @@ impl VolumePlugin for ContentPlugin {
         pod_uid: &PodUid,
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
-        Ok(Box::new(self.wrapped(pod_uid, inner_name, host)))
+        Ok(Box::new(self.wrapped(pod_uid, inner_name, host)?))
     }
 }
 

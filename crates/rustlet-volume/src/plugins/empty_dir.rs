@@ -109,8 +109,8 @@ impl VolumePlugin for EmptyDirPlugin {
         };
         let uid = PodUid::of(pod);
         Ok(Box::new(EmptyDir {
-            dir: host.pod_volume_dir(&uid, PLUGIN_NAME, &volume.name),
-            meta_dir: host.pod_plugin_dir(&uid, PLUGIN_NAME, &volume.name),
+            dir: host.pod_volume_dir(&uid, PLUGIN_NAME, &volume.name)?,
+            meta_dir: host.pod_plugin_dir(&uid, PLUGIN_NAME, &volume.name)?,
             medium,
             size: match medium {
                 Medium::Memory => memory_size(pod, volume, host.node_allocatable_memory),
@@ -152,8 +152,8 @@ impl VolumePlugin for EmptyDirPlugin {
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
         Ok(Box::new(EmptyDir {
-            dir: host.pod_volume_dir(pod_uid, PLUGIN_NAME, inner_name),
-            meta_dir: host.pod_plugin_dir(pod_uid, PLUGIN_NAME, inner_name),
+            dir: host.pod_volume_dir(pod_uid, PLUGIN_NAME, inner_name)?,
+            meta_dir: host.pod_plugin_dir(pod_uid, PLUGIN_NAME, inner_name)?,
             medium: Medium::Default,
             size: None,
             mounter: host.mounter.clone(),
@@ -279,6 +279,36 @@ mod tests {
             mounter,
             node_allocatable_memory: Some(8 << 30),
         }
+    }
+
+    /// Issue 24 item 1: a UID or volume name that is not one path component gets no mounter
+    /// nor unmounter (a `..` UID would have `<root>/pods` as its directory, and its teardown
+    /// would remove every pod's data), whatever intake let through.
+    #[test]
+    fn a_uid_or_volume_name_that_is_not_one_path_component_gets_no_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let fake = FakeMounter::new();
+        let host = host(root.path(), Arc::new(fake.clone()));
+        for uid in ["..", ".", "", "a/b", "a\0b"] {
+            let err = EmptyDirPlugin
+                .new_mounter(&crate::testing::empty_dir("cache"), &pod(uid), &host)
+                .err()
+                .expect("refused");
+            assert!(matches!(err, PluginError::UnsafePath(_)), "{uid:?}: {err}");
+            let err = EmptyDirPlugin
+                .new_unmounter("cache", &PodUid::new(uid), &host)
+                .err()
+                .expect("refused");
+            assert!(err.to_string().contains("pod UID"), "{uid:?}: {err}");
+        }
+        for name in ["..", "../../etc"] {
+            let err = EmptyDirPlugin
+                .new_unmounter(name, &PodUid::new("uid-1"), &host)
+                .err()
+                .expect("refused");
+            assert!(err.to_string().contains("volume name"), "{name:?}: {err}");
+        }
+        assert!(fake.actions().is_empty(), "nothing mounted or unmounted");
     }
 
     #[test]

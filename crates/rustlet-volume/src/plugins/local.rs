@@ -51,7 +51,7 @@ impl VolumePlugin for LocalVolumePlugin {
             .and_then(|s| s.local.as_ref())
             .ok_or_else(|| invalid("no local source"))?;
         Ok(Box::new(LocalVolume {
-            dir: host.pod_volume_dir(&PodUid::of(pod), PLUGIN_NAME, spec.name()),
+            dir: host.pod_volume_dir(&PodUid::of(pod), PLUGIN_NAME, spec.name())?,
             path: PathBuf::from(&source.path),
             read_only: *read_only,
             mounter: host.mounter.clone(),
@@ -89,7 +89,7 @@ impl VolumePlugin for LocalVolumePlugin {
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
         Ok(Box::new(LocalVolume {
-            dir: host.pod_volume_dir(pod_uid, PLUGIN_NAME, inner_name),
+            dir: host.pod_volume_dir(pod_uid, PLUGIN_NAME, inner_name)?,
             path: PathBuf::new(),
             read_only: false,
             mounter: host.mounter.clone(),

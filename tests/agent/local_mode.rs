@@ -1083,3 +1083,53 @@ fn a_manifest_uid_that_is_not_one_path_component_is_refused_and_removes_nothing(
     assert_eq!(agent.pod("keep").unwrap()["status"]["phase"], "Running");
     assert!(agent.terminate().success());
 }
+
+/// Issue 24 item 5: a zero-length UID state file and a half-written status state file (a
+/// crash that lost the write) no longer stop the agent at start: each is said once, moved
+/// aside, and written whole again.
+#[test]
+fn corrupt_state_files_are_moved_aside_and_the_agent_starts() {
+    let Some(local) = Local::new(
+        "corrupt_state_files_are_moved_aside",
+        &[("keep.yaml", KEEP)],
+    ) else {
+        return;
+    };
+    let root = &local.root;
+    std::fs::write(root.join("local-pod-uids.json"), "").unwrap();
+    std::fs::write(
+        root.join("local-pod-statuses.json"),
+        "{\"6d1a5e36-0c4b\": {\"pha",
+    )
+    .unwrap();
+    let log = local.dir.path().join("agent.log");
+    let agent = local.start();
+    let keep = agent.wait_for_phase("keep", "Running");
+    agent.wait_for("a whole UID state file", || {
+        let text = std::fs::read(root.join("local-pod-uids.json")).ok()?;
+        let uids: serde_json::Value = serde_json::from_slice(&text).ok()?;
+        (uids.as_object()?.values().next()? == &keep["metadata"]["uid"]).then_some(())
+    });
+    assert!(agent.terminate().success());
+    let mut aside: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains(".corrupt-"))
+        .collect();
+    aside.sort();
+    assert_eq!(aside.len(), 2, "{aside:?}");
+    assert!(
+        aside[0].starts_with("local-pod-statuses.json.corrupt-"),
+        "{aside:?}"
+    );
+    assert!(
+        aside[1].starts_with("local-pod-uids.json.corrupt-"),
+        "{aside:?}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.matches("moved aside").count(),
+        2,
+        "said once each: {text}"
+    );
+}

@@ -299,35 +299,66 @@ struct StatusState {
     scanned: bool,
 }
 
-/// Reads a JSON state file; an absent one is empty.
+/// Reads a JSON state file; an absent one is empty. One that is not what it should be (a
+/// crash on a file system that lost the write, a hand edit) is said once, moved aside as
+/// `<file>.corrupt-<UTC time>` for whoever wants to look, and read as empty: the agent starts,
+/// and the next scan writes a new one. (Pods without a UID of their own then get new UIDs,
+/// and their old directories are torn down as orphans: that is what the file protected.)
+/// A file that cannot be read at all (permissions, I/O) stays an error.
 fn read_state<T: serde::de::DeserializeOwned + Default>(
     path: &Path,
     what: &str,
 ) -> Result<T, ManifestError> {
-    match std::fs::read(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
-        Err(e) => Err(ManifestError::State {
-            path: path.to_owned(),
-            message: e.to_string(),
-        }),
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| ManifestError::State {
-            path: path.to_owned(),
-            message: format!("not a map of {what}: {e}"),
-        }),
-    }
+    let error = |message: String| ManifestError::State {
+        path: path.to_owned(),
+        message,
+    };
+    let bytes = match std::fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(T::default()),
+        Err(e) => return Err(error(e.to_string())),
+        Ok(bytes) => bytes,
+    };
+    let parse_error = match serde_json::from_slice(&bytes) {
+        Ok(value) => return Ok(value),
+        Err(e) => e,
+    };
+    let stamp = k8s_openapi::jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%.fZ");
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(format!(".corrupt-{stamp}"));
+    let aside = PathBuf::from(aside);
+    std::fs::rename(path, &aside)
+        .map_err(|e| error(format!("moving the unreadable file aside: {e}")))?;
+    warn!(
+        file = %path.display(),
+        moved_to = %aside.display(),
+        "state file is not a map of {what} ({parse_error}): moved aside, starting from an empty one"
+    );
+    Ok(T::default())
 }
 
-/// Writes a JSON state file atomically (a temporary file renamed over it).
+/// Writes a JSON state file durably: a temporary file written and flushed to disk, renamed
+/// over it, and the rename flushed with the directory, so a crash leaves the old file or the
+/// new one, whole.
 fn write_state(path: &Path, value: &impl serde::Serialize) -> Result<(), ManifestError> {
+    use std::io::Write;
     let tmp = path.with_extension("tmp");
-    serde_json::to_vec_pretty(value)
-        .map_err(|e| e.to_string())
-        .and_then(|bytes| std::fs::write(&tmp, bytes).map_err(|e| e.to_string()))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()))
-        .map_err(|message| ManifestError::State {
-            path: path.to_owned(),
-            message,
-        })
+    let write = || -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(value)?;
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(|e| ManifestError::State {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
 }
 
 /// What applying one document did.
@@ -397,8 +428,9 @@ impl DirectorySync {
         }
     }
 
-    /// Remembers the UIDs given to pods in `path` (read now if it exists, written atomically
-    /// after every scan that changes it). A file that cannot be read is reported and replaced.
+    /// Remembers the UIDs given to pods in `path` (read now if it exists, written durably
+    /// after every scan that changes it). A corrupt file is reported once, moved aside and
+    /// replaced; one that cannot be read at all is an error.
     pub fn with_uid_state(mut self, path: impl Into<PathBuf>) -> Result<Self, ManifestError> {
         let path = path.into();
         let uids = read_state(&path, "UIDs")?;
@@ -411,8 +443,8 @@ impl DirectorySync {
     }
 
     /// Keeps the terminal statuses of pods in `path` (read now if it exists; written
-    /// atomically after a scan when they changed): a pod created again under a UID found there
-    /// gets its status back.
+    /// durably after a scan when they changed): a pod created again under a UID found there
+    /// gets its status back. A corrupt file is handled as [`Self::with_uid_state`]'s.
     pub fn with_status_state(mut self, path: impl Into<PathBuf>) -> Result<Self, ManifestError> {
         let path = path.into();
         let saved = read_state(&path, "pod statuses")?;

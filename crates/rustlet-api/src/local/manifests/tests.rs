@@ -95,11 +95,67 @@ fn documents_are_applied_with_node_name_and_a_uid_remembered_across_restarts() {
     assert!(!state.with_extension("tmp").exists(), "written by rename");
 }
 
+/// Issue 24 item 5: a zero-length or half-written state file (a crash that lost the write)
+/// no longer stops the agent: it is moved aside with a timestamp, read as empty, and the next
+/// scan writes a whole one.
 #[test]
-fn a_corrupt_uid_state_is_a_clear_error() {
+fn a_zero_length_or_half_written_state_file_is_moved_aside_and_rebuilt() {
+    let (dir, store, sync, uids, statuses) = setup_with_state();
+    let mut sync = sync;
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    sync.sync();
+    let uid = store.get(&web()).unwrap()["metadata"]["uid"].clone();
+    let whole = std::fs::read(&uids).unwrap();
+    for (name, bytes) in [
+        ("zero-length", &whole[..0]),
+        ("half-written", &whole[..whole.len() / 2]),
+    ] {
+        std::fs::write(&uids, bytes).unwrap();
+        std::fs::write(&statuses, bytes).unwrap();
+        let store2 = Arc::new(Store::default());
+        let mut restarted = DirectorySync::new(dir.path(), "node-a", store2.clone())
+            .with_uid_state(&uids)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .with_status_state(&statuses)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let state_dir = uids.parent().unwrap();
+        let mut aside: Vec<String> = std::fs::read_dir(state_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains(".corrupt-"))
+            .collect();
+        aside.sort();
+        assert_eq!(aside.len(), 2, "{name}: both files moved aside: {aside:?}");
+        assert!(aside[0].starts_with("statuses.json.corrupt-"), "{aside:?}");
+        assert!(aside[1].starts_with("uids.json.corrupt-"), "{aside:?}");
+        assert_eq!(
+            std::fs::read(state_dir.join(&aside[1])).unwrap(),
+            bytes,
+            "kept as found"
+        );
+        for file in aside {
+            std::fs::remove_file(state_dir.join(file)).unwrap();
+        }
+        let report = restarted.sync();
+        assert!(report.errors.is_empty(), "{name}: {:?}", report.errors);
+        // Rebuilt: a new UID for the pod (the old one was in the lost file), written whole.
+        let new_uid = store2.get(&web()).unwrap()["metadata"]["uid"].clone();
+        assert_ne!(new_uid, uid, "{name}");
+        let written: std::collections::BTreeMap<String, String> =
+            serde_json::from_slice(&std::fs::read(&uids).unwrap()).unwrap();
+        assert_eq!(
+            written.values().collect::<Vec<_>>(),
+            [&new_uid.as_str().unwrap().to_owned()]
+        );
+    }
+}
+
+/// A state file that cannot be read at all (here: a directory) is still an error naming it.
+#[test]
+fn an_unreadable_uid_state_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("uids.json");
-    std::fs::write(&state, "not json").unwrap();
+    std::fs::create_dir(&state).unwrap();
     let err = DirectorySync::new(dir.path(), "node-a", Arc::new(Store::default()))
         .with_uid_state(&state)
         .unwrap_err();
@@ -185,18 +241,22 @@ async fn run_after_a_restart_keeps_the_finished_statuses() {
     }
 }
 
+/// A status state file of the wrong shape (valid JSON, not a map) is moved aside as well.
 #[test]
-fn a_corrupt_status_state_is_a_clear_error() {
+fn a_status_state_of_the_wrong_shape_is_moved_aside() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("statuses.json");
     std::fs::write(&state, "[1, 2]").unwrap();
-    let err = DirectorySync::new(dir.path(), "node-a", Arc::new(Store::default()))
+    DirectorySync::new(dir.path(), "node-a", Arc::new(Store::default()))
         .with_status_state(&state)
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("statuses.json") && err.to_string().contains("pod statuses"),
-        "{err}"
-    );
+        .unwrap();
+    assert!(!state.exists());
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("statuses.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
 }
 
 fn finish(store: &Store) {

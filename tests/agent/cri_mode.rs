@@ -56,6 +56,15 @@ impl Cri {
         )
     }
 
+    /// The mark the agent of [`Self::start`] puts on what it creates.
+    fn owner_labels(&self) -> std::collections::HashMap<String, String> {
+        rustlet_cri::CriConfig {
+            node_name: "node-a".into(),
+            ..rustlet_cri::CriConfig::new(self.containerd.endpoint(), &self.root)
+        }
+        .owner_labels()
+    }
+
     /// The runtime's sandboxes and containers (IDs), listed through CRI.
     fn listed(&self) -> (Vec<String>, Vec<(String, i32)>) {
         let endpoint = self.containerd.endpoint().to_owned();
@@ -776,7 +785,8 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
             let client = CriClient::connect(&endpoint, Duration::from_secs(30))
                 .await
                 .unwrap();
-            let sandbox_cfg = sandbox_config(&pod, 0, &log_dir);
+            let mut sandbox_cfg = sandbox_config(&pod, 0, &log_dir);
+            sandbox_cfg.labels.extend(cri.owner_labels());
             let sandbox = client.run_pod_sandbox(sandbox_cfg.clone()).await.unwrap();
             let image = client
                 .image_status(rustlet_cri::testing::BUSYBOX_IMAGE)
@@ -784,7 +794,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
                 .unwrap()
                 .unwrap()
                 .id;
-            let config = container_config(
+            let mut config = container_config(
                 &pod,
                 &spec_container,
                 &ContainerInputs {
@@ -795,6 +805,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
                     env: &[],
                 },
             );
+            config.labels.extend(cri.owner_labels());
             let stale = client
                 .create_container(&sandbox, config, sandbox_cfg)
                 .await
@@ -877,4 +888,67 @@ fn cri_an_agent_restart_keeps_a_ready_pod_ready() {
         "no condition went False after the restart: {patches:?}"
     );
     assert!(agent.terminate().success());
+}
+
+/// Issue 24 item 3: on a containerd shared with another agent, the orphan pass stops and
+/// removes only what carries this agent's mark (its node name and root directory). A sandbox
+/// with upstream's labels but without the mark (another kubelet's pod) survives; an unknown
+/// sandbox with the mark (this agent's, from a pod gone while it was down) is removed, which
+/// shows the orphan pass ran.
+#[test]
+fn cri_the_orphan_pass_leaves_what_another_agent_created_on_a_shared_containerd() {
+    use rustlet_cri::config::sandbox_config;
+
+    let Some(cri) = Cri::new(
+        "cri_the_orphan_pass_leaves_what_another_agent_created",
+        &[("stays.yaml", &SLEEPER.replace("NAME", "stays"))],
+    ) else {
+        return;
+    };
+    let endpoint = cri.containerd.endpoint().to_owned();
+    let sandbox = |name: &str, uid: &str, marked: bool| {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": uid},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        }))
+        .unwrap();
+        let log_dir = cri.containerd.dir().join("other-logs").join(uid);
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let mut config = sandbox_config(&pod, 0, &log_dir);
+        if marked {
+            config.labels.extend(cri.owner_labels());
+        }
+        let endpoint = endpoint.clone();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                client.run_pod_sandbox(config).await.unwrap()
+            })
+    };
+    let foreign = sandbox("foreign", "5b0c6a1e-2f3d-4e5f-8a9b-0c1d2e3f4a5b", false);
+    let ours = sandbox("gone", "7c1d2e3f-4a5b-4c6d-9e0f-1a2b3c4d5e6f", true);
+    let agent = cri.start();
+    running(&agent, "stays");
+    agent.wait_for("the agent's own orphan removed", || {
+        let (sandboxes, _) = cri.listed();
+        (!sandboxes.contains(&ours)).then_some(())
+    });
+    let (sandboxes, _) = cri.listed();
+    assert!(
+        sandboxes.contains(&foreign),
+        "the other agent's sandbox survives: {sandboxes:?}"
+    );
+    assert_eq!(
+        sandboxes.len(),
+        2,
+        "the foreign one and the pod's: {sandboxes:?}"
+    );
+    assert!(agent.terminate().success());
+    let (sandboxes, _) = cri.listed();
+    assert!(sandboxes.contains(&foreign), "{sandboxes:?}");
 }

@@ -5,6 +5,7 @@
 //! back is used again without restarting the agent; [`CriClient::connect`] checks once, at
 //! start, that something answers and speaks CRI v1 (upstream `getRuntimeAndImageServices`).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -271,12 +272,28 @@ impl CriClient {
 
     /// `ListPodSandbox`, all of them.
     pub async fn list_pod_sandboxes(&self) -> Result<Vec<cri::PodSandbox>, CriError> {
+        self.list_pod_sandboxes_labelled(&HashMap::new()).await
+    }
+
+    /// `ListPodSandbox` of the sandboxes that carry every label of `selector` (asked of the
+    /// runtime and checked again here, so a runtime that ignores the filter lists no more).
+    pub async fn list_pod_sandboxes_labelled(
+        &self,
+        selector: &HashMap<String, String>,
+    ) -> Result<Vec<cri::PodSandbox>, CriError> {
         let mut rt = self.runtime.clone();
-        let request = cri::ListPodSandboxRequest { filter: None };
+        let request = cri::ListPodSandboxRequest {
+            filter: (!selector.is_empty()).then(|| cri::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }),
+        };
         let r = self
             .call("ListPodSandbox", self.timeout, rt.list_pod_sandbox(request))
             .await?;
-        Ok(r.items)
+        let mut items = r.items;
+        items.retain(|s| carries(&s.labels, selector));
+        Ok(items)
     }
 
     /// `CreateContainer` in a sandbox: the new container's ID.
@@ -347,12 +364,28 @@ impl CriClient {
 
     /// `ListContainers`, all of them.
     pub async fn list_containers(&self) -> Result<Vec<cri::Container>, CriError> {
+        self.list_containers_labelled(&HashMap::new()).await
+    }
+
+    /// `ListContainers` of the containers that carry every label of `selector` (as
+    /// [`Self::list_pod_sandboxes_labelled`]).
+    pub async fn list_containers_labelled(
+        &self,
+        selector: &HashMap<String, String>,
+    ) -> Result<Vec<cri::Container>, CriError> {
         let mut rt = self.runtime.clone();
-        let request = cri::ListContainersRequest { filter: None };
+        let request = cri::ListContainersRequest {
+            filter: (!selector.is_empty()).then(|| cri::ContainerFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }),
+        };
         let r = self
             .call("ListContainers", self.timeout, rt.list_containers(request))
             .await?;
-        Ok(r.containers)
+        let mut containers = r.containers;
+        containers.retain(|c| carries(&c.labels, selector));
+        Ok(containers)
     }
 
     /// `ContainerStatus`.
@@ -431,6 +464,11 @@ impl CriClient {
             .await?;
         Ok(r.image_ref)
     }
+}
+
+/// Whether `labels` has every label of `selector` (CRI's `label_selector`: exact values).
+fn carries(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 #[cfg(test)]

@@ -63,7 +63,15 @@ pub struct CriConfig {
     /// How often a running pod's worker looks again when no relist announced a change (the
     /// relist's events wake it at once; this is the safety net).
     pub worker_resync: Duration,
+    /// The node this agent runs as: with `root_dir`, the mark on everything it creates
+    /// ([`Self::owner_labels`]).
+    pub node_name: String,
 }
+
+/// The label naming the node of the agent that created a sandbox or container.
+pub const OWNER_NODE_LABEL: &str = "io.rustlet.node-name";
+/// The label naming the root directory of the agent that created a sandbox or container.
+pub const OWNER_ROOT_DIR_LABEL: &str = "io.rustlet.root-dir";
 
 impl CriConfig {
     /// Upstream's timings for `endpoint` under `root_dir`.
@@ -79,7 +87,23 @@ impl CriConfig {
             image_backoff_max: Duration::from_secs(300),
             orphan_grace: Duration::from_secs(2),
             worker_resync: Duration::from_secs(10),
+            node_name: String::new(),
         }
+    }
+
+    /// The mark this agent puts on every sandbox and container it creates, and by which alone
+    /// it lists, adopts, stops and removes them: its node name and root directory. A
+    /// containerd shared with a kubelet or another agent (the default endpoint is the system's
+    /// socket) holds pods with upstream's labels that are not ours to touch. Deviation:
+    /// upstream's kubelet owns its runtime and lists everything.
+    pub fn owner_labels(&self) -> HashMap<String, String> {
+        HashMap::from([
+            (OWNER_NODE_LABEL.to_owned(), self.node_name.clone()),
+            (
+                OWNER_ROOT_DIR_LABEL.to_owned(),
+                self.root_dir.to_string_lossy().into_owned(),
+            ),
+        ])
     }
 }
 
@@ -260,8 +284,9 @@ impl CriRuntime {
     /// One relist (upstream's generic PLEG `Relist`).
     pub async fn relist(&self) -> Result<(), CriError> {
         let started = self.state().epoch;
-        let sandboxes = self.client.list_pod_sandboxes().await?;
-        let containers = self.client.list_containers().await?;
+        let owner = self.config.owner_labels();
+        let sandboxes = self.client.list_pod_sandboxes_labelled(&owner).await?;
+        let containers = self.client.list_containers_labelled(&owner).await?;
         let (known_sandboxes, known_containers) = {
             let state = self.state();
             let mut sb = HashMap::new();
@@ -381,8 +406,9 @@ impl CriRuntime {
 
     /// Replaces one pod's record with what the runtime says now (after an action).
     async fn refresh_pod(&self, uid: &PodUid) -> Result<(), CriError> {
-        let sandboxes = self.client.list_pod_sandboxes().await?;
-        let containers = self.client.list_containers().await?;
+        let owner = self.config.owner_labels();
+        let sandboxes = self.client.list_pod_sandboxes_labelled(&owner).await?;
+        let containers = self.client.list_containers_labelled(&owner).await?;
         let mut pods = self
             .records(
                 sandboxes,
@@ -814,7 +840,8 @@ impl Runtime for CriRuntime {
             .await
             .map_err(|e| failed(e.to_string()))?
             .map_err(|e| failed(format!("creating {}: {e}", log_dir.display())))?;
-        let config = sandbox_config(pod, attempt, &log_dir);
+        let mut config = sandbox_config(pod, attempt, &log_dir);
+        config.labels.extend(self.config.owner_labels());
         let id = self
             .client
             .run_pod_sandbox(config)
@@ -900,7 +927,8 @@ impl Runtime for CriRuntime {
             ));
         }
         let log_dir = self.log_dir(&uid).unwrap_or_default();
-        let sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir);
+        let mut sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir);
+        sandbox_cfg.labels.extend(self.config.owner_labels());
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
         let sources = self.env_sources(pod, container).await?;
         let env = container_env(
@@ -927,7 +955,7 @@ impl Runtime for CriRuntime {
                 "Keys from envFrom were skipped since they are invalid environment variable names"
             );
         }
-        let config = container_config(
+        let mut config = container_config(
             pod,
             container,
             &ContainerInputs {
@@ -938,6 +966,7 @@ impl Runtime for CriRuntime {
                 env: &env.vars,
             },
         );
+        config.labels.extend(self.config.owner_labels());
         let container_log_dir = log_dir.join(
             rustlet_core::path_component("container name", &container.name).map_err(|e| {
                 waiting(

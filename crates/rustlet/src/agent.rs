@@ -231,6 +231,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             let cri = CriRuntime::connect(
                 CriConfig {
                     node_ip: config.node_ip.clone(),
+                    node_name: config.node_name.clone(),
                     ..CriConfig::new(&config.container_runtime_endpoint, &config.root_dir)
                 },
                 Some(objects.clone()),

@@ -32,6 +32,8 @@ struct World {
     local: FakeAttachablePlugin,
     node: Arc<FakeNodeStatus>,
     mounter: FakeMounter,
+    /// The populator's "desired state is complete" flag (upstream `populatorHasAddedPods`).
+    ready: Arc<AtomicBool>,
 }
 
 fn world() -> World {
@@ -81,12 +83,8 @@ fn world_on_with(
         )
         .with_node_status(node.clone()),
     );
-    let reconciler = Reconciler::new(
-        dsw.clone(),
-        asw.clone(),
-        executor.clone(),
-        Arc::new(AtomicBool::new(true)),
-    );
+    let ready = Arc::new(AtomicBool::new(true));
+    let reconciler = Reconciler::new(dsw.clone(), asw.clone(), executor.clone(), ready.clone());
     World {
         root,
         dsw,
@@ -97,6 +95,7 @@ fn world_on_with(
         local,
         node,
         mounter,
+        ready,
     }
 }
 
@@ -744,5 +743,139 @@ async fn test_uncertain_volume_mount_state() {
             "{}: nothing leaked",
             case.name
         );
+    }
+}
+
+/// upstream: TestReconstructVolumesMount
+///
+/// A volume reconstructed from its pod directory is uncertain; its pod is added to the desired
+/// state and one pass runs: MountDevice is tried once, and then (a) the volume is mounted
+/// (SetUp ×1), or (b) SetUp fails and it stays uncertain (PR #110670), or (c) MountDevice fails
+/// and it stays uncertain with its global mount path, or (d) the same while the populator has
+/// not added its pods. In no case is anything torn down.
+///
+/// Deviations: upstream's (c) and (d) are Block mode (a failed map, the global map path
+/// `plugins/fake-plugin/volumeDevices/pluginDependentPath`); the agent has no block mode, so
+/// they run in Filesystem mode with a failed MountDevice and the global mount path. The volume
+/// is recorded as attached with the device path the node status gives (upstream: empty, its
+/// fake's WaitForAttach ignores it; this fake refuses an empty one, see
+/// `v75_still_desired_attachable_volume_is_mounted_with_the_node_status_device_path`).
+#[tokio::test(start_paused = true)]
+async fn test_reconstruct_volumes_mount() {
+    use crate::testing::{FAIL_MOUNT_DEVICE, FAIL_ON_SETUP};
+    struct Case {
+        name: &'static str,
+        volume: &'static str,
+        expect_mount: bool,
+        device_mount_path: bool,
+        pod_not_added: bool,
+    }
+    let cases = [
+        Case {
+            name: "reconstructed volume is mounted",
+            volume: "volumename",
+            expect_mount: true,
+            device_mount_path: false,
+            pod_not_added: false,
+        },
+        Case {
+            name: "reconstructed volume fails to mount",
+            volume: FAIL_ON_SETUP,
+            expect_mount: false,
+            device_mount_path: false,
+            pod_not_added: false,
+        },
+        Case {
+            name: "reconstructed volume device mount fails",
+            volume: FAIL_MOUNT_DEVICE,
+            expect_mount: false,
+            device_mount_path: true,
+            pod_not_added: false,
+        },
+        Case {
+            name: "reconstructed volume, pod hasn't been added",
+            volume: FAIL_MOUNT_DEVICE,
+            expect_mount: false,
+            device_mount_path: true,
+            pod_not_added: true,
+        },
+    ];
+    let pod_name = UniquePodName::new("pod1uid");
+    for case in cases {
+        let root = Arc::new(tempfile::tempdir().unwrap());
+        std::fs::create_dir_all(root.path().join(format!(
+            "pods/pod1uid/volumes/kubernetes.io~fake-attachable/{}",
+            case.volume
+        )))
+        .unwrap();
+        let w = world_on(
+            root.clone(),
+            FakeMounter::new(),
+            Arc::new(FakeNodeStatus::default()),
+        );
+        let host = VolumeHost {
+            root_dir: root.path().to_owned(),
+            mounter: Arc::new(w.mounter.clone()),
+            node_allocatable_memory: None,
+        };
+        // Act 1: reconstruction. The volume is uncertain.
+        let report = reconstruct(&w.asw, &w.executor_plugins(), &host);
+        assert!(report.failed.is_empty(), "{}: {report:?}", case.name);
+        assert!(w.asw.mounted_volumes().is_empty(), "{}", case.name);
+        assert_eq!(w.asw.all_mounted_volumes().len(), 1, "{}", case.name);
+        // Arrange 2: the desired state; the device paths count as read from the node status
+        // (upstream clears `volumesNeedUpdateFromNodeStatus`: nothing is added to it here).
+        let vol = w.add_pv("pod1uid", case.volume, case.volume);
+        w.asw
+            .mark_volume_as_attached(Some(vol.clone()), &persistent(case.volume), "fake/path")
+            .unwrap();
+        w.ready
+            .store(!case.pod_not_added, std::sync::atomic::Ordering::SeqCst);
+        // Act 2: one pass.
+        w.pass().await;
+        let (_, mount_device, set_up, tear_down, _) = w.plugin.calls.counts();
+        assert_eq!(mount_device, 1, "{}: MountDevice", case.name);
+        if case.expect_mount {
+            assert!(
+                w.asw.mounted_volumes().iter().any(|m| m.volume_name == vol),
+                "{}: waitForMount",
+                case.name
+            );
+            assert_eq!(set_up, 1, "{}: SetUp", case.name);
+        } else {
+            assert!(
+                !w.executor
+                    .operations()
+                    .is_operation_pending(&OperationKey::new(vol.clone(), Some(pod_name.clone()))),
+                "{}",
+                case.name
+            );
+            assert!(
+                w.asw.mounted_volumes().is_empty(),
+                "{}: uncertain",
+                case.name
+            );
+            let all = w.asw.all_mounted_volumes();
+            assert_eq!(all.len(), 1, "{}: {all:?}", case.name);
+            assert!(
+                matches!(
+                    w.asw.pod_exists_in_volume(&pod_name, &vol),
+                    PodVolumeState::Uncertain { .. }
+                ),
+                "{}",
+                case.name
+            );
+            if case.device_mount_path {
+                assert_eq!(
+                    std::path::PathBuf::from(&all[0].device_mount_path),
+                    root.path()
+                        .join("plugins/kubernetes.io/fake-attachable/mounts")
+                        .join(case.volume),
+                    "{}",
+                    case.name
+                );
+            }
+        }
+        assert_eq!(tear_down, 0, "{}: no TearDown", case.name);
     }
 }

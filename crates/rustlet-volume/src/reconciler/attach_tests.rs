@@ -1,6 +1,7 @@
-//! The attach path: upstream `reconciler_test.go` controller-attach cases, with the fake
-//! attachable plugin and the fake mounter; and a restart with attachable and device-mountable
-//! volumes mounted (V73-V75).
+//! The attach path: upstream `reconciler_test.go` controller-attach cases and uncertain-state
+//! tables, with the fake attachable plugin and the fake mounter; a restart with attachable and
+//! device-mountable volumes mounted (V73-V75); and `reconstruct_test.go`'s
+//! `TestReconstructVolumesMount`.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -383,6 +384,8 @@ async fn v74_nothing_is_unmounted_until_the_node_status_is_read() {
     assert!(w2.asw.attached_volumes().is_empty());
 }
 
+/// upstream: TestReconstructVolumesMount (its case (a), after a restart and with the device
+/// path from the node status)
 #[tokio::test(start_paused = true)]
 async fn v75_still_desired_attachable_volume_is_mounted_with_the_node_status_device_path() {
     let (w, attachable, local) = mounted_world();

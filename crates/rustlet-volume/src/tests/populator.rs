@@ -1,4 +1,5 @@
-//! `desired_state_of_world_populator_test.go`, inline-volume cases.
+//! `desired_state_of_world_populator_test.go`: inline-volume cases, and PVC-backed cases on the
+//! fake attachable plugin.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -124,6 +125,8 @@ fn test_find_and_add_new_pods_find_and_remove_deleted_pods() {
     assert!(f.dsw.volumes_to_mount().is_empty());
 }
 
+/// upstream: TestFindAndRemoveDeletedPodsWithActualState; its last step (an uncertain mount
+/// counts) is also TestFindAndRemoveDeletedPodsWithUncertain's, ported as such below.
 #[test]
 fn test_find_and_remove_deleted_pods_with_actual_state() {
     let f = fixture();

@@ -432,6 +432,8 @@ fn crash_in_a_storm_of_mounts_converges_without_leaks_or_double_mounts() {
 /// Issue 10 item 12 (V76): a volume whose plugin is unknown cannot be rebuilt; once the desired
 /// state is complete its mount is undone and its empty directory removed, so the pod
 /// directory goes too (it used to stay mounted, and the pod directory with it, forever).
+///
+/// upstream: TestCleanOrphanVolumes (its "not in DSW" case, through the running manager)
 #[tokio::test(start_paused = true)]
 async fn v76_a_volume_that_failed_reconstruction_is_unmounted_and_its_pod_dir_removed() {
     let root = tempfile::tempdir().unwrap();

@@ -547,7 +547,8 @@ async fn uncertain_case_world<S>(case: &UncertainCase<S>) -> (World, UniqueVolum
 /// upstream: Test_UncertainDeviceGlobalMounts
 ///
 /// Upstream's table (spec V68), in Filesystem mode (see the deviations above): the device state
-/// MountDevice's outcome leaves, and how many UnmountDevice calls the pod's removal makes.
+/// MountDevice's outcome leaves, and how many UnmountDevice calls the pod's removal makes (and,
+/// beyond upstream's table, the TearDown calls: none where SetUp never ran).
 #[tokio::test(start_paused = true)]
 async fn test_uncertain_device_global_mounts() {
     use crate::testing::{

@@ -32,6 +32,10 @@ pub mod op {
     pub const UNMOUNT_DEVICE: &str = "unmount_device";
 }
 
+/// The error prefix of a failed SetUp (the only step whose outcome changes the pod's mount
+/// state).
+const SET_UP_FAILED: &str = "MountVolume.SetUp failed";
+
 /// Why an operation was not started.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
@@ -214,10 +218,10 @@ impl OperationExecutor {
                     let mounter = plugin
                         .new_mounter(&volume.spec, &volume.pod, &host)
                         .map_err(|e| ("MountVolume.NewMounter initialization failed", VolumeError::Final(e.to_string())))?;
-                    mounter.set_up().map_err(|e| ("MountVolume.SetUp failed", e))
+                    mounter.set_up().map_err(|e| (SET_UP_FAILED, e))
                 })
             };
-            let result = work.await.unwrap_or_else(|e| Err(("MountVolume.SetUp failed", VolumeError::Uncertain(e.to_string()))));
+            let result = work.await.unwrap_or_else(|e| Err((SET_UP_FAILED, VolumeError::Uncertain(e.to_string()))));
             let opts = |state| MarkVolumeOpts {
                 pod_name: volume.pod_name.clone(),
                 pod_uid: pod_uid.clone(),
@@ -242,7 +246,11 @@ impl OperationExecutor {
                     marked.map_err(|e| e.to_string())
                 }
                 Err((prefix, err)) => {
+                    // Upstream `markVolumeErrorState` follows SetUp only: a failed step before it
+                    // (WaitForAttach, MountDevice: `markDeviceErrorState` above) never touched
+                    // the pod's mount, so its state stays as it was.
                     match &err {
+                        _ if prefix != SET_UP_FAILED => {}
                         VolumeError::Uncertain(_) => {
                             // V55: only a volume not mounted becomes uncertain; an entry already
                             // mounted is never downgraded by a failed remount.
@@ -435,11 +443,34 @@ fn mount_device_steps(
                 )
             }),
         Err(e) => {
-            // V55: an unknown outcome leaves the device uncertain (UnmountDevice will be tried).
-            if matches!(e, VolumeError::Uncertain(_)) {
-                let _ = asw.mark_device_as_uncertain(&volume.volume_name, &device_path, &path_text);
-            }
+            mark_device_error_state(asw, &volume.volume_name, &e, (&device_path, &path_text));
             Err(("MountVolume.MountDevice failed", e))
         }
+    }
+}
+
+/// V55 for the device (upstream `markDeviceErrorState`): an unknown outcome leaves a device that
+/// was not mounted uncertain (UnmountDevice will be tried); a final error after an uncertain one
+/// means nothing is mounted, unless the uncertain state came from reconstruction (then it stays,
+/// so that the device is still cleaned up). A device already mounted is never downgraded.
+fn mark_device_error_state(
+    asw: &ActualStateOfWorld,
+    volume_name: &rustlet_core::UniqueVolumeName,
+    err: &VolumeError,
+    (device_path, device_mount_path): (&str, &str),
+) {
+    let state = asw.device_state(volume_name);
+    match err {
+        VolumeError::Final(_) if state == Some(DeviceMountState::Uncertain) => {
+            if asw.is_volume_device_reconstructed(volume_name) {
+                debug!(volume = %volume_name, "MountVolume.markDeviceErrorState leaving volume uncertain");
+                return;
+            }
+            let _ = asw.mark_device_as_unmounted(volume_name);
+        }
+        VolumeError::Uncertain(_) if state == Some(DeviceMountState::NotMounted) => {
+            let _ = asw.mark_device_as_uncertain(volume_name, device_path, device_mount_path);
+        }
+        _ => {}
     }
 }

@@ -15,7 +15,7 @@ use rustlet_core::{PodChanges, PodUid, UniquePodName, UniqueVolumeName};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::debug;
 
 use crate::cache::{ActualStateOfWorld, Attachability, DesiredStateOfWorld, PodVolumeState};
 use crate::claims::NodeIdentity;
@@ -28,7 +28,9 @@ use crate::objects::{ObjectChange, VolumeObjects};
 use crate::plugin::{PluginManager, VolumeHost};
 use crate::populator::{PodSource, PodStateProvider, Populator, pod_volume_names};
 use crate::reconciler::{PassScope, Reconciler};
-use crate::reconstruct::{OrphanKept, ReconstructReport, cleanup_orphaned_pod_dirs, reconstruct};
+use crate::reconstruct::{
+    OrphanKept, ReconstructReport, clean_orphan_volumes, cleanup_orphaned_pod_dirs, reconstruct,
+};
 use crate::subpath::{ContainerMount, ContainerMountError, make_mounts};
 
 /// Configuration.
@@ -366,31 +368,7 @@ impl VolumeManager {
             let charged = paced_cost(populate, self.reconciler.last_pass(), started.cost());
             let calm_until = pacer.after_pass(tokio::time::Instant::now(), charged);
             if !failed.is_empty() && self.populator.has_added_pods().load(Ordering::Acquire) {
-                // V76 (`cleanOrphanVolumes`), once the desired state is complete: a volume that
-                // could not be rebuilt and is not desired is unmounted and its (empty)
-                // directory removed, so orphan clean-up can remove the pod directory. Better
-                // than upstream, whose unmount needs the missing plugin and leaks the mount
-                // forever; like upstream, nothing is removed recursively and the list is then
-                // cleared whatever happened.
-                for dir in failed.drain(..) {
-                    let pod = UniquePodName::new(dir.pod_uid.as_str());
-                    if self.dsw.volume_exists_with_spec_name(&pod, &dir.spec_name) {
-                        continue;
-                    }
-                    match self
-                        .host
-                        .mounter
-                        .cleanup_mount_point(&dir.path, rustlet_mount::MountPointCheck::Exact)
-                    {
-                        Ok(()) => {
-                            self.metrics.force_cleaned();
-                            info!(path = %dir.path.display(), "cleaned up a volume that failed reconstruction");
-                        }
-                        Err(e) => {
-                            warn!(path = %dir.path.display(), error = %e, "could not clean up a volume that failed reconstruction; left for orphan clean-up")
-                        }
-                    }
-                }
+                clean_orphan_volumes(&mut failed, &self.dsw, &self.host, &self.metrics);
             }
             // A retry is due when the earliest backoff ends (upstream: the next 100 ms pass).
             let retry_at = self.executor.operations().next_retry_at();

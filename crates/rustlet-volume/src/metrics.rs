@@ -113,3 +113,60 @@ impl Collector for TotalVolumes {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rustlet_core::{PodUid, UniquePodName};
+
+    use super::TotalVolumes;
+    use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, MarkVolumeOpts, VolumeMountState};
+    use crate::testing::{fake_plugins, persistent, pod};
+
+    /// upstream: TestMetricCollection
+    ///
+    /// One pod volume added to the desired state and mounted in the actual state: the
+    /// collector reports one `fake-plugin` volume in each of the two states, and nothing else.
+    #[test]
+    fn test_metric_collection() {
+        let plugins = fake_plugins();
+        let dsw = Arc::new(DesiredStateOfWorld::new(plugins.clone()));
+        let asw = Arc::new(ActualStateOfWorld::new(plugins));
+        let pod_name = UniquePodName::new("pod1uid");
+        let spec = persistent("fake-device1");
+        let volume_name = dsw
+            .add_pod_to_volume(&pod_name, pod("pod1uid"), spec.clone(), "volume-name")
+            .unwrap();
+        let attached = asw
+            .mark_volume_as_attached(None, &spec, "fake/device/path")
+            .unwrap();
+        assert_eq!(attached, volume_name);
+        asw.mark_volume_as_mounted(MarkVolumeOpts {
+            pod_name,
+            pod_uid: PodUid::new("pod1uid"),
+            volume_name,
+            spec,
+            outer_volume_spec_name: "volume-name".into(),
+            volume_gid: None,
+            state: VolumeMountState::Mounted,
+        })
+        .unwrap();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(TotalVolumes { dsw, asw }));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("volume_manager_total_volumes{"))
+            .collect();
+        assert_eq!(
+            series,
+            [
+                "volume_manager_total_volumes{plugin_name=\"fake-plugin\",state=\"desired_state_of_world\"} 1",
+                "volume_manager_total_volumes{plugin_name=\"fake-plugin\",state=\"actual_state_of_world\"} 1",
+            ],
+            "{text}"
+        );
+    }
+}

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use rustlet_core::{PodChanges, PodUid, UniquePodName};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld};
 use crate::claims::{ClaimLookup, Claims, NodeIdentity};
@@ -318,6 +318,13 @@ impl Populator {
         self.processed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether the pod's volumes were all added and it is not asked to be processed again
+    /// (upstream `podPreviouslyProcessed`).
+    #[cfg(test)]
+    pub(crate) fn pod_previously_processed(&self, pod_name: &UniquePodName) -> bool {
+        self.processed().get(pod_name) == Some(&true)
+    }
+
     /// V21: the pod is processed again on the next pass (the entry stays, with `false`).
     pub fn reprocess_pod(&self, pod_name: &UniquePodName) {
         self.processed().insert(pod_name.clone(), false);
@@ -332,6 +339,14 @@ impl Populator {
         let pods = self.pods.pods();
         for pod in &pods {
             self.add_pod(pod, steady);
+        }
+        // V22's attachability re-check. Deviations: upstream makes it for the pairs of pods
+        // still in the pod manager, on every pass; here it is made per volume (the flag is the
+        // volume's), on the full passes only: nothing that changes a plugin's attachability is
+        // logged as a pod change, and the agent's own plugins never change theirs.
+        for volume in self.dsw.volumes_no_longer_attachable() {
+            info!(volume = %volume, "Volume changes from attachable to non-attachable");
+            self.dsw.mark_volume_attachability(&volume, false);
         }
         // V22 for every pod the desired state or the populator's own maps know; the same
         // decision per pod as a pass of what changed makes.

@@ -14,7 +14,8 @@ use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
 use rustlet_mount::remove_all_one_filesystem;
 use tracing::{info, warn};
 
-use crate::cache::{ActualStateOfWorld, MarkVolumeOpts, VolumeMountState};
+use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, MarkVolumeOpts, VolumeMountState};
+use crate::metrics::VolumeMetrics;
 use crate::plugin::{PluginManager, VolumeHost, unescape_plugin_name, unique_volume_name};
 
 /// One volume directory found on disk.
@@ -142,6 +143,42 @@ pub fn reconstruct(
         "volume reconstruction done"
     );
     report
+}
+
+/// V76 (upstream `cleanOrphanVolumes`), once the desired state is complete: each volume that
+/// could not be rebuilt and that the desired state does not hold for its pod (by spec name) is
+/// unmounted and its (empty) directory removed, so orphan clean-up can remove the pod directory;
+/// one the desired state holds is left to the normal mount. Like upstream, nothing is removed
+/// recursively and the list is then cleared whatever happened.
+///
+/// Deviation: upstream unmounts through the plugin (`UnmountVolume` with a minimal
+/// `MountedVolume`), which needs the very plugin whose absence is the usual reason for the
+/// failure, and so leaks the mount forever; here the mount point itself is cleaned up, which
+/// needs no plugin.
+pub fn clean_orphan_volumes(
+    failed: &mut Vec<PodVolumeDir>,
+    dsw: &DesiredStateOfWorld,
+    host: &VolumeHost,
+    metrics: &VolumeMetrics,
+) {
+    for dir in failed.drain(..) {
+        let pod = UniquePodName::new(dir.pod_uid.as_str());
+        if dsw.volume_exists_with_spec_name(&pod, &dir.spec_name) {
+            continue;
+        }
+        match host
+            .mounter
+            .cleanup_mount_point(&dir.path, rustlet_mount::MountPointCheck::Exact)
+        {
+            Ok(()) => {
+                metrics.force_cleaned();
+                info!(path = %dir.path.display(), "cleaned up a volume that failed reconstruction");
+            }
+            Err(e) => {
+                warn!(path = %dir.path.display(), error = %e, "could not clean up a volume that failed reconstruction; left for orphan clean-up")
+            }
+        }
+    }
 }
 
 /// Why an orphaned pod directory was kept.

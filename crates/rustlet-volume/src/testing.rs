@@ -35,6 +35,30 @@ pub const FAIL_ON_SETUP: &str = "fail-setup";
 pub const TIMEOUT_ON_SETUP: &str = "timeout-setup";
 /// A volume name whose fake TearDown fails.
 pub const FAIL_ON_TEARDOWN: &str = "fail-teardown";
+/// A volume name whose first fake SetUp (of [`FakeAttachablePlugin`]) times out and whose later
+/// ones fail for good (upstream `TimeoutAndFailOnSetupVolumeName`).
+pub const TIMEOUT_AND_FAIL_ON_SETUP: &str = "timeout-and-fail-setup-volume";
+/// A volume name whose first fake SetUp succeeds and whose later ones time out (upstream
+/// `SuccessAndTimeoutSetupVolumeName`).
+pub const SUCCESS_AND_TIMEOUT_SETUP: &str = "success-and-timeout-setup-volume-name";
+/// A volume name whose first fake SetUp succeeds and whose later ones fail for good (upstream
+/// `SuccessAndFailOnSetupVolumeName`).
+pub const SUCCESS_AND_FAIL_ON_SETUP: &str = "success-and-failed-setup-device-name";
+/// A volume name whose fake MountDevice always times out (upstream
+/// `TimeoutOnMountDeviceVolumeName`).
+pub const TIMEOUT_ON_MOUNT_DEVICE: &str = "timeout-mount-device-volume";
+/// A volume name whose first fake MountDevice times out and whose later ones fail for good
+/// (upstream `TimeoutAndFailOnMountDeviceVolumeName`).
+pub const TIMEOUT_AND_FAIL_ON_MOUNT_DEVICE: &str = "timeout-and-fail-mount-device-name";
+/// A volume name whose fake MountDevice always fails for good (upstream
+/// `FailMountDeviceVolumeName`).
+pub const FAIL_MOUNT_DEVICE: &str = "fail-mount-device-volume-name";
+/// A volume name whose first fake MountDevice succeeds and whose later ones time out
+/// (upstream `SuccessAndTimeoutDeviceName`).
+pub const SUCCESS_AND_TIMEOUT_DEVICE: &str = "success-and-timeout-device-name";
+/// A volume name whose first fake MountDevice succeeds and whose later ones fail for good
+/// (upstream `SuccessAndFailOnMountDeviceName`).
+pub const SUCCESS_AND_FAIL_ON_MOUNT_DEVICE: &str = "success-and-failed-mount-device-name";
 
 /// Call counters of a fake plugin, shared by its mounters.
 #[derive(Debug, Default)]
@@ -430,6 +454,53 @@ pub struct AttachCalls {
     pub tear_down: AtomicUsize,
     /// The device path of the last WaitForAttach.
     pub waited_for: Mutex<String>,
+    /// The volumes MountDevice was called for before (upstream's fake keeps a per-volume
+    /// device state for the same purpose): the magic names' "first call, later calls".
+    mount_device_seen: Mutex<std::collections::HashSet<String>>,
+    /// The volumes SetUp was called for before.
+    set_up_seen: Mutex<std::collections::HashSet<String>>,
+}
+
+/// Whether `name` was seen before by `seen` (and records it).
+fn seen_before(seen: &Mutex<std::collections::HashSet<String>>, name: &str) -> bool {
+    !seen
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(name.to_owned())
+}
+
+/// What the magic volume names make the fake attachable plugin's MountDevice return
+/// (upstream `FakeVolume.mountDeviceInternal`).
+fn magic_mount_device(calls: &AttachCalls, name: &str) -> Result<(), VolumeError> {
+    let again = seen_before(&calls.mount_device_seen, name);
+    let timeout = || VolumeError::Uncertain("timed out mounting error: fake error".into());
+    let fail = || VolumeError::Final(format!("error mounting disk: {name}"));
+    match name {
+        TIMEOUT_ON_MOUNT_DEVICE => Err(timeout()),
+        FAIL_MOUNT_DEVICE => Err(fail()),
+        TIMEOUT_AND_FAIL_ON_MOUNT_DEVICE if again => Err(fail()),
+        TIMEOUT_AND_FAIL_ON_MOUNT_DEVICE => Err(timeout()),
+        SUCCESS_AND_TIMEOUT_DEVICE if again => Err(timeout()),
+        SUCCESS_AND_FAIL_ON_MOUNT_DEVICE if again => Err(fail()),
+        _ => Ok(()),
+    }
+}
+
+/// What the magic volume names make the fake attachable plugin's SetUp return (upstream
+/// `FakeVolume.setupInternal`).
+fn magic_set_up(calls: &AttachCalls, name: &str) -> Result<(), VolumeError> {
+    let again = seen_before(&calls.set_up_seen, name);
+    let timeout = || VolumeError::Uncertain("time out on setup: fake error".into());
+    let fail = || VolumeError::Final("mounting volume failed: fake error".into());
+    match name {
+        TIMEOUT_ON_SETUP => Err(timeout()),
+        FAIL_ON_SETUP => Err(fail()),
+        TIMEOUT_AND_FAIL_ON_SETUP if again => Err(fail()),
+        TIMEOUT_AND_FAIL_ON_SETUP => Err(timeout()),
+        SUCCESS_AND_TIMEOUT_SETUP if again => Err(timeout()),
+        SUCCESS_AND_FAIL_ON_SETUP if again => Err(fail()),
+        _ => Ok(()),
+    }
 }
 
 impl AttachCalls {
@@ -449,6 +520,8 @@ impl AttachCalls {
 /// A test-only attachable, device-mountable plugin for PersistentVolumes (upstream's
 /// `FakeVolumePlugin` in its attachable role). MountDevice binds a fake device directory
 /// `<root>/fake-devices/<pv>` onto the global path; SetUp binds the global path into the pod.
+/// The magic PV names of upstream's fake ([`TIMEOUT_ON_MOUNT_DEVICE`], [`FAIL_ON_SETUP`], ...)
+/// switch MountDevice's and SetUp's error paths.
 ///
 /// [`FakeDeviceKind::DeviceMountable`] makes it a device-mountable plugin that is not attachable
 /// (upstream's local volume plugin): it serves the PVs with a `local` source, the attachable kind
@@ -459,6 +532,11 @@ pub struct FakeAttachablePlugin {
     pub calls: Arc<AttachCalls>,
     /// Which kind of plugin it is.
     pub kind: FakeDeviceKind,
+    /// Its volumes require a periodic remount (upstream `SupportsRemount`).
+    pub requires_remount: bool,
+    /// Set: the plugin no longer attaches (upstream `NonAttachable`, a CSI driver whose
+    /// `attachRequired` changed). Shared by the clones, so a test flips a registered plugin.
+    pub non_attachable: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The kinds of the fake device plugin.
@@ -526,6 +604,7 @@ impl crate::plugin::DeviceMounter for FakeDevice {
         path: &std::path::Path,
     ) -> Result<(), VolumeError> {
         self.calls.mount_device.fetch_add(1, Ordering::SeqCst);
+        magic_mount_device(&self.calls, spec.name())?;
         let device = self.host.root_dir.join("fake-devices").join(spec.name());
         let fail = |e: &dyn std::fmt::Display| VolumeError::Final(e.to_string());
         std::fs::create_dir_all(&device).map_err(|e| fail(&e))?;
@@ -554,6 +633,8 @@ impl crate::plugin::DeviceMounter for FakeDevice {
 }
 
 struct FakeAttachedVolume {
+    /// The inner spec name (the PV's).
+    name: String,
     pod_dir: PathBuf,
     global: PathBuf,
     host: VolumeHost,
@@ -567,6 +648,7 @@ impl VolumeMounter for FakeAttachedVolume {
 
     fn set_up(&self) -> Result<(), VolumeError> {
         self.calls.set_up.fetch_add(1, Ordering::SeqCst);
+        magic_set_up(&self.calls, &self.name)?;
         let fail = |e: &dyn std::fmt::Display| VolumeError::Final(e.to_string());
         std::fs::create_dir_all(&self.pod_dir).map_err(|e| fail(&e))?;
         if !self
@@ -625,11 +707,15 @@ impl VolumePlugin for FakeAttachablePlugin {
     }
 
     fn is_attachable(&self) -> bool {
-        self.kind == FakeDeviceKind::Attachable
+        self.kind == FakeDeviceKind::Attachable && !self.non_attachable.load(Ordering::SeqCst)
     }
 
     fn is_device_mountable(&self) -> bool {
         true
+    }
+
+    fn requires_remount(&self, _spec: &VolumeSpec) -> bool {
+        self.requires_remount
     }
 
     fn new_device_mounter(
@@ -651,6 +737,7 @@ impl VolumePlugin for FakeAttachablePlugin {
     ) -> Result<Box<dyn VolumeMounter>, PluginError> {
         let uid = PodUid::of(pod);
         Ok(Box::new(FakeAttachedVolume {
+            name: spec.name().to_owned(),
             pod_dir: host.pod_volume_dir(&uid, self.plugin_name(), spec.name())?,
             global: host.plugin_global_mount_dir(self.plugin_name(), spec.name()),
             host: host.clone(),
@@ -677,6 +764,7 @@ impl VolumePlugin for FakeAttachablePlugin {
         host: &VolumeHost,
     ) -> Result<Box<dyn VolumeUnmounter>, PluginError> {
         Ok(Box::new(FakeAttachedVolume {
+            name: inner_name.to_owned(),
             pod_dir: host.pod_volume_dir(pod_uid, self.plugin_name(), inner_name)?,
             global: host.plugin_global_mount_dir(self.plugin_name(), inner_name),
             host: host.clone(),

@@ -804,6 +804,15 @@ impl ActualStateOfWorld {
             .is_some_and(|p| p.contains_key(pod_name))
     }
 
+    /// V38 (upstream `IsVolumeDeviceReconstructed`): some pod's entry of the volume came from
+    /// reconstruction and no real mount confirmed it yet, so the volume's device state came
+    /// from reconstruction too.
+    pub fn is_volume_device_reconstructed(&self, volume_name: &UniqueVolumeName) -> bool {
+        self.read()
+            .found_during_reconstruction
+            .contains_key(volume_name)
+    }
+
     /// V39: sets the device path while the device state is still `Uncertain`.
     pub fn update_reconstructed_device_path(
         &self,

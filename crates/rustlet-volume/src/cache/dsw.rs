@@ -411,6 +411,34 @@ impl DesiredStateOfWorld {
             .collect()
     }
 
+    /// V22 (upstream `MarkVolumeAttachability`): the volume's plugin attaches, or no longer
+    /// does. The unique name stays: a plugin that stops attaching is still device-mountable.
+    pub fn mark_volume_attachability(&self, volume_name: &UniqueVolumeName, attachable: bool) {
+        let mut inner = self.write(Touch::Volume(volume_name));
+        if let Some(entry) = inner.volumes.get_mut(volume_name) {
+            entry.attachable = attachable;
+        }
+    }
+
+    /// V22's attachability re-check: the volumes held as attachable whose plugin no longer
+    /// attaches (upstream: `FindAttachablePluginBySpec` finds the plugin but not as attachable,
+    /// a CSI driver whose `attachRequired` changed). Only attachable entries are looked up.
+    pub fn volumes_no_longer_attachable(&self) -> Vec<UniqueVolumeName> {
+        self.read()
+            .volumes
+            .iter()
+            .filter(|(_, entry)| entry.attachable)
+            .filter(|(_, entry)| {
+                entry.pods.values().next().is_some_and(|pod| {
+                    self.plugins
+                        .find_by_spec(&pod.spec)
+                        .is_ok_and(|plugin| !plugin.is_attachable())
+                })
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// Whether `pod_name` has at least one desired volume.
     pub fn pod_has_volumes(&self, pod_name: &UniquePodName) -> bool {
         self.read().by_pod.contains_key(pod_name)

@@ -292,6 +292,8 @@ async fn failed_set_up_raises_failed_mount_and_backs_off() {
     assert_eq!(w.plugin.calls.set_ups(), 2);
 }
 
+/// upstream: Test_UncertainVolumeMountState (its `TimeoutOnSetupVolumeName` case, on a per-pod
+/// plugin; the whole table is `test_uncertain_volume_mount_state` in `attach_tests.rs`)
 #[tokio::test(start_paused = true)]
 async fn uncertain_set_up_is_possibly_mounted_and_is_torn_down_when_the_pod_goes() {
     let w = world();
@@ -334,9 +336,10 @@ async fn failed_tear_down_leaves_the_mount_uncertain() {
     );
 }
 
+/// upstream: TestReconstructVolumesMount (its case (b), PR #110670, on a per-pod plugin; the
+/// whole table is `test_reconstruct_volumes_mount` in `attach_tests.rs`)
 #[tokio::test(start_paused = true)]
 async fn reconstructed_volume_stays_uncertain_after_a_final_set_up_error() {
-    // Upstream TestReconstructVolumesMount (b), PR #110670.
     let w = world();
     let pod_name = UniquePodName::new("p1");
     let vol = w.add("p1", FAIL_ON_SETUP);
@@ -425,6 +428,8 @@ async fn an_idle_pass_is_skipped_until_either_state_changes() {
 
 /// Issue 10 item 15 (V55, upstream `SuccessAndTimeoutSetupVolumeName`): a volume mounted once
 /// whose remount times out stays mounted; only a volume not mounted becomes uncertain.
+///
+/// upstream: Test_UncertainVolumeMountState (that case, on a per-pod plugin)
 #[tokio::test(start_paused = true)]
 async fn v55_a_remount_that_times_out_never_downgrades_a_mounted_volume() {
     let w = world_with(FakePlugin {

@@ -375,6 +375,8 @@ async fn real_mounts_empty_dir_memory_and_host_path() {
     r.stop().await;
 }
 
+/// upstream: TestMetricCollection (through the running manager; the port itself is
+/// `metrics::tests::test_metric_collection`)
 #[tokio::test(start_paused = true)]
 async fn metrics_with_upstream_names() {
     let root = tempfile::tempdir().unwrap();

@@ -1,4 +1,5 @@
-//! `desired_state_of_world_populator_test.go`, inline-volume cases.
+//! `desired_state_of_world_populator_test.go`: inline-volume cases, and PVC-backed cases on the
+//! fake attachable plugin.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -124,6 +125,8 @@ fn test_find_and_add_new_pods_find_and_remove_deleted_pods() {
     assert!(f.dsw.volumes_to_mount().is_empty());
 }
 
+/// upstream: TestFindAndRemoveDeletedPodsWithActualState; its last step (an uncertain mount
+/// counts) is also TestFindAndRemoveDeletedPodsWithUncertain's, ported as such below.
 #[test]
 fn test_find_and_remove_deleted_pods_with_actual_state() {
     let f = fixture();
@@ -280,4 +283,181 @@ fn a_pass_of_what_changed_adds_and_removes_only_the_pods_named() {
     let before = dsw.pods();
     populator.populate();
     assert_eq!(dsw.pods(), before);
+}
+
+/// Upstream `prepareDSWPWithPodPV`: a populator over the fake attachable plugin and a bound
+/// claim `ns/file-bound` of the PV `dswp-test-volume-name`, with the pod `dswp-test-pod` using it
+/// added and processed (the claim is read off the pass, so two passes).
+struct PvFixture {
+    f: Fixture,
+    plugin: crate::testing::FakeAttachablePlugin,
+    pod: Arc<k8s_openapi::api::core::v1::Pod>,
+    volume: rustlet_core::UniqueVolumeName,
+}
+
+async fn prepare_dswp_with_pod_pv() -> PvFixture {
+    use crate::plugin::PluginManager;
+    use crate::testing::{FakeAttachablePlugin, FakeVolumeObjects};
+    use k8s_openapi::api::core::v1::{
+        ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+        PersistentVolumeClaimStatus, PersistentVolumeSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let plugin = FakeAttachablePlugin::default();
+    let plugins = PluginManager::new(vec![Arc::new(plugin.clone())]);
+    let objects = Arc::new(FakeVolumeObjects::default());
+    objects.put_claim(PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("file-bound".into()),
+            namespace: Some("ns".into()),
+            uid: Some("pvc-uid".into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            volume_name: Some("dswp-test-volume-name".into()),
+            ..Default::default()
+        }),
+        status: Some(PersistentVolumeClaimStatus {
+            phase: Some("Bound".into()),
+            ..Default::default()
+        }),
+    });
+    objects.put_volume(PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some("dswp-test-volume-name".into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            claim_ref: Some(ObjectReference {
+                namespace: Some("ns".into()),
+                name: Some("file-bound".into()),
+                uid: Some("pvc-uid".into()),
+                ..Default::default()
+            }),
+            volume_mode: Some("Filesystem".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let pods = Arc::new(FakePods::default());
+    let dsw = Arc::new(DesiredStateOfWorld::new(plugins.clone()));
+    let asw = Arc::new(ActualStateOfWorld::new(plugins));
+    let populator =
+        Populator::new(dsw.clone(), asw.clone(), pods.clone(), pods.clone()).with_objects(objects);
+    let pod = pod_with_volumes(
+        "dswp-test-pod",
+        vec![Volume {
+            name: "dswp-test-volume-name".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: "file-bound".into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        }],
+    );
+    pods.add(pod.clone());
+    populator.populate();
+    populator.claims_resolved().notified().await;
+    populator.populate();
+    let pod_name = UniquePodName::new("dswp-test-pod");
+    assert!(
+        populator.pod_previously_processed(&pod_name),
+        "the pod's volumes were processed"
+    );
+    let volume =
+        rustlet_core::UniqueVolumeName::new("kubernetes.io/fake-attachable/dswp-test-volume-name");
+    assert!(dsw.volume_exists(&volume));
+    assert!(dsw.pod_exists_in_volume(&pod_name, &volume));
+    // Upstream `verifyVolumeExistsInVolumesToMount`, not reported in use.
+    assert!(
+        dsw.volumes_to_mount()
+            .iter()
+            .any(|v| v.volume_name == volume && !v.reported_in_use)
+    );
+    PvFixture {
+        f: Fixture {
+            pods,
+            dsw,
+            asw,
+            populator,
+        },
+        plugin,
+        pod,
+        volume,
+    }
+}
+
+/// upstream: TestFindAndRemoveDeletedPodsWithUncertain
+///
+/// The pod is deleted and its runtime removed while its volume's mount is uncertain: an
+/// uncertain mount counts as (possibly) mounted, so the pair leaves the desired state (and the
+/// reconciler tears it down).
+#[tokio::test]
+async fn test_find_and_remove_deleted_pods_with_uncertain() {
+    let PvFixture { f, pod, volume, .. } = prepare_dswp_with_pod_pv().await;
+    let pod_name = UniquePodName::new("dswp-test-pod");
+    f.pods.remove("dswp-test-pod");
+    f.pods.set_runtime_removed("dswp-test-pod");
+    // Upstream `reconcileASW`: the volume attached and mounted for the pod.
+    let spec = f.dsw.volumes_to_mount()[0].spec.clone();
+    f.asw
+        .mark_volume_as_attached(Some(volume.clone()), &spec, "")
+        .unwrap();
+    let opts = |state| MarkVolumeOpts {
+        pod_name: pod_name.clone(),
+        pod_uid: rustlet_core::PodUid::of(&pod),
+        volume_name: volume.clone(),
+        spec: spec.clone(),
+        outer_volume_spec_name: "dswp-test-volume-name".into(),
+        volume_gid: None,
+        state,
+    };
+    f.asw
+        .mark_volume_as_mounted(opts(VolumeMountState::Mounted))
+        .unwrap();
+    // Then marked uncertain.
+    f.asw
+        .mark_volume_mount_as_uncertain(opts(VolumeMountState::Uncertain))
+        .unwrap();
+    // findAndRemoveDeletedPods.
+    f.populator.populate();
+    assert!(!f.populator.pod_previously_processed(&pod_name));
+    assert!(!f.dsw.volume_exists(&volume), "VolumeExists");
+    assert!(!f.dsw.pod_exists_in_volume(&pod_name, &volume));
+    assert!(
+        !f.dsw
+            .volumes_to_mount()
+            .iter()
+            .any(|v| v.volume_name == volume),
+        "not in the volumes to mount"
+    );
+}
+
+/// upstream: TestFindAndRemoveNonattachableVolumes
+///
+/// The plugin of an added volume stops attaching (a CSI driver whose `attachRequired` changed):
+/// the volume stays desired, and the populator's pass marks it not attachable (V22).
+#[tokio::test]
+async fn test_find_and_remove_nonattachable_volumes() {
+    let PvFixture {
+        f, plugin, volume, ..
+    } = prepare_dswp_with_pod_pv().await;
+    let attachable = |f: &Fixture| {
+        f.dsw
+            .volumes_to_mount()
+            .iter()
+            .find(|v| v.volume_name == volume)
+            .map(|v| v.plugin_is_attachable)
+    };
+    assert_eq!(attachable(&f), Some(true));
+    // Change the volume plugin from attachable to non-attachable.
+    plugin.non_attachable.store(true, Ordering::SeqCst);
+    assert_eq!(attachable(&f), Some(true), "the volume still exists");
+    // findAndRemoveDeletedPods.
+    f.populator.populate();
+    assert_eq!(
+        attachable(&f),
+        Some(false),
+        "the volume's attachable field follows its plugin"
+    );
 }

@@ -432,6 +432,8 @@ fn crash_in_a_storm_of_mounts_converges_without_leaks_or_double_mounts() {
 /// Issue 10 item 12 (V76): a volume whose plugin is unknown cannot be rebuilt; once the desired
 /// state is complete its mount is undone and its empty directory removed, so the pod
 /// directory goes too (it used to stay mounted, and the pod directory with it, forever).
+///
+/// upstream: TestCleanOrphanVolumes (its "not in DSW" case, through the running manager)
 #[tokio::test(start_paused = true)]
 async fn v76_a_volume_that_failed_reconstruction_is_unmounted_and_its_pod_dir_removed() {
     let root = tempfile::tempdir().unwrap();
@@ -515,4 +517,75 @@ async fn v13_v74_after_a_restart_volumes_in_use_and_unmounts_wait_for_the_node_s
     assert!(!root.path().join("pods/old").exists());
     agent.cancel.cancel();
     agent.task.await.unwrap();
+}
+
+/// upstream: TestCleanOrphanVolumes
+///
+/// A volume that failed reconstruction is left alone while the desired state holds it for its
+/// pod (the normal mount takes over) and cleaned up when it does not; the list is emptied in
+/// both cases. Upstream counts its plugin's TearDown calls; here the mount point is cleaned up
+/// without the plugin (the deviation is written at `clean_orphan_volumes`), so the unmounts of
+/// the volume's path are counted.
+#[test]
+fn test_clean_orphan_volumes() {
+    use crate::cache::DesiredStateOfWorld;
+    use crate::metrics::VolumeMetrics;
+    use crate::reconstruct::{PodVolumeDir, clean_orphan_volumes};
+    use crate::testing::{persistent, pod};
+    use rustlet_mount::fake::FakeAction;
+    for (name, in_dsw, expected_unmounts) in [
+        ("volume is in DSW and is not cleaned", true, 0),
+        ("volume is not in DSW and is cleaned", false, 1),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let fake = FakeMounter::new();
+        let host = host(root.path(), Arc::new(fake.clone()));
+        let dsw = DesiredStateOfWorld::new(PluginManager::new(vec![Arc::new(
+            FakeAttachablePlugin::default(),
+        )]));
+        let path = root
+            .path()
+            .join("pods/pod1uid/volumes/fake-plugin/volume-name");
+        std::fs::create_dir_all(&path).unwrap();
+        fake.bind(
+            &root.path().join("device"),
+            &path,
+            rustlet_mount::BindAccess::ReadWrite,
+        )
+        .unwrap();
+        let mut failed = vec![PodVolumeDir {
+            pod_uid: PodUid::new("pod1uid"),
+            plugin_name: "fake-plugin".into(),
+            spec_name: "volume-name".into(),
+            path: path.clone(),
+        }];
+        if in_dsw {
+            dsw.add_pod_to_volume(
+                &UniquePodName::new("pod1uid"),
+                pod("pod1uid"),
+                persistent("volume-name"),
+                "volume-name",
+            )
+            .unwrap();
+        }
+        let metrics = VolumeMetrics::default();
+        clean_orphan_volumes(&mut failed, &dsw, &host, &metrics);
+        assert!(
+            failed.is_empty(),
+            "{name}: volumesFailedReconstruction emptied"
+        );
+        let unmounts = fake
+            .actions()
+            .iter()
+            .filter(|a| matches!(a, FakeAction::Unmount { target } if *target == path))
+            .count();
+        assert_eq!(unmounts, expected_unmounts, "{name}");
+        assert_eq!(path.exists(), in_dsw, "{name}");
+        assert_eq!(fake.mounts().len(), usize::from(in_dsw), "{name}");
+        assert_eq!(
+            metrics.force_cleaned.get(),
+            expected_unmounts as u64,
+            "{name}"
+        );
+    }
 }

@@ -8,7 +8,7 @@ use rustlet_cri::CriClient;
 use rustlet_cri::testing::PrivateContainerd;
 use serde_json::Value;
 
-use crate::harness::{Agent, run_to_end, start_in};
+use crate::harness::{Agent, run_to_end, start_in, start_with_env};
 
 /// A private containerd, a root directory and a manifest directory for one test.
 struct Cri {
@@ -37,8 +37,13 @@ impl Cri {
     /// The agent, in containerd's network namespace (the node's network of these tests: pod
     /// IPs are reachable from it, as on a node).
     fn start(&self) -> Agent {
+        self.start_with_env(&[])
+    }
+
+    /// [`Self::start`] with environment variables for the agent.
+    fn start_with_env(&self, env: &[(&str, &str)]) -> Agent {
         let netns = self.containerd.netns();
-        start_in(
+        start_with_env(
             Some(&netns),
             &[
                 "--node-name",
@@ -52,6 +57,7 @@ impl Cri {
                 "--container-runtime-endpoint",
                 self.containerd.endpoint(),
             ],
+            env,
             &self.containerd.dir().join("agent.log"),
         )
     }
@@ -700,9 +706,11 @@ impl KubeCri {
 }
 
 /// Kube mode on containerd: the pod from the API runs as a real container; its deletion stops
-/// and removes the container before the agent's DELETE (grace 0, the pod's UID).
+/// the container before the agent's DELETE (grace 0, the pod's UID), and the exited container
+/// and the sandbox are removed once the pod has left the API (issue 24 item 4: as upstream's
+/// container GC, they stay until the terminal status is durable).
 #[test]
-fn cri_kube_mode_stops_and_removes_the_containers_before_deleting_with_the_uid() {
+fn cri_kube_mode_stops_the_containers_before_deleting_with_the_uid_and_removes_them_after() {
     let Some(kube) = KubeCri::new("cri_kube_mode_stops_and_removes_the_containers") else {
         return;
     };
@@ -730,12 +738,10 @@ fn cri_kube_mode_stops_and_removes_the_containers_before_deleting_with_the_uid()
     agent.wait_for("web deleted from the API", || {
         kube.stored("web").err().filter(|e| e.code() == 404)
     });
-    // The container and the sandbox were removed before the pod was deleted.
-    let (sandboxes, containers) = kube.cri.listed();
-    assert!(
-        sandboxes.is_empty() && containers.is_empty(),
-        "{sandboxes:?} {containers:?}"
-    );
+    agent.wait_for("the exited container and the sandbox removed", || {
+        let (sandboxes, containers) = kube.cri.listed();
+        (sandboxes.is_empty() && containers.is_empty()).then_some(())
+    });
     let deletes: Vec<_> = kube
         .server
         .requests()
@@ -951,4 +957,57 @@ fn cri_the_orphan_pass_leaves_what_another_agent_created_on_a_shared_containerd(
     assert!(agent.terminate().success());
     let (sandboxes, _) = cri.listed();
     assert!(sandboxes.contains(&foreign), "{sandboxes:?}");
+}
+
+/// Issue 24 item 4: a finished pod never runs again. The agent is aborted (a fault point of the
+/// test build) right after it reclaimed a `Never` pod that succeeded, and the terminal status
+/// is taken out of the state file, as a crash before its write leaves it: the exited
+/// container is still there, and the restarted agent reads the pod's phase from it instead of
+/// running the pod again.
+#[test]
+fn cri_a_finished_pod_never_runs_again_after_a_crash_before_its_status_is_durable() {
+    let once = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: once
+  namespace: default
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "sleep 1; exit 0"]
+"#;
+    let Some(cri) = Cri::new(
+        "cri_a_finished_pod_never_runs_again",
+        &[("once.yaml", once)],
+    ) else {
+        return;
+    };
+    let agent = cri.start_with_env(&[("RUSTLET_FAULT_ABORT_AT", "reclaimed")]);
+    let status = agent.wait_exit();
+    assert!(
+        !status.success(),
+        "aborted at the fault point (a build without the fault-injection feature runs on): \
+         {status:?}"
+    );
+    let (_, before) = cri.listed();
+    assert_eq!(before.len(), 1, "the exited container is kept: {before:?}");
+    assert_eq!(before[0].1, 2, "CONTAINER_EXITED: {before:?}");
+    let statuses = cri.root.join("local-pod-statuses.json");
+    let _ = std::fs::remove_file(&statuses);
+
+    let agent = cri.start();
+    let pod = agent.wait_for_phase("once", "Succeeded");
+    let uid = uid(&pod);
+    agent.wait_for("the terminal status durable", || {
+        let saved: Value = serde_json::from_slice(&std::fs::read(&statuses).ok()?).ok()?;
+        (saved[&uid]["phase"] == "Succeeded").then_some(())
+    });
+    let (_, after) = cri.listed();
+    assert_eq!(after, before, "no container created again");
+    let main = container(&pod, "main");
+    assert_eq!(main["state"]["terminated"]["exitCode"], 0, "{main}");
+    assert_eq!(main["restartCount"], 0, "{main}");
+    assert!(agent.terminate().success());
 }

@@ -33,6 +33,16 @@ pub fn start(args: &[&str], log: &Path) -> Agent {
 /// [`start`] inside the network namespace `netns` (a `/proc/<pid>/ns/net`), through
 /// `nsenter`; the endpoints are then reached from inside it too.
 pub fn start_in(netns: Option<&Path>, args: &[&str], log: &Path) -> Agent {
+    start_with_env(netns, args, &[], log)
+}
+
+/// [`start_in`] with environment variables set for the agent alone.
+pub fn start_with_env(
+    netns: Option<&Path>,
+    args: &[&str],
+    env: &[(&str, &str)],
+    log: &Path,
+) -> Agent {
     let port = match netns {
         // A fresh namespace has every port free.
         Some(_) => 10255,
@@ -57,6 +67,7 @@ pub fn start_in(netns: Option<&Path>, args: &[&str], log: &Path) -> Agent {
     let child = command
         .args(args)
         .args(["--listen", &listen])
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
@@ -159,6 +170,22 @@ impl Agent {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
         self.child.wait().unwrap()
+    }
+
+    /// Waits until the agent exits by itself; its exit status.
+    pub fn wait_exit(mut self) -> ExitStatus {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the agent did not exit; log: {:?}",
+                self.log
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// `kill -9`.

@@ -27,6 +27,7 @@
 //! kube, `rustlet-api` or the binary. A CRI runtime lives in its own crate and implements
 //! [`runtime::Runtime`].
 
+mod fault;
 pub mod prober;
 pub mod runtime;
 pub mod simulated;

@@ -273,6 +273,8 @@ impl PodWorkers {
         // The UIDs of `workers`, kept beside it for the runtime's orphan check (copying them
         // into a set every housekeeping period was a tenth of the settled agent's idle CPU).
         let mut known: HashSet<PodUid> = HashSet::new();
+        // UIDs whose finished incarnation was just replaced (filled and drained in one pass).
+        let mut successors: HashSet<PodUid> = HashSet::new();
         let mut runtime_events = self.shared.runtime.changes();
         let mut tick = tokio::time::interval(self.shared.config.housekeeping_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -298,6 +300,7 @@ impl PodWorkers {
                     info!(%uid, "pod re-created with the UID of a finished one: starting it again");
                     workers.remove(&uid);
                     known.remove(&uid);
+                    successors.insert(uid.clone());
                 }
                 match workers.get(&uid) {
                     Some(tx) => {
@@ -343,6 +346,11 @@ impl PodWorkers {
                         self.shared.lifecycles.set(&uid, first);
                         let worker = Worker {
                             shared: self.shared.clone(),
+                            incarnation: if successors.remove(&uid) {
+                                Incarnation::Successor
+                            } else {
+                                Incarnation::First
+                            },
                             uid: uid.clone(),
                             rx,
                             cancel: cancel.clone(),
@@ -456,8 +464,19 @@ struct RestartBackoff {
     last_restart: Instant,
 }
 
+/// Whether a worker's pod follows a finished one under the same UID (local mode: a manifest
+/// that carries its UID, restored or edited).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Incarnation {
+    /// The first pod this agent runs under the UID (or the same one, after a restart).
+    First,
+    /// The UID's earlier incarnation finished here: its exited containers are cleared first.
+    Successor,
+}
+
 struct Worker {
     shared: Arc<Shared>,
+    incarnation: Incarnation,
     uid: PodUid,
     rx: watch::Receiver<PodSlot>,
     cancel: CancellationToken,
@@ -682,6 +701,10 @@ impl Worker {
 
     async fn run(mut self) {
         let Some(pod) = self.pod() else { return };
+        if self.incarnation == Incarnation::Successor {
+            // What the finished incarnation left in the runtime is not this pod's.
+            self.shared.runtime.remove_pod(&self.uid).await;
+        }
         let runtime = self.shared.runtime.pod_status(&self.uid).await;
         // W2: a pod already terminal in the API with nothing running is born terminated.
         let born_terminated = api_phase_terminal(&pod) && !runtime.any_running();
@@ -1098,7 +1121,13 @@ impl Worker {
                 }
             }
         }
-        self.shared.runtime.remove_pod(&self.uid).await;
+        // The exited containers stay (upstream leaves them to its container GC): until the
+        // terminal status is durable (in the API, or local mode's state file) they are the only
+        // record that the pod ran, and a restart in between reads its phase from them instead
+        // of running a `Never` pod again. They go with the pod: the runtime's orphan pass
+        // removes them once the pod has left the source and its worker is forgotten, and a new
+        // incarnation under the same UID clears them first (`Incarnation::Successor`).
+        crate::fault::point("reclaimed");
         let pod = self.latest();
         self.shared.status.terminate_pod(&pod);
         self.shared.lifecycles.set(&self.uid, Lifecycle::Finished);

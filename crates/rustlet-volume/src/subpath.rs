@@ -55,6 +55,12 @@ pub enum ContainerMountError {
         /// Why, when it names no host path.
         reason: Option<String>,
     },
+    /// The preparation was cancelled before it finished (the runtime is shutting down).
+    #[error("preparing the mounts of container {container:?} was interrupted")]
+    Interrupted {
+        /// The container.
+        container: String,
+    },
     /// The missing subpath directory could not be created.
     #[error(
         "failed to create subPath directory for volumeMount {mount:?} of container {container:?}"

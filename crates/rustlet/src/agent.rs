@@ -94,12 +94,15 @@ async fn connect(config: &AgentConfig) -> Result<Api> {
             // Pods without a UID of their own keep theirs across restarts through this file,
             // so a restart adopts their mounts.
             // And finished pods keep their statuses, so a restart does not run them again.
-            let mut manifests = DirectorySync::new(dir, &config.node_name, store.clone())
+            let manifests = DirectorySync::new(dir, &config.node_name, store.clone())
                 .with_uid_state(config.root_dir.join("local-pod-uids.json"))?
                 .with_status_state(config.root_dir.join("local-pod-statuses.json"))?;
             // The first scan before anything reads the store, so the pod source is complete
             // when it says it is ready.
-            let report = manifests.sync();
+            let (manifests, report) = manifests
+                .sync_on_blocking_pool()
+                .await
+                .context("the first scan of the manifest directory was interrupted")?;
             for error in &report.errors {
                 warn!("{error}");
             }

@@ -134,6 +134,14 @@ fn kube_mode_registers_runs_reports_and_deletes_with_the_uid() {
         (reasons.contains(&"Created".to_owned()) && reasons.contains(&"Started".to_owned()))
             .then_some(())
     });
+    // Events wait in a bounded queue of their own; what a full queue drops is counted
+    // (issue 24, item 13).
+    let (code, metrics) = agent.get("/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("rustlet_events_dropped_total 0"),
+        "{metrics}"
+    );
 
     rt.block_on(api.delete("web", &DeleteParams::default()))
         .unwrap();

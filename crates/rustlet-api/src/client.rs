@@ -1,10 +1,22 @@
-//! The one `kube::Client` every adapter shares: the kubelet's client-side rate limit
-//! ([`RateLimitLayer`], QPS 50 / burst 100 by default) around kube's stack, and a choice about
-//! kube's own retries.
+//! The agent's API clients: the kubelet's client-side rate limit ([`RateLimitLayer`]) around
+//! kube's stack, and a choice about kube's own retries.
+//!
+//! As upstream (`cmd/kubelet/app/server.go`: `KubeClient`, `EventClient`, `HeartbeatClient`),
+//! the agent talks to the API server through three clients of one configuration
+//! ([`build_clients`]), so that no kind of traffic waits behind another:
+//!
+//! * the main client (QPS 50 / burst 100): watches, pod statuses, mirror pods, objects;
+//! * the event client, with a bucket of its own (`eventRecordQPS` 50 / `eventBurst` 100):
+//!   a flood of events never takes the tokens status writes need;
+//! * the heartbeat client, not rate limited and with a deadline: the node Lease and the node
+//!   status, which must reach the API server on time however busy the rest is (a late Lease
+//!   makes the node NotReady and its pods evicted).
 //!
 //! kube 5 retries 429, 503 and 504 by itself (up to 15 times, `RetryPolicy::server_retry`),
 //! inside the rate limiter, so those retries are not charged to the bucket and stack under the
 //! status manager's own backoff. [`KubeRetries::Off`] leaves one retry policy, the callers'.
+
+use std::time::Duration;
 
 use crate::rate_limit::RateLimitLayer;
 
@@ -18,7 +30,7 @@ pub enum KubeRetries {
     Off,
 }
 
-/// How the shared client is built.
+/// How the clients are built.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientConfig {
     /// Requests per second after the burst (kubelet `kubeAPIQPS`, 50).
@@ -27,6 +39,13 @@ pub struct ClientConfig {
     pub burst: u32,
     /// kube's own retries.
     pub retries: KubeRetries,
+    /// The event client's requests per second after its burst (kubelet `eventRecordQPS`, 50).
+    pub event_qps: f64,
+    /// The event client's requests at once (kubelet `eventBurst`, 100).
+    pub event_burst: u32,
+    /// The deadline of each heartbeat request (upstream: the node status update frequency,
+    /// at most the lease duration; 10 s).
+    pub heartbeat_timeout: Duration,
 }
 
 impl Default for ClientConfig {
@@ -35,18 +54,107 @@ impl Default for ClientConfig {
             qps: 50.0,
             burst: 100,
             retries: KubeRetries::Kube,
+            event_qps: 50.0,
+            event_burst: 100,
+            heartbeat_timeout: Duration::from_secs(10),
         }
     }
 }
 
-/// Build the shared client from a kube `Config` (from a kubeconfig or in-cluster).
+/// Which of the agent's clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientKind {
+    /// Everything but events and heartbeats.
+    Main,
+    /// Events.
+    Events,
+    /// The node Lease and the node status.
+    Heartbeat,
+}
+
+impl ClientConfig {
+    /// The rate limit of one client; every layer has a bucket of its own.
+    pub fn rate_limit(&self, kind: ClientKind) -> RateLimitLayer {
+        match kind {
+            ClientKind::Main => RateLimitLayer::new(self.qps, self.burst),
+            ClientKind::Events => RateLimitLayer::new(self.event_qps, self.event_burst),
+            // upstream: heartbeatClientConfig.QPS = -1 (no client-side limit).
+            ClientKind::Heartbeat => RateLimitLayer::new(f64::INFINITY, 1),
+        }
+    }
+}
+
+/// The three clients of an agent (see the module doc).
+#[derive(Clone)]
+pub struct ApiClients {
+    /// Watches, statuses, mirror pods, objects.
+    pub main: kube::Client,
+    /// Events, under a bucket of their own.
+    pub events: kube::Client,
+    /// The node Lease and the node status: no rate limit, a deadline.
+    pub heartbeat: kube::Client,
+}
+
+impl std::fmt::Debug for ApiClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClients").finish_non_exhaustive()
+    }
+}
+
+impl ApiClients {
+    /// The three clients, each made by `make` around its own [`ClientConfig::rate_limit`]
+    /// ([`build_clients`] over kube's stack; tests over an in-process transport).
+    pub fn make<E>(
+        options: &ClientConfig,
+        mut make: impl FnMut(ClientKind, RateLimitLayer) -> Result<kube::Client, E>,
+    ) -> Result<Self, E> {
+        let mut client = |kind| make(kind, options.rate_limit(kind));
+        Ok(Self {
+            main: client(ClientKind::Main)?,
+            events: client(ClientKind::Events)?,
+            heartbeat: client(ClientKind::Heartbeat)?,
+        })
+    }
+}
+
+/// One client from a kube `Config` (from a kubeconfig or in-cluster) under the main rate limit.
 pub fn build_client(
-    mut config: kube::Config,
+    config: kube::Config,
     options: &ClientConfig,
 ) -> Result<kube::Client, kube::Error> {
+    build_one(
+        config,
+        options,
+        ClientKind::Main,
+        &options.rate_limit(ClientKind::Main),
+    )
+}
+
+fn build_one(
+    mut config: kube::Config,
+    options: &ClientConfig,
+    kind: ClientKind,
+    limit: &RateLimitLayer,
+) -> Result<kube::Client, kube::Error> {
     config.default_retry = options.retries == KubeRetries::Kube;
+    if kind == ClientKind::Heartbeat {
+        // upstream: heartbeatClientConfig.Timeout, the whole request's deadline; kube's are
+        // per phase.
+        config.connect_timeout = Some(options.heartbeat_timeout);
+        config.read_timeout = Some(options.heartbeat_timeout);
+        config.write_timeout = Some(options.heartbeat_timeout);
+    }
     let builder = kube::client::ClientBuilder::try_from(config)?;
-    Ok(builder
-        .with_layer(&RateLimitLayer::new(options.qps, options.burst))
-        .build())
+    Ok(builder.with_layer(limit).build())
+}
+
+/// The agent's three clients from one kube `Config` (upstream: the kubelet's kube, event and
+/// heartbeat clients).
+pub fn build_clients(
+    config: kube::Config,
+    options: &ClientConfig,
+) -> Result<ApiClients, kube::Error> {
+    ApiClients::make(options, |kind, limit| {
+        build_one(config.clone(), options, kind, &limit)
+    })
 }

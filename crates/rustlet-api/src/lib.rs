@@ -23,8 +23,11 @@
 //!   upstream's watch-based manager), PVC and PV reads, and TokenRequest for projected service
 //!   account tokens (cached, renewed at 80% of their lifetime or after 24 h; a cluster only).
 //! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`;
-//!   [`client::build_client`] builds that client (rate limit, and kube's own retries on or off).
-//! * [`events::KubeEventRecorder`]: events.k8s.io/v1 through kube-runtime's recorder.
+//!   [`client::build_clients`] builds the agent's three clients (upstream's kube, event and
+//!   heartbeat clients: a bucket for events of their own, none for the Lease and node status),
+//!   with kube's own retries on or off.
+//! * [`events::KubeEventRecorder`]: events.k8s.io/v1 through kube-runtime's recorder, from a
+//!   bounded queue drained by one task (the oldest dropped and counted when it is full).
 //! * [`dir_watch::DirWatch`]: inotify on a manifest directory, so `DirectorySync` and the
 //!   static pod source read a change at once (a periodic scan stays as the safety net).
 //! * [`static_pods`]: static pods from a manifest directory (`--pod-manifest-path`) into the
@@ -60,7 +63,7 @@ pub mod static_pods;
 pub mod test_server;
 
 pub use backend::Backend;
-pub use client::{ClientConfig, KubeRetries, build_client};
+pub use client::{ApiClients, ClientConfig, ClientKind, KubeRetries, build_client, build_clients};
 pub use content::{ConfigMapSource, ObjectSource, SecretSource};
 pub use events::KubeEventRecorder;
 pub use kube_status::KubePodStatusClient;

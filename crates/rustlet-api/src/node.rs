@@ -114,7 +114,11 @@ pub struct NodeRegistrar {
 }
 
 impl NodeRegistrar {
-    /// A registrar over this client.
+    /// A registrar over this client: the agent's heartbeat client
+    /// ([`crate::client::ApiClients::heartbeat`], no rate limit), so the Lease and the node
+    /// status never wait behind events or pod status writes. Deviation: upstream registers the
+    /// Node through its main client; here registration shares the heartbeat client too (one
+    /// registrar, and registration is rare).
     pub fn new(client: kube::Client, config: NodeConfig) -> Self {
         Self {
             nodes: Api::all(client.clone()),

@@ -142,7 +142,7 @@ impl StaticPodSource {
 
     /// Reads the directory into `cache` until cancelled: at once, on every change its
     /// [`DirWatch`] announces, and every [`DirWatch::period`] (the first read marks the static
-    /// source ready).
+    /// source ready). Each read runs on the blocking pool.
     pub async fn run(self, cache: Arc<PodCache>, cancel: CancellationToken) {
         let mut watch = DirWatch::new(&self.dir, STATIC_SCAN_INTERVAL);
         let mut next = tokio::time::Instant::now();
@@ -153,7 +153,13 @@ impl StaticPodSource {
                 () = watch.changed() => {}
                 () = tokio::time::sleep_until(next) => {}
             }
-            let (pods, errors) = self.scan();
+            // Files of up to 10 MiB read and parsed: on the blocking pool (issue 24, item 14).
+            let source = self.clone();
+            let (pods, errors) = match tokio::task::spawn_blocking(move || source.scan()).await {
+                Ok(scanned) => scanned,
+                Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+                Err(_) => return,
+            };
             let now: Vec<String> = errors.iter().map(ToString::to_string).collect();
             if now != reported {
                 for error in &now {

@@ -164,6 +164,16 @@ impl TestApiServer {
         kube::Client::try_from(self.config().await?)
     }
 
+    /// The same server as an in-process tower service (over the same store, faults and log),
+    /// for `kube::Client::new`: no socket, so tests in paused time drive every request as a
+    /// task and see it at an exact instant.
+    pub fn router(&self) -> Router {
+        Router::new().fallback(serve).with_state(AppState {
+            store: self.store.clone(),
+            shared: self.shared.clone(),
+        })
+    }
+
     /// Add a fault.
     pub fn inject(&self, fault: Fault) {
         self.lock().faults.push(fault);

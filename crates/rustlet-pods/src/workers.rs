@@ -795,7 +795,7 @@ impl Worker {
                     self.set_status(pod, &runtime, false, &no_waiting);
                     return Ok(Synced::Terminal);
                 }
-                _ => match self.prepare_mounts(pod, container) {
+                _ => match self.prepare_mounts(pod, container).await {
                     Err(waiting) => {
                         let runtime = runtime_api.pod_status(&self.uid).await;
                         let waiting = HashMap::from([(container.name.clone(), waiting)]);
@@ -901,7 +901,7 @@ impl Worker {
                     },
                 );
             }
-            let mounts = match self.prepare_mounts(pod, container) {
+            let mounts = match self.prepare_mounts(pod, container).await {
                 Ok(mounts) => mounts,
                 Err(reason) => {
                     waiting.insert(container.name.clone(), reason);
@@ -976,8 +976,8 @@ impl Worker {
 
     /// Upstream `makeMounts` before a container is created: its subPaths prepared safely. A
     /// failure is the container's `CreateContainerConfigError` (and a `Failed` event), retried
-    /// after the sync back-off.
-    fn prepare_mounts(
+    /// after the sync back-off. The preparation runs on the blocking pool (item 14).
+    async fn prepare_mounts(
         &self,
         pod: &Pod,
         container: &Container,
@@ -985,6 +985,7 @@ impl Worker {
         self.shared
             .volumes
             .container_mounts(pod, container)
+            .await
             .map_err(|err| {
                 self.event(pod, EventKind::Warning, "Failed", &format!("Error: {err}"));
                 WaitingReason {

@@ -624,18 +624,34 @@ impl VolumeManager {
 
     /// Upstream `makeMounts`: the mounts of `container`, its subPaths prepared safely (see
     /// [`crate::subpath`]). A runtime calls it before it creates the container.
-    pub fn container_mounts(
+    ///
+    /// The preparation (`stat`, `mkdir` beneath the volume, the pinned bind mount) runs on the
+    /// blocking pool: a hung filesystem holds one pool thread, never the async runtime that
+    /// drives the other pods, the probes and the HTTP endpoints (issue 24, item 14).
+    pub async fn container_mounts(
         &self,
         pod: &Pod,
         container: &k8s_openapi::api::core::v1::Container,
     ) -> Result<Vec<ContainerMount>, ContainerMountError> {
         let volumes = self.get_mounted_volumes_for_pod(&pod_name_of(pod));
-        make_mounts(
-            container,
-            &|name| volumes.get(name).map(|v| (v.path.clone(), v.read_only)),
-            &self.host.pod_dir(&PodUid::of(pod))?,
-            &*self.host.mounter,
-        )
+        let pod_dir = self.host.pod_dir(&PodUid::of(pod))?;
+        let mounter = self.host.mounter.clone();
+        let owned = container.clone();
+        let work = tokio::task::spawn_blocking(move || {
+            make_mounts(
+                &owned,
+                &|name| volumes.get(name).map(|v| (v.path.clone(), v.read_only)),
+                &pod_dir,
+                &*mounter,
+            )
+        });
+        match work.await {
+            Ok(result) => result,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => Err(ContainerMountError::Interrupted {
+                container: container.name.clone(),
+            }),
+        }
     }
 
     /// V11: the GIDs of the pod's mounted volumes (`pv.beta.kubernetes.io/gid`) that the pod

@@ -58,6 +58,12 @@ pub enum ContainerMountError {
     /// The pod's UID cannot name its directory.
     #[error(transparent)]
     UnsafePath(#[from] rustlet_core::UnsafePathComponent),
+    /// The preparation was cancelled before it finished (the runtime is shutting down).
+    #[error("preparing the mounts of container {container:?} was interrupted")]
+    Interrupted {
+        /// The container.
+        container: String,
+    },
     /// The missing subpath directory could not be created.
     #[error(
         "failed to create subPath directory for volumeMount {mount:?} of container {container:?}"

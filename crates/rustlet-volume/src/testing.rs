@@ -1042,3 +1042,164 @@ impl VolumeObjects for FakeVolumeObjects {
         self.changes.subscribe()
     }
 }
+
+/// What [`ThreadGate::parked`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateOutcome {
+    /// The gated call is parked on a thread of its own (the blocking pool), holding it.
+    Parked,
+    /// The gated call came on the thread that runs the test's async tasks: it would have
+    /// blocked every task, so it was let through at once (the test fails instead of hanging).
+    OnRuntimeThread,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    armed: bool,
+    outcome: Option<GateOutcome>,
+    released: bool,
+}
+
+/// A blocking call that a test holds (item 14: blocking work stays off the async runtime).
+/// Made on the thread of a `current_thread` runtime (a `#[tokio::test]` body), it parks the
+/// first [`ThreadGate::pass`] after [`ThreadGate::arm`] until [`ThreadGate::release`], as a
+/// slow disk or a hung mount would; the test meanwhile shows that other tasks go on. A pass on
+/// the runtime's own thread never parks (that would deadlock the test): it is recorded as
+/// [`GateOutcome::OnRuntimeThread`]. Deterministic: no timeouts, no sleeps.
+#[derive(Debug)]
+pub struct ThreadGate {
+    runtime_thread: std::thread::ThreadId,
+    state: Mutex<GateState>,
+    released: std::sync::Condvar,
+    outcome: tokio::sync::Notify,
+}
+
+impl Default for ThreadGate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ThreadGate {
+    /// A gate, not armed, for the runtime on the calling thread.
+    pub fn new() -> Self {
+        Self {
+            runtime_thread: std::thread::current().id(),
+            state: Mutex::default(),
+            released: std::sync::Condvar::new(),
+            outcome: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next pass parks.
+    pub fn arm(&self) {
+        let mut state = self.lock();
+        state.armed = true;
+        state.outcome = None;
+        state.released = false;
+    }
+
+    /// Called by the gated (blocking) code: parks when armed, unless on the runtime's thread.
+    pub fn pass(&self) {
+        let mut state = self.lock();
+        if !state.armed {
+            return;
+        }
+        state.armed = false;
+        if std::thread::current().id() == self.runtime_thread {
+            state.outcome = Some(GateOutcome::OnRuntimeThread);
+            self.outcome.notify_one();
+            return;
+        }
+        state.outcome = Some(GateOutcome::Parked);
+        self.outcome.notify_one();
+        while !state.released {
+            state = self.released.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Waits until an armed pass happened: parked, or on the runtime's thread.
+    pub async fn parked(&self) -> GateOutcome {
+        loop {
+            let notified = self.outcome.notified();
+            if let Some(outcome) = self.lock().outcome {
+                return outcome;
+            }
+            notified.await;
+        }
+    }
+
+    /// Lets the parked call go on.
+    pub fn release(&self) {
+        self.lock().released = true;
+        self.released.notify_all();
+    }
+}
+
+/// A [`rustlet_mount::fake::FakeMounter`] whose `prepare_subpath` first passes a
+/// [`ThreadGate`]: a subPath bind that hangs as long as the test wants.
+#[derive(Debug)]
+pub struct GatedMounter {
+    /// What serves every call.
+    pub inner: Arc<rustlet_mount::fake::FakeMounter>,
+    /// What `prepare_subpath` passes first.
+    pub gate: Arc<ThreadGate>,
+}
+
+impl crate::mounter::Mounter for GatedMounter {
+    fn mount(&self, request: &rustlet_mount::MountRequest) -> rustlet_mount::Result<()> {
+        self.inner.mount(request)
+    }
+    fn bind(
+        &self,
+        source: &std::path::Path,
+        target: &std::path::Path,
+        access: rustlet_mount::BindAccess,
+    ) -> rustlet_mount::Result<()> {
+        self.inner.bind(source, target, access)
+    }
+    fn tmpfs(
+        &self,
+        target: &std::path::Path,
+        options: rustlet_mount::TmpfsOptions,
+    ) -> rustlet_mount::Result<()> {
+        self.inner.tmpfs(target, options)
+    }
+    fn unmount(
+        &self,
+        target: &std::path::Path,
+        mode: rustlet_mount::UnmountMode,
+    ) -> rustlet_mount::Result<()> {
+        self.inner.unmount(target, mode)
+    }
+    fn is_likely_not_mount_point(&self, path: &std::path::Path) -> rustlet_mount::Result<bool> {
+        self.inner.is_likely_not_mount_point(path)
+    }
+    fn is_mount_point(&self, path: &std::path::Path) -> rustlet_mount::Result<bool> {
+        self.inner.is_mount_point(path)
+    }
+    fn is_tmpfs_mount_point(&self, path: &std::path::Path) -> rustlet_mount::Result<bool> {
+        self.inner.is_tmpfs_mount_point(path)
+    }
+    fn list(&self) -> rustlet_mount::Result<Vec<rustlet_mount::MountInfo>> {
+        self.inner.list()
+    }
+    fn mount_refs(&self, path: &std::path::Path) -> rustlet_mount::Result<Vec<PathBuf>> {
+        self.inner.mount_refs(path)
+    }
+    fn cleanup_mount_point(
+        &self,
+        path: &std::path::Path,
+        check: rustlet_mount::MountPointCheck,
+    ) -> rustlet_mount::Result<()> {
+        self.inner.cleanup_mount_point(path, check)
+    }
+    fn prepare_subpath(&self, subpath: &rustlet_mount::Subpath) -> rustlet_mount::Result<()> {
+        self.gate.pass();
+        self.inner.prepare_subpath(subpath)
+    }
+}

@@ -18,7 +18,7 @@ use rustlet_api::node::{NodeConfig, NodeRegistrar};
 use rustlet_api::static_pods::{MirrorPods, StaticPodSource};
 use rustlet_api::{
     ApiObjects, Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries,
-    NodeCache, PodCache, build_client,
+    NodeCache, PodCache, build_clients,
 };
 use rustlet_cri::{CriConfig, CriRuntime};
 use rustlet_pods::{
@@ -84,7 +84,7 @@ struct Api {
     intake: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
-async fn connect(config: &AgentConfig) -> Result<Api> {
+async fn connect(config: &AgentConfig, registry: &mut Registry) -> Result<Api> {
     let kube_config = match &config.mode {
         Mode::Local(dir) => {
             let store = Arc::new(Store::with_config(
@@ -94,12 +94,15 @@ async fn connect(config: &AgentConfig) -> Result<Api> {
             // Pods without a UID of their own keep theirs across restarts through this file,
             // so a restart adopts their mounts.
             // And finished pods keep their statuses, so a restart does not run them again.
-            let mut manifests = DirectorySync::new(dir, &config.node_name, store.clone())
+            let manifests = DirectorySync::new(dir, &config.node_name, store.clone())
                 .with_uid_state(config.root_dir.join("local-pod-uids.json"))?
                 .with_status_state(config.root_dir.join("local-pod-statuses.json"))?;
             // The first scan before anything reads the store, so the pod source is complete
             // when it says it is ready.
-            let report = manifests.sync();
+            let (manifests, report) = manifests
+                .sync_on_blocking_pool()
+                .await
+                .context("the first scan of the manifest directory was interrupted")?;
             for error in &report.errors {
                 warn!("{error}");
             }
@@ -128,16 +131,6 @@ async fn connect(config: &AgentConfig) -> Result<Api> {
         }
         Mode::InCluster => kube::Config::incluster().context("in-cluster configuration")?,
     };
-    let client = build_client(
-        kube_config,
-        &ClientConfig {
-            qps: config.api_qps,
-            burst: config.api_burst,
-            // One retry policy: the status manager's back-off and the rate limiter.
-            retries: KubeRetries::Off,
-        },
-    )
-    .context("building the API client")?;
     let mut node = NodeConfig::for_host(&config.node_name);
     node.renew_interval = config.node_lease_renew_interval;
     node.addresses.insert(
@@ -147,15 +140,31 @@ async fn connect(config: &AgentConfig) -> Result<Api> {
             address: config.node_ip.clone(),
         },
     );
-    let registrar = Arc::new(NodeRegistrar::new(client.clone(), node));
+    let lease_duration =
+        Duration::from_secs(u64::try_from(node.lease_duration_seconds).unwrap_or(40));
+    // upstream: the kubelet's kube, event and heartbeat clients: events have their own
+    // bucket, and the Lease and node status none, so neither waits behind the other traffic.
+    let clients = build_clients(
+        kube_config,
+        &ClientConfig {
+            qps: config.api_qps,
+            burst: config.api_burst,
+            // One retry policy: the status manager's back-off and the rate limiter.
+            retries: KubeRetries::Off,
+            event_qps: config.event_qps,
+            event_burst: config.event_burst,
+            heartbeat_timeout: config.node_lease_renew_interval.min(lease_duration),
+        },
+    )
+    .context("building the API clients")?;
+    let client = clients.main.clone();
+    let registrar = Arc::new(NodeRegistrar::new(clients.heartbeat.clone(), node));
+    let events = KubeEventRecorder::new(clients.events.clone(), "kubelet", &config.node_name);
+    events.register_metrics(registry);
     Ok(Api {
         backend: Backend::Cluster(client.clone()),
         status_client: Arc::new(KubePodStatusClient::new(client.clone())),
-        events: Arc::new(KubeEventRecorder::new(
-            client.clone(),
-            "kubelet",
-            &config.node_name,
-        )),
+        events: Arc::new(events),
         registrar: Some(registrar),
         client: Some(client),
         intake: None,
@@ -197,7 +206,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("--listen {}", config.listen))?;
-    let api = connect(&config).await?;
+    let api = connect(&config, &mut registry).await?;
 
     let pods = Arc::new(match config.pod_manifest_path {
         Some(_) => PodCache::with_static_source(),

@@ -99,6 +99,12 @@ pub struct FileConfig {
     api_qps: Option<f64>,
     /// Client-side API burst (kubelet `kubeAPIBurst`, 100).
     api_burst: Option<u32>,
+    /// Kube mode: the event client's rate limit (kubelet `eventRecordQPS`, 50): events have
+    /// a bucket of their own, so a flood of them never delays a status write.
+    #[serde(rename = "eventRecordQPS")]
+    event_record_qps: Option<f64>,
+    /// The event client's burst (kubelet `eventBurst`, 100).
+    event_burst: Option<u32>,
     /// Pods whose status syncs at once (16).
     status_sync_concurrency: Option<usize>,
     /// Deadline of each API call of the status manager, in seconds (10).
@@ -150,6 +156,10 @@ pub struct AgentConfig {
     pub api_qps: f64,
     /// API burst.
     pub api_burst: u32,
+    /// The event client's rate limit.
+    pub event_qps: f64,
+    /// The event client's burst.
+    pub event_burst: u32,
     /// Status syncs at once.
     pub status_sync_concurrency: usize,
     /// Deadline of each status API call.
@@ -305,6 +315,16 @@ impl AgentConfig {
         if api_burst == 0 {
             return Err(bad("config key apiBurst: must be at least 1"));
         }
+        let event_qps = file.event_record_qps.unwrap_or(50.0);
+        if !event_qps.is_finite() || event_qps <= 0.0 {
+            return Err(bad(format!(
+                "config key eventRecordQPS: {event_qps} must be positive"
+            )));
+        }
+        let event_burst = file.event_burst.unwrap_or(100);
+        if event_burst == 0 {
+            return Err(bad("config key eventBurst: must be at least 1"));
+        }
         let status_sync_concurrency = file.status_sync_concurrency.unwrap_or(16);
         if status_sync_concurrency == 0 {
             return Err(bad("config key statusSyncConcurrency: must be at least 1"));
@@ -340,6 +360,8 @@ impl AgentConfig {
             )?,
             api_qps,
             api_burst,
+            event_qps,
+            event_burst,
             status_sync_concurrency,
             api_request_timeout: seconds(
                 "apiRequestTimeoutSeconds",
@@ -376,7 +398,7 @@ mod tests {
         std::fs::write(
             &file,
             format!(
-                "nodeName: from-file\nrootDir: /x\nlocal: {}\nstatusSyncPeriodSeconds: 2.5\napiQPS: 5\n",
+                "nodeName: from-file\nrootDir: /x\nlocal: {}\nstatusSyncPeriodSeconds: 2.5\napiQPS: 5\neventRecordQPS: 7\neventBurst: 9\n",
                 dir.path().display()
             ),
         )
@@ -392,6 +414,7 @@ mod tests {
         assert_eq!(config.root_dir, PathBuf::from("/x"));
         assert_eq!(config.status_sync_period, Duration::from_millis(2500));
         assert_eq!(config.api_qps, 5.0);
+        assert_eq!((config.event_qps, config.event_burst), (7.0, 9));
         assert_eq!(config.mode, Mode::Local(dir.path().to_owned()));
     }
 
@@ -402,6 +425,11 @@ mod tests {
         let local = dir.path().display();
         for (text, key) in [
             (format!("local: {local}\napiQPS: -1\n"), "apiQPS"),
+            (
+                format!("local: {local}\neventRecordQPS: 0\n"),
+                "eventRecordQPS",
+            ),
+            (format!("local: {local}\neventBurst: 0\n"), "eventBurst"),
             (format!("local: {local}\nnodeIP: nope\n"), "nodeIP"),
             (
                 format!("local: {local}\nstatusSyncPeriodSeconds: 0\n"),

@@ -384,6 +384,17 @@ pub struct SyncReport {
     pub errors: Vec<ManifestError>,
 }
 
+/// What [`DirectorySync::run`] does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Read the directory ([`DirectorySync::sync`]).
+    Scan,
+    /// Bring the status state file up to date.
+    SaveStatuses,
+    /// The same, for the last time.
+    Stop,
+}
+
 /// Keeps a directory's manifests in a store.
 pub struct DirectorySync {
     dir: PathBuf,
@@ -910,9 +921,43 @@ impl DirectorySync {
         report
     }
 
+    /// `work` on the blocking pool, which `self` goes to and comes back from. `None` when the
+    /// runtime shut down before it ran.
+    async fn on_blocking_pool<T: Send + 'static>(
+        self,
+        work: impl FnOnce(&mut Self) -> T + Send + 'static,
+    ) -> Option<(Self, T)> {
+        let mut this = self;
+        let handle = tokio::task::spawn_blocking(move || {
+            let out = work(&mut this);
+            (this, out)
+        });
+        match handle.await {
+            Ok(done) => Some(done),
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => None,
+        }
+    }
+
+    /// [`Self::sync`] on the blocking pool, for async callers: a scan reads files of up to
+    /// [`MAX_MANIFEST_BYTES`], hashes and parses them and writes the state files, none of which
+    /// may hold a thread of the async runtime (issue 24, item 14). `None` when the runtime shut
+    /// down before it ran.
+    pub async fn sync_on_blocking_pool(self) -> Option<(Self, SyncReport)> {
+        self.on_blocking_pool(Self::sync).await
+    }
+
+    /// [`Self::save_statuses`] as a report of its own.
+    fn save_statuses_now(&mut self) -> SyncReport {
+        let mut report = SyncReport::default();
+        self.save_statuses(&mut report);
+        report
+    }
+
     /// Sync every [`SCAN_INTERVAL`] until cancelled; then the status state file is brought up
     /// to date one last time (cancel it after the status manager's last flush, so a pod that
-    /// finished just before a shutdown keeps its status).
+    /// finished just before a shutdown keeps its status). Every scan and state write runs on
+    /// the blocking pool ([`Self::sync_on_blocking_pool`]).
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut watch = DirWatch::new(&self.dir, SCAN_INTERVAL);
         let mut next = tokio::time::Instant::now();
@@ -920,31 +965,31 @@ impl DirectorySync {
         let mut statuses = tokio::time::interval(SCAN_INTERVAL);
         statuses.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
-                () = cancel.cancelled() => {
-                    let mut report = SyncReport::default();
-                    self.save_statuses(&mut report);
-                    for err in report.errors {
-                        warn!("{err}");
-                    }
-                    return;
-                }
-                _ = statuses.tick() => {
-                    let mut report = SyncReport::default();
-                    self.save_statuses(&mut report);
-                    for err in report.errors {
-                        warn!("{err}");
-                    }
-                    continue;
-                }
-                () = watch.changed() => {}
-                () = tokio::time::sleep_until(next) => {}
-            }
-            for err in self.sync().errors {
+            let step = tokio::select! {
+                () = cancel.cancelled() => Step::Stop,
+                _ = statuses.tick() => Step::SaveStatuses,
+                () = watch.changed() => Step::Scan,
+                () = tokio::time::sleep_until(next) => Step::Scan,
+            };
+            let work: fn(&mut Self) -> SyncReport = match step {
+                Step::Scan => Self::sync,
+                Step::SaveStatuses | Step::Stop => Self::save_statuses_now,
+            };
+            let Some((this, report)) = self.on_blocking_pool(work).await else {
+                return;
+            };
+            self = this;
+            for err in report.errors {
                 warn!("{err}");
             }
-            watch.rearm();
-            next = tokio::time::Instant::now() + watch.period();
+            match step {
+                Step::Stop => return,
+                Step::SaveStatuses => {}
+                Step::Scan => {
+                    watch.rearm();
+                    next = tokio::time::Instant::now() + watch.period();
+                }
+            }
         }
     }
 }

@@ -168,3 +168,104 @@ async fn volumes_in_use_is_a_merge_patch_of_the_node_status() {
         .unwrap();
     server.await.unwrap();
 }
+
+/// Issue 24 item 13 (upstream: the kubelet's separate heartbeat and event clients): 500 pods
+/// whose mounts fail make a flood of events (one `FailedMount` per pod every second) and of
+/// status writes (one per pod every 10 s), all against the test API server in paused time.
+/// The Lease is still renewed on time, every 10 s, and the events wait in a bounded queue
+/// (the oldest dropped and counted), not in 30,000 tasks.
+#[tokio::test(start_paused = true)]
+async fn item13_a_flood_of_events_and_status_writes_never_delays_the_lease() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use rustlet_status::PodStatusClient;
+    use rustlet_volume::events::{EventKind, EventRecorder, FAILED_MOUNT};
+    use tower::Layer;
+
+    use crate::client::{ApiClients, ClientConfig};
+    use crate::events::{EVENT_QUEUE_CAPACITY, KubeEventRecorder};
+    use crate::kube_status::KubePodStatusClient;
+    use crate::local::store::Store;
+    use crate::test_server::TestApiServer;
+
+    const PODS: usize = 500;
+    let server = TestApiServer::start(Arc::new(Store::default()))
+        .await
+        .unwrap();
+    let mut pods = Vec::new();
+    for i in 0..PODS {
+        let created = server
+            .store()
+            .create(json!({"apiVersion":"v1","kind":"Pod",
+                "metadata":{"name":format!("p{i}"),"namespace":"ns"},
+                "spec":{"nodeName":"node-a","containers":[{"name":"c","image":"busybox"}]}}))
+            .unwrap();
+        pods.push(serde_json::from_value::<Pod>(created).unwrap());
+    }
+    let router = server.router();
+    let clients = ApiClients::make(&ClientConfig::default(), |_, limit| {
+        Ok::<_, std::convert::Infallible>(kube::Client::new(limit.layer(router.clone()), "ns"))
+    })
+    .unwrap();
+    let mut config = NodeConfig::for_host("node-a");
+    config.renew_interval = Duration::from_secs(10);
+    let registrar = NodeRegistrar::new(clients.heartbeat.clone(), config);
+    let events = KubeEventRecorder::new(clients.events.clone(), "kubelet", "node-a");
+    let statuses = Arc::new(KubePodStatusClient::new(clients.main.clone()));
+
+    let start = tokio::time::Instant::now();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let lease = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { registrar.run(cancel).await })
+    };
+    let flood = {
+        let (events, statuses) = (events.clone(), statuses.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            for second in 0..60 {
+                tick.tick().await;
+                for pod in &pods {
+                    let message =
+                        format!("MountVolume.SetUp failed for volume \"data\" : attempt {second}");
+                    events.event(pod, EventKind::Warning, FAILED_MOUNT, &message);
+                }
+                if second % 10 == 0 {
+                    for pod in &pods {
+                        let (statuses, name) = (statuses.clone(), pod.metadata.name.clone());
+                        let uid = pod.metadata.uid.clone();
+                        tokio::spawn(async move {
+                            let patch = json!({"metadata":{"uid":uid},
+                                "status":{"phase":"Pending","message":format!("{second}")}});
+                            let _ = statuses
+                                .patch_pod_status("ns", &name.unwrap(), &patch)
+                                .await;
+                        });
+                    }
+                }
+            }
+        })
+    };
+    let renewals = || server.count(&Method::PUT, "/leases/node-a");
+    for k in 1..=6 {
+        // The renewal at k × 10 s has been served within a second of it.
+        tokio::time::sleep_until(start + Duration::from_secs(10 * k + 1)).await;
+        assert_eq!(renewals(), k as usize, "the Lease is late at {k}0 s");
+        assert!(events.queued() <= EVENT_QUEUE_CAPACITY);
+    }
+    // The flood did reach the API server, and more events came than the event client's QPS
+    // can send: the oldest were dropped, and counted.
+    assert!(server.count(&Method::PATCH, "/status") > PODS);
+    let sent = server.count(&Method::POST, "/events") + server.count(&Method::PATCH, "/events");
+    assert!(sent > 1000, "{sent}");
+    assert!(
+        sent <= 100 + 50 * 61,
+        "{sent}: more than the event client's burst and QPS"
+    );
+    assert!(events.dropped() > 0);
+    cancel.cancel();
+    flood.await.unwrap();
+    lease.await.unwrap();
+}

@@ -217,7 +217,11 @@ async fn config_map_and_secret_contents_modes_and_items() {
     );
     // Containers mount content volumes read-only whatever their volumeMounts say.
     let container = &pod.spec.as_ref().unwrap().containers[0];
-    let mounts = agent.manager.container_mounts(&pod, container).unwrap();
+    let mounts = agent
+        .manager
+        .container_mounts(&pod, container)
+        .await
+        .unwrap();
     assert_eq!(mounts.len(), 3);
     assert!(mounts.iter().all(|m| m.read_only), "{mounts:?}");
     assert_eq!(mounts[0].host_path, config_dir);
@@ -1041,4 +1045,63 @@ async fn a_projected_token_belongs_to_the_pods_user() {
     }
     agent.cancel.cancel();
     agent.task.await.unwrap();
+}
+
+/// Issue 24 item 14: a subPath preparation that hangs (a gated mount seam parks it on its
+/// thread) does not hold the async runtime: on this `current_thread` runtime, another pod's
+/// container mounts are made while the first pod's subPath bind is still parked.
+#[tokio::test(start_paused = true)]
+async fn item14_a_hung_subpath_preparation_does_not_delay_another_pod() {
+    use crate::testing::{GateOutcome, GatedMounter, ThreadGate, empty_dir, volume};
+    let root = tempfile::tempdir().unwrap();
+    let gate = Arc::new(ThreadGate::new());
+    let mounter = Arc::new(GatedMounter {
+        inner: Arc::new(FakeMounter::new()),
+        gate: gate.clone(),
+    });
+    let agent = start(root.path(), mounter);
+    let slow = {
+        let mut pod = (*pod_with_volumes("slow", vec![volume(empty_dir("data"))])).clone();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.containers[0].volume_mounts.as_mut().unwrap()[0].sub_path = Some("sub".into());
+        Arc::new(pod)
+    };
+    let other = pod_with_volumes("other", vec![volume(empty_dir("data"))]);
+    for pod in [&slow, &other] {
+        agent.pods.add(pod.clone());
+    }
+    agent.manager.pod_updated();
+    for pod in [&slow, &other] {
+        agent.manager.wait_for_attach_and_mount(pod).await.unwrap();
+    }
+
+    gate.arm();
+    let hung = {
+        let (manager, pod) = (agent.manager.clone(), slow.clone());
+        tokio::spawn(async move {
+            let container = &pod.spec.as_ref().unwrap().containers[0];
+            manager.container_mounts(&pod, container).await
+        })
+    };
+    assert_eq!(
+        gate.parked().await,
+        GateOutcome::Parked,
+        "the subPath preparation ran on the async runtime's thread"
+    );
+    // Parked: the other pod's container gets its mounts meanwhile.
+    let container = &other.spec.as_ref().unwrap().containers[0];
+    let mounts = agent
+        .manager
+        .container_mounts(&other, container)
+        .await
+        .unwrap();
+    assert_eq!(mounts.len(), 1);
+    assert!(!hung.is_finished(), "still parked");
+    gate.release();
+    let mounts = hung.await.unwrap().unwrap();
+    assert!(
+        mounts[0].host_path.ends_with("volume-subpaths/data/c/0"),
+        "{mounts:?}"
+    );
+    agent.cancel.cancel();
 }

@@ -718,3 +718,46 @@ fn a_symlinked_manifest_is_read_and_a_quiet_scan_changes_nothing() {
     let report = sync.sync();
     assert_eq!(report.terminating, vec![web()]);
 }
+
+/// A clock whose reading passes a [`rustlet_volume::testing::ThreadGate`]: the store reads it
+/// when it creates an object, so a scan that applies a manifest parks in it.
+struct GatedClock(Arc<rustlet_volume::testing::ThreadGate>);
+
+impl rustlet_status::Clock for GatedClock {
+    fn now(&self) -> k8s_openapi::jiff::Timestamp {
+        self.0.pass();
+        rustlet_status::SystemClock.now()
+    }
+}
+
+/// Issue 24 item 14: the manifest scan (reads of up to 10 MiB, hashing, YAML, the store and
+/// the state files) runs on the blocking pool. Parked in the middle of a scan, it holds one
+/// pool thread: on this `current_thread` runtime other tasks go on, and the scan finishes
+/// once let go.
+#[tokio::test(start_paused = true)]
+async fn item14_the_manifest_scan_runs_on_the_blocking_pool() {
+    use rustlet_volume::testing::{GateOutcome, ThreadGate};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    let gate = Arc::new(ThreadGate::new());
+    let store = Arc::new(Store::new(Arc::new(GatedClock(gate.clone()))));
+    let sync = DirectorySync::new(dir.path(), "node-a", store.clone());
+    gate.arm();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(sync.run(cancel.clone()));
+    assert_eq!(
+        gate.parked().await,
+        GateOutcome::Parked,
+        "the manifest scan ran on the async runtime's thread"
+    );
+    // Parked in the scan (the store's lock may be held: this test leaves the store alone).
+    let other = tokio::spawn(async { "another task ran" });
+    assert_eq!(other.await.unwrap(), "another task ran");
+    assert!(!task.is_finished());
+    gate.release();
+    while store.get(&web()).is_err() {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    cancel.cancel();
+    task.await.unwrap();
+}

@@ -1011,3 +1011,63 @@ spec:
     assert_eq!(main["restartCount"], 0, "{main}");
     assert!(agent.terminate().success());
 }
+
+/// Issue 24 item 12 (W26 step 12): a pod deleted while the agent was down is found only in
+/// the runtime after the restart; it counts as running until the orphan pass has stopped its
+/// containers, so its emptyDir is torn down after them, not under them. The container reads
+/// its emptyDir when it is told to stop and writes what it saw to a hostPath.
+#[test]
+fn cri_an_orphans_volumes_are_torn_down_after_its_containers_stop() {
+    let Some(cri) = Cri::new("cri_an_orphans_volumes_are_torn_down_after", &[]) else {
+        return;
+    };
+    let out = cri.containerd.dir().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: orphan
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo data > /cache/marker; trap 'cat /cache/marker > /out/seen 2>&1; exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    volumeMounts:
+    - {{name: cache, mountPath: /cache}}
+    - {{name: out, mountPath: /out}}
+  volumes:
+  - name: cache
+    emptyDir: {{}}
+  - name: out
+    hostPath: {{path: {}, type: Directory}}
+"#,
+        out.display()
+    );
+    std::fs::write(cri.manifests.join("orphan.yaml"), manifest).unwrap();
+    let agent = cri.start();
+    let pod = running(&agent, "orphan");
+    let marker = cri.root.join(format!(
+        "pods/{}/volumes/kubernetes.io~empty-dir/cache/marker",
+        uid(&pod)
+    ));
+    agent.wait_for("the marker written", || marker.exists().then_some(()));
+    agent.kill9();
+    std::fs::remove_file(cri.manifests.join("orphan.yaml")).unwrap();
+
+    let agent = cri.start();
+    agent.wait_for("the orphan's sandbox removed", || {
+        cri.listed().0.is_empty().then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(out.join("seen")).unwrap(),
+        "data\n",
+        "the emptyDir was still there when the container was told to stop"
+    );
+    agent.wait_for("the orphan's directory removed", || {
+        (!marker.parent().unwrap().exists()).then_some(())
+    });
+    assert!(agent.terminate().success());
+}

@@ -1100,6 +1100,20 @@ impl Runtime for CriRuntime {
         Some(self.events.subscribe())
     }
 
+    fn pods_that_may_run(&self) -> HashSet<PodUid> {
+        self.state()
+            .pods
+            .iter()
+            .filter(|(_, p)| {
+                p.sandboxes.iter().any(|s| s.ready)
+                    || p.containers
+                        .iter()
+                        .any(|c| c.cri_state != cri::ContainerState::ContainerExited as i32)
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect()
+    }
+
     async fn remove_orphans(&self, keep: &HashSet<PodUid>) {
         let orphans: Vec<PodUid> = {
             let mut state = self.state();

@@ -254,6 +254,15 @@ pub trait Runtime: Send + Sync {
         let _ = keep;
     }
 
+    /// The pods whose containers may run, as the runtime last saw them (a ready sandbox, or a
+    /// container not exited): upstream's `runningRuntimePods` (W26 step 4). The workers mark
+    /// those no worker knows as still running, so their volumes wait until the orphan pass has
+    /// stopped them (W26 step 12). A runtime that keeps nothing across agent restarts has
+    /// none.
+    fn pods_that_may_run(&self) -> HashSet<PodUid> {
+        HashSet::new()
+    }
+
     /// When this pod's state may next change by itself (a container exits); `None`: not by
     /// itself. A runtime that cannot tell returns its relist period; one that announces
     /// changes ([`Self::changes`]) only a safety net.

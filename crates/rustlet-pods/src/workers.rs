@@ -61,6 +61,9 @@ pub struct PodLifecycles {
     synced: AtomicBool,
     /// Which pods' lifecycles changed (the volume manager's populator visits only those).
     changes: Mutex<ChangeLog>,
+    /// Pods no worker knows whose containers the runtime may still run (found after a
+    /// restart): they count as running until the orphan pass has stopped them (W26 step 12).
+    runtime_only: Mutex<HashSet<PodUid>>,
 }
 
 impl PodLifecycles {
@@ -118,8 +121,32 @@ impl PodLifecycles {
     pub fn could_have_running_containers(&self, uid: &PodUid) -> bool {
         match self.get(uid) {
             Some(state) => state < Lifecycle::Terminated,
-            None => !self.is_synced(),
+            None => !self.is_synced() || self.is_runtime_only(uid),
         }
+    }
+
+    fn runtime_only(&self) -> MutexGuard<'_, HashSet<PodUid>> {
+        self.runtime_only.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn is_runtime_only(&self, uid: &PodUid) -> bool {
+        self.runtime_only().contains(uid)
+    }
+
+    /// The pods no worker knows whose containers may still run (upstream's runtime pods that
+    /// housekeeping hands to `SyncPodKill`, W26 step 12); those that joined or left the set
+    /// are recorded as changed. Whether any did.
+    pub fn set_runtime_only(&self, uids: HashSet<PodUid>) -> bool {
+        let mut current = self.runtime_only();
+        if *current == uids {
+            return false;
+        }
+        let mut log = self.log();
+        for uid in current.symmetric_difference(&uids) {
+            log.record(uid.clone());
+        }
+        *current = uids;
+        true
     }
 }
 
@@ -134,7 +161,7 @@ impl PodStateProvider for PodLifecycles {
     fn should_pod_runtime_be_removed(&self, uid: &PodUid) -> bool {
         match self.get(uid) {
             Some(state) => state >= Lifecycle::Terminated,
-            None => self.is_synced(),
+            None => self.is_synced() && !self.is_runtime_only(uid),
         }
     }
 
@@ -259,6 +286,14 @@ impl PodWorkers {
     /// already dropped (it deleted the old incarnation), not being deleted: the same UID came
     /// back (a manifest with its own UID, restored). A finished pod that stays in the API
     /// (Succeeded, not deleted) keeps its status and is not restarted.
+    /// Tells the lifecycle table which pods the runtime may still run that no worker knows;
+    /// whether that changed.
+    fn note_runtime_only(&self, known: &HashSet<PodUid>) -> bool {
+        let mut orphans = self.shared.runtime.pods_that_may_run();
+        orphans.retain(|uid| !known.contains(uid));
+        self.shared.lifecycles.set_runtime_only(orphans)
+    }
+
     fn is_new_incarnation(&self, uid: &PodUid, pod: &Pod) -> bool {
         self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished)
             && pod.metadata.deletion_timestamp.is_none()
@@ -380,6 +415,9 @@ impl PodWorkers {
                 true
             });
             if self.shared.pods.all_sources_ready() && !self.shared.lifecycles.is_synced() {
+                // Before anything counts as gone: what the runtime still runs for pods no
+                // worker knows (deleted while the agent was down) keeps its volumes.
+                self.note_runtime_only(&known);
                 self.shared.lifecycles.mark_synced();
                 volumes_changed = true;
             }
@@ -419,6 +457,10 @@ impl PodWorkers {
                     if self.shared.lifecycles.is_synced() {
                         // What the runtime runs for a pod no worker knows (deleted while the
                         // agent was down) is stopped and removed; a worker's own pods stay.
+                        // Its volumes wait until the runtime saw it stopped.
+                        if self.note_runtime_only(&known) {
+                            self.shared.volumes.pod_updated();
+                        }
                         self.shared.runtime.remove_orphans(&known).await;
                     }
                 }

@@ -234,7 +234,8 @@ impl VolumeManager {
             asw.clone(),
             executor.clone(),
             populator.has_added_pods(),
-        );
+        )
+        .with_pod_states(deps.states.clone());
         Self {
             dsw,
             asw,

@@ -13,6 +13,7 @@ use tracing::{debug, info};
 use crate::cache::{ActualStateOfWorld, DesiredStateOfWorld, PodVolumeState, Scope};
 use crate::executor::{ExecError, OperationExecutor};
 use crate::operations::{OperationKey, StartError};
+use crate::populator::PodStateProvider;
 
 /// What one pass started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -56,6 +57,9 @@ pub struct Reconciler {
     /// V74 (`volumesNeedUpdateFromNodeStatus`): reconstructed volumes whose attachability and
     /// device path wait for a read of the node status. While any wait, nothing is unmounted.
     needs_node_status: Mutex<BTreeSet<UniqueVolumeName>>,
+    /// Whose containers may still run ([`Self::with_pod_states`]): their volumes are not
+    /// unmounted yet.
+    pod_states: Option<Arc<dyn PodStateProvider>>,
 }
 
 /// What the last pass looked at.
@@ -183,7 +187,18 @@ impl Reconciler {
             sources_ready,
             next: Mutex::new(NextPass::default()),
             needs_node_status: Mutex::new(BTreeSet::new()),
+            pod_states: None,
         }
+    }
+
+    /// A volume no longer desired is unmounted only once the pod workers say its pod's
+    /// containers are stopped (`should_pod_runtime_be_removed`): a pod only the runtime knows
+    /// after a restart (deleted meanwhile) was never desired here, and its containers run until
+    /// the orphan pass stops them (W26 step 12). Deviation: upstream's reconciler unmounts a
+    /// reconstructed volume of such a pod at once. Without it, nothing is held back.
+    pub fn with_pod_states(mut self, states: Arc<dyn PodStateProvider>) -> Self {
+        self.pod_states = Some(states);
+        self
     }
 
     /// V74: these reconstructed volumes wait for the node status before anything is unmounted.
@@ -353,6 +368,13 @@ impl Reconciler {
                 })
             };
             for mounted in stale {
+                if let Some(states) = &self.pod_states
+                    && !states.should_pod_runtime_be_removed(&mounted.pod_uid)
+                {
+                    // Looked at again each pass until the runtime saw the pod stopped.
+                    out.retry.insert(mounted.volume_name.clone());
+                    continue;
+                }
                 // Not started: the next pass looks again. Started: its end brings the volume
                 // back (`take_ended`), success or failure.
                 match self.executor.unmount_volume(&mounted) {

@@ -750,6 +750,7 @@ fn cri_kube_mode_stops_and_removes_the_containers_before_deleting_with_the_uid()
 #[test]
 fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
     use rustlet_cri::config::{ContainerInputs, container_config, sandbox_config};
+    use rustlet_cri::security::{ContainerSecurityInputs, ImageUser};
     use rustlet_pods::runtime::ContainerKind;
 
     let uid = "0a7e8f2c-1d3b-4c5e-9f60-7182a3b4c5d6";
@@ -776,7 +777,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
             let client = CriClient::connect(&endpoint, Duration::from_secs(30))
                 .await
                 .unwrap();
-            let sandbox_cfg = sandbox_config(&pod, 0, &log_dir);
+            let sandbox_cfg = sandbox_config(&pod, 0, &log_dir).unwrap();
             let sandbox = client.run_pod_sandbox(sandbox_cfg.clone()).await.unwrap();
             let image = client
                 .image_status(rustlet_cri::testing::BUSYBOX_IMAGE)
@@ -793,8 +794,13 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
                     image_ref: &image,
                     mounts: &[],
                     env: &[],
+                    security: ContainerSecurityInputs {
+                        image_user: &ImageUser::Uid(0),
+                        seccomp_profile_root: &cri.root.join("seccomp"),
+                    },
                 },
-            );
+            )
+            .unwrap();
             let stale = client
                 .create_container(&sandbox, config, sandbox_cfg)
                 .await

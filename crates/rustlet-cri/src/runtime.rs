@@ -38,6 +38,7 @@ use crate::config::{
     CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources, POD_UID_LABEL, PodAddresses,
     PullPolicy, container_config, container_env, sandbox_config,
 };
+use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
 
 /// Settings of the CRI runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -815,7 +816,7 @@ impl Runtime for CriRuntime {
             .await
             .map_err(|e| failed(e.to_string()))?
             .map_err(|e| failed(format!("creating {}: {e}", log_dir.display())))?;
-        let config = sandbox_config(pod, attempt, &log_dir);
+        let config = sandbox_config(pod, attempt, &log_dir).map_err(|e| failed(e.to_string()))?;
         let id = self
             .client
             .run_pod_sandbox(config)
@@ -901,8 +902,16 @@ impl Runtime for CriRuntime {
             ));
         }
         let log_dir = self.log_dir(&uid).unwrap_or_default();
-        let sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir);
+        let config_error =
+            |message: String| waiting(pod, name, "CreateContainerConfigError", message);
+        let sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir)
+            .map_err(|e| config_error(e.to_string()))?;
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
+        // upstream: getImageUser (the user a container without `runAsUser` runs as).
+        let image_user = match self.client.image_status(&image_ref).await {
+            Ok(image) => ImageUser::of(image.as_ref()),
+            Err(e) => return Err(config_error(e.to_string())),
+        };
         let sources = self.env_sources(pod, container).await?;
         let env = container_env(
             pod,
@@ -937,8 +946,13 @@ impl Runtime for CriRuntime {
                 image_ref: &image_ref,
                 mounts,
                 env: &env.vars,
+                security: ContainerSecurityInputs {
+                    image_user: &image_user,
+                    seccomp_profile_root: &self.config.root_dir.join(SECCOMP_PROFILE_DIR),
+                },
             },
-        );
+        )
+        .map_err(|e| config_error(e.to_string()))?;
         let container_log_dir = log_dir.join(&container.name);
         let _ =
             tokio::task::spawn_blocking(move || std::fs::create_dir_all(container_log_dir)).await;

@@ -178,3 +178,226 @@ async fn a_relist_announces_an_exit_once_and_nothing_else() {
             .is_empty()
     );
 }
+
+/// What a test container prints about itself: `id`, then its status lines.
+const REPORT: &str =
+    "id; grep -E '^(Uid|Gid|Groups|CapEff|NoNewPrivs|Seccomp):' /proc/self/status; ";
+
+/// Starts each container of `pod` (its sandbox first), waits until all exited (real time,
+/// bounded: real processes) and returns each one's stdout lines, by container name.
+async fn run_to_exit(
+    runtime: &rustlet_cri::CriRuntime,
+    root: &std::path::Path,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> std::collections::HashMap<String, Vec<String>> {
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+
+    let uid = rustlet_core::PodUid::of(pod);
+    runtime.run_pod_sandbox(pod).await.unwrap();
+    let containers = &pod.spec.as_ref().unwrap().containers;
+    for c in containers {
+        runtime
+            .start_container(pod, c, ContainerKind::Regular, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", c.name));
+    }
+    for _ in 0..1000 {
+        runtime.relist().await.unwrap();
+        let status = runtime.pod_status(&uid).await;
+        let exited = status
+            .containers
+            .iter()
+            .filter(|c| matches!(c.state, InstanceState::Exited { .. }))
+            .count();
+        if exited == containers.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    containers
+        .iter()
+        .map(|c| {
+            let log = root.join(format!("pod-logs/{uid}/{}/0.log", c.name));
+            let lines = std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                // `<time> stdout F <text>`
+                .filter_map(|l| l.splitn(4, ' ').nth(3).map(str::to_owned))
+                .collect();
+            (c.name.clone(), lines)
+        })
+        .collect()
+}
+
+/// The value of a `/proc/self/status` field in what a container printed (`Uid:\t1000\t...`:
+/// the words after the name).
+fn status_field(lines: &[String], name: &str) -> Vec<String> {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn own_status_field(name: &str) -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// Issue 24 item 2 (upstream `determineEffectiveSecurityContext`, `generatePodSandboxLinuxConfig`):
+/// the pod's `securityContext` reaches a container that sets none (user, group, `fsGroup` and
+/// `supplementalGroups` as groups, no capabilities for a non-root user, the sandbox's sysctl);
+/// a container's own fields win (root with only the capabilities it adds, `no_new_privs`, the
+/// runtime's seccomp filter, a read-only root filesystem); a privileged container gets every
+/// capability (its sandbox is privileged too, or containerd refuses it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pods_and_the_containers_security_context_reach_the_process() {
+    use rustlet_cri::testing::BUSYBOX_IMAGE as IMAGE;
+    use rustlet_cri::{CriConfig, CriRuntime};
+
+    let Some(containerd) =
+        PrivateContainerd::start("the_pods_and_the_containers_security_context_reach").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "secure", "namespace": "default", "uid": "uid-secure"},
+        "spec": {
+            "securityContext": {
+                "runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000,
+                "supplementalGroups": [4000],
+                "sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "80"}]
+            },
+            "containers": [
+                {"name": "pod-level", "image": IMAGE, "command": ["/bin/sh", "-c",
+                    format!("{REPORT} cat /proc/sys/net/ipv4/ip_unprivileged_port_start")]},
+                {"name": "own", "image": IMAGE, "command": ["/bin/sh", "-c",
+                    format!("{REPORT} touch /written && echo rootfs writable || echo rootfs read-only")],
+                 "securityContext": {
+                    "runAsUser": 0, "runAsGroup": 0,
+                    "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "NET_BIND_SERVICE"]},
+                    "allowPrivilegeEscalation": false,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                    "readOnlyRootFilesystem": true
+                 }},
+                {"name": "privileged", "image": IMAGE, "command": ["/bin/sh", "-c", REPORT],
+                 "securityContext": {"privileged": true, "runAsUser": 0}}
+            ]
+        }
+    }))
+    .unwrap();
+    let out = run_to_exit(&runtime, &root, &pod).await;
+    let log = || containerd.log();
+
+    let lines = &out["pod-level"];
+    // As upstream's documentation shows it: containerd adds the primary group (`Merge`).
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("uid=1000 gid=3000 groups=2000,3000,4000"),
+        "{lines:?}\n{}",
+        log()
+    );
+    assert_eq!(status_field(lines, "Uid"), ["1000"; 4], "{lines:?}");
+    assert_eq!(status_field(lines, "Gid"), ["3000"; 4], "{lines:?}");
+    assert_eq!(status_field(lines, "Groups"), ["2000", "3000", "4000"]);
+    assert_eq!(status_field(lines, "CapEff"), ["0000000000000000"]);
+    assert_eq!(status_field(lines, "NoNewPrivs"), ["0"]);
+    // No profile: Unconfined, as upstream without `seccompDefault`.
+    assert_eq!(status_field(lines, "Seccomp"), ["0"]);
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("80"),
+        "the sandbox's sysctl"
+    );
+
+    let lines = &out["own"];
+    assert_eq!(status_field(lines, "Uid"), ["0"; 4], "{lines:?}");
+    assert_eq!(status_field(lines, "Gid"), ["0"; 4], "{lines:?}");
+    let groups = status_field(lines, "Groups");
+    assert!(
+        groups.contains(&"2000".to_owned()) && groups.contains(&"4000".to_owned()),
+        "{lines:?}"
+    );
+    // CAP_CHOWN (0) and CAP_NET_BIND_SERVICE (10) only.
+    assert_eq!(
+        status_field(lines, "CapEff"),
+        ["0000000000000401"],
+        "{lines:?}"
+    );
+    assert_eq!(status_field(lines, "NoNewPrivs"), ["1"], "{lines:?}");
+    assert_eq!(status_field(lines, "Seccomp"), ["2"], "{lines:?}");
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("rootfs read-only"),
+        "{lines:?}"
+    );
+
+    let lines = &out["privileged"];
+    assert_eq!(status_field(lines, "Uid"), ["0"; 4], "{lines:?}\n{}", log());
+    assert_eq!(
+        status_field(lines, "CapEff"),
+        [own_status_field("CapEff")],
+        "{lines:?}"
+    );
+}
+
+/// Issue 24 item 2 (upstream `verifyRunAsNonRoot`): a pod that must not run as root, whose
+/// image runs as root, is refused with `CreateContainerConfigError` and upstream's message; no
+/// container is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_as_non_root_refuses_an_image_that_runs_as_root() {
+    use rustlet_cri::testing::BUSYBOX_IMAGE as IMAGE;
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, RuntimeError};
+
+    let Some(containerd) =
+        PrivateContainerd::start("run_as_non_root_refuses_an_image_that_runs_as_root").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "nonroot", "namespace": "default", "uid": "uid-nonroot"},
+        "spec": {
+            "hostNetwork": true,
+            "securityContext": {"runAsNonRoot": true},
+            "containers": [{"name": "main", "image": IMAGE, "command": ["/bin/sleep", "1"]}]
+        }
+    }))
+    .unwrap();
+    let container = pod.spec.as_ref().unwrap().containers[0].clone();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let err = runtime
+        .start_container(&pod, &container, ContainerKind::Regular, &[])
+        .await
+        .unwrap_err();
+    match err {
+        RuntimeError::ContainerWaiting {
+            reason, message, ..
+        } => {
+            assert_eq!(reason, "CreateContainerConfigError");
+            assert_eq!(
+                message,
+                "container has runAsNonRoot and image will run as root (pod: \"nonroot_default(uid-nonroot)\", container: main)"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(runtime.client().list_containers().await.unwrap().is_empty());
+}

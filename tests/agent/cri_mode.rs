@@ -884,3 +884,85 @@ fn cri_an_agent_restart_keeps_a_ready_pod_ready() {
     );
     assert!(agent.terminate().success());
 }
+
+const SECURED: &str = r#"apiVersion: v1
+kind: Secret
+metadata: {name: only-group}
+stringData:
+  key: for-the-group
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: secured}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsUser: 1000, runAsGroup: 3000, fsGroup: 2000}
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "id; cat /secret/key; echo; grep -E '^(Uid|Gid|Groups):' /proc/self/status"]
+    volumeMounts:
+    - {name: secret, mountPath: /secret}
+  volumes:
+  - name: secret
+    secret: {secretName: only-group, defaultMode: 0400}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: refused}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsNonRoot: true}
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "id"]
+"#;
+
+/// Issue 24 item 2, through the binary: a pod's `securityContext.runAsUser` (here with
+/// `runAsGroup` and `fsGroup`) is the process's user, and `fsGroup` is a supplemental group, so
+/// that a secret file readable by its group alone (0400 and the fsGroup walk's group read) is
+/// read; a pod with `runAsNonRoot` whose image runs as root shows `CreateContainerConfigError`
+/// with upstream's message and never runs.
+#[test]
+fn cri_the_pods_security_context_is_the_containers_user_and_run_as_non_root_refuses_root() {
+    let Some(cri) = Cri::new(
+        "cri_the_pods_security_context_is_the_containers_user",
+        &[("secured.yaml", SECURED)],
+    ) else {
+        return;
+    };
+    let agent = cri.start();
+    let pod = agent.wait_for_phase("secured", "Succeeded");
+    let lines = log_lines(&cri.root, &uid(&pod), "main");
+    assert_eq!(
+        lines,
+        [
+            "uid=1000 gid=3000 groups=2000,3000",
+            "for-the-group",
+            "Uid:\t1000\t1000\t1000\t1000",
+            "Gid:\t3000\t3000\t3000\t3000",
+            "Groups:\t2000 3000 ",
+        ],
+        "{pod}"
+    );
+    let pod = agent.wait_for("the refused pod's reason", || {
+        agent.pod("refused").filter(|p| {
+            container(p, "main")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+        })
+    });
+    let uid = uid(&pod);
+    assert_eq!(
+        container(&pod, "main")["state"]["waiting"]["message"],
+        format!(
+            "container has runAsNonRoot and image will run as root (pod: \"refused_default({uid})\", container: main)"
+        ),
+        "{pod}"
+    );
+    let (_, containers) = cri.listed();
+    assert_eq!(
+        containers.len(),
+        1,
+        "only the secured pod's: {containers:?}"
+    );
+}

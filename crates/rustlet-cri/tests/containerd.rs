@@ -183,6 +183,9 @@ async fn a_relist_announces_an_exit_once_and_nothing_else() {
 const REPORT: &str =
     "id; grep -E '^(Uid|Gid|Groups|CapEff|NoNewPrivs|Seccomp):' /proc/self/status; ";
 
+/// Prints how many read-only `/proc/sys` mounts the container has (1 with the default masks).
+const PROC_SYS_READ_ONLY: &str = "grep -c ' /proc/sys ro,' /proc/self/mountinfo; ";
+
 /// Starts each container of `pod` (its sandbox first), waits until all exited (real time,
 /// bounded: real processes) and returns each one's stdout lines, by container name.
 async fn run_to_exit(
@@ -254,7 +257,8 @@ fn own_status_field(name: &str) -> String {
 
 /// Issue 24 item 2 (upstream `determineEffectiveSecurityContext`, `generatePodSandboxLinuxConfig`):
 /// the pod's `securityContext` reaches a container that sets none (user, group, `fsGroup` and
-/// `supplementalGroups` as groups, no capabilities for a non-root user, the sandbox's sysctl);
+/// `supplementalGroups` as groups, no capabilities for a non-root user, the sandbox's sysctl,
+/// the default masked and read-only paths, none with `procMount: Unmasked`);
 /// a container's own fields win (root with only the capabilities it adds, `no_new_privs`, the
 /// runtime's seccomp filter, a read-only root filesystem); a privileged container gets every
 /// capability (its sandbox is privileged too, or containerd refuses it).
@@ -282,7 +286,9 @@ async fn the_pods_and_the_containers_security_context_reach_the_process() {
             },
             "containers": [
                 {"name": "pod-level", "image": IMAGE, "command": ["/bin/sh", "-c",
-                    format!("{REPORT} cat /proc/sys/net/ipv4/ip_unprivileged_port_start")]},
+                    format!("{REPORT} {PROC_SYS_READ_ONLY} cat /proc/sys/net/ipv4/ip_unprivileged_port_start")]},
+                {"name": "unmasked", "image": IMAGE, "command": ["/bin/sh", "-c", PROC_SYS_READ_ONLY],
+                 "securityContext": {"procMount": "Unmasked"}},
                 {"name": "own", "image": IMAGE, "command": ["/bin/sh", "-c",
                     format!("{REPORT} touch /written && echo rootfs writable || echo rootfs read-only")],
                  "securityContext": {
@@ -321,6 +327,9 @@ async fn the_pods_and_the_containers_security_context_reach_the_process() {
         Some("80"),
         "the sandbox's sysctl"
     );
+    // The default masks: `/proc/sys` is mounted read-only; `procMount: Unmasked` has none.
+    assert_eq!(lines[lines.len() - 2], "1", "{lines:?}");
+    assert_eq!(out["unmasked"], ["0"]);
 
     let lines = &out["own"];
     assert_eq!(status_field(lines, "Uid"), ["0"; 4], "{lines:?}");

@@ -225,8 +225,12 @@ async fn run_to_exit(
             let lines = std::fs::read_to_string(&log)
                 .unwrap_or_default()
                 .lines()
-                // `<time> stdout F <text>`
-                .filter_map(|l| l.splitn(4, ' ').nth(3).map(str::to_owned))
+                // `<time> stdout F <text>`: stdout only (stderr interleaves at random).
+                .filter_map(|l| {
+                    let mut fields = l.splitn(4, ' ');
+                    let stream = fields.nth(1)?;
+                    (stream == "stdout").then(|| fields.nth(1).map(str::to_owned))?
+                })
                 .collect();
             (c.name.clone(), lines)
         })
@@ -290,7 +294,7 @@ async fn the_pods_and_the_containers_security_context_reach_the_process() {
                 {"name": "unmasked", "image": IMAGE, "command": ["/bin/sh", "-c", PROC_SYS_READ_ONLY],
                  "securityContext": {"procMount": "Unmasked"}},
                 {"name": "own", "image": IMAGE, "command": ["/bin/sh", "-c",
-                    format!("{REPORT} touch /written && echo rootfs writable || echo rootfs read-only")],
+                    format!("{REPORT} touch /written 2>/dev/null && echo rootfs writable || echo rootfs read-only")],
                  "securityContext": {
                     "runAsUser": 0, "runAsGroup": 0,
                     "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "NET_BIND_SERVICE"]},

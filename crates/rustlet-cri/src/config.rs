@@ -520,7 +520,9 @@ impl PullPolicy {
 mod tests {
     use super::*;
     use crate::security::ImageUser;
-    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec};
+    use k8s_openapi::api::core::v1::{
+        EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext, PodSpec,
+    };
     use std::path::PathBuf;
 
     fn pod(host_network: bool) -> Pod {
@@ -615,6 +617,43 @@ mod tests {
         assert_eq!(config.annotations[CONTAINER_KIND_ANNOTATION], "init");
         assert_eq!(config.log_path, "app/3.log");
         assert_eq!(config.envs[0].key, "GREETING");
+        // Without runAsUser anywhere: the image's user.
+        let security = config.linux.unwrap().security_context.unwrap();
+        assert_eq!(security.run_as_user, Some(cri::Int64Value { value: 0 }));
+    }
+
+    /// Item 24.2 (upstream `generateContainerConfig`): a container that must not run as root
+    /// and would gets no config, with upstream's message; the pod's user makes it pass.
+    #[test]
+    fn a_container_that_must_not_run_as_root_and_would_gets_no_config() {
+        let mut pod = pod(false);
+        pod.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            ..Default::default()
+        });
+        let container = Container {
+            name: "app".into(),
+            ..Default::default()
+        };
+        let inputs = |user| ContainerInputs {
+            kind: ContainerKind::Regular,
+            attempt: 0,
+            image_ref: "sha256:abc",
+            mounts: &[],
+            env: &[],
+            security: ContainerSecurityInputs {
+                image_user: user,
+                seccomp_profile_root: Path::new("/r/seccomp"),
+            },
+        };
+        let err = container_config(&pod, &container, &inputs(&ImageUser::Uid(0))).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "container has runAsNonRoot and image will run as root (pod: \"web_ns1(uid-1)\", container: app)"
+        );
+        let config = container_config(&pod, &container, &inputs(&ImageUser::Uid(1000))).unwrap();
+        let security = config.linux.unwrap().security_context.unwrap();
+        assert_eq!(security.run_as_user, Some(cri::Int64Value { value: 1000 }));
     }
 
     #[test]

@@ -907,7 +907,8 @@ impl Runtime for CriRuntime {
         let sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir)
             .map_err(|e| config_error(e.to_string()))?;
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
-        // upstream: getImageUser (the user a container without `runAsUser` runs as).
+        // upstream: getImageUser (the user a container without `runAsUser` runs as). Asked of
+        // the image ID just resolved rather than the spec's name, so that it is the same image.
         let image_user = match self.client.image_status(&image_ref).await {
             Ok(image) => ImageUser::of(image.as_ref()),
             Err(e) => return Err(config_error(e.to_string())),

@@ -3,8 +3,11 @@
 use std::time::Duration;
 
 use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Container;
 use rustlet_cri::CriClient;
-use rustlet_cri::testing::{BUSYBOX_IMAGE, PrivateContainerd, scratch};
+use rustlet_cri::testing::{
+    BUSYBOX_IMAGE, NAMED_USER_IMAGE, NUMERIC_USER_IMAGE, PrivateContainerd, scratch,
+};
 
 fn host_network_sandbox(name: &str, uid: &str) -> cri::PodSandboxConfig {
     cri::PodSandboxConfig {
@@ -413,4 +416,78 @@ async fn run_as_non_root_refuses_an_image_that_runs_as_root() {
         other => panic!("{other:?}"),
     }
     assert!(runtime.client().list_containers().await.unwrap().is_empty());
+
+    // An image whose user is a name cannot be checked: refused too. A numeric non-root one
+    // passes.
+    let named = Container {
+        name: "named".into(),
+        image: Some(NAMED_USER_IMAGE.into()),
+        ..container.clone()
+    };
+    match runtime
+        .start_container(&pod, &named, ContainerKind::Regular, &[])
+        .await
+        .unwrap_err()
+    {
+        RuntimeError::ContainerWaiting {
+            reason, message, ..
+        } => {
+            assert_eq!(reason, "CreateContainerConfigError");
+            assert_eq!(
+                message,
+                "container has runAsNonRoot and image has non-numeric user (nobody), cannot verify user is non-root (pod: \"nonroot_default(uid-nonroot)\", container: named)"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let numeric = Container {
+        name: "numeric".into(),
+        image: Some(NUMERIC_USER_IMAGE.into()),
+        ..container
+    };
+    runtime
+        .start_container(&pod, &numeric, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    assert_eq!(runtime.client().list_containers().await.unwrap().len(), 1);
+}
+
+/// Issue 24 item 2 (upstream `getImageUser` and `determineEffectiveSecurityContext`): a
+/// container without `runAsUser` runs as its image's user, from the runtime's image status:
+/// by UID, or by name (resolved by the runtime in the image's `/etc/passwd`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_without_run_as_user_runs_as_its_images_user() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+
+    let Some(containerd) =
+        PrivateContainerd::start("a_container_without_run_as_user_runs_as_its_images_user").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "users", "namespace": "default", "uid": "uid-users"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [
+                {"name": "numeric", "image": NUMERIC_USER_IMAGE, "command": ["/bin/sh", "-c", "id"]},
+                {"name": "named", "image": NAMED_USER_IMAGE, "command": ["/bin/sh", "-c", "id"]}
+            ]
+        }
+    }))
+    .unwrap();
+    let out = run_to_exit(&runtime, &root, &pod).await;
+    assert_eq!(
+        out["numeric"],
+        ["uid=1234 gid=0(root) groups=0(root)"],
+        "{out:?}"
+    );
+    assert_eq!(
+        out["named"],
+        ["uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)"],
+        "{out:?}"
+    );
 }

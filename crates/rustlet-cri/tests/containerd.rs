@@ -265,7 +265,8 @@ fn own_status_field(name: &str) -> String {
 /// Issue 24 item 2 (upstream `determineEffectiveSecurityContext`, `generatePodSandboxLinuxConfig`):
 /// the pod's `securityContext` reaches a container that sets none (user, group, `fsGroup` and
 /// `supplementalGroups` as groups, no capabilities for a non-root user, the sandbox's sysctl,
-/// the default masked and read-only paths, none with `procMount: Unmasked`);
+/// the default masked and read-only paths, none with `procMount: Unmasked`, a `Localhost`
+/// seccomp profile from `<root>/seccomp`);
 /// a container's own fields win (root with only the capabilities it adds, `no_new_privs`, the
 /// runtime's seccomp filter, a read-only root filesystem); a privileged container gets every
 /// capability (its sandbox is privileged too, or containerd refuses it).
@@ -296,6 +297,9 @@ async fn the_pods_and_the_containers_security_context_reach_the_process() {
                     format!("{REPORT} {PROC_SYS_READ_ONLY} cat /proc/sys/net/ipv4/ip_unprivileged_port_start")]},
                 {"name": "unmasked", "image": IMAGE, "command": ["/bin/sh", "-c", PROC_SYS_READ_ONLY],
                  "securityContext": {"procMount": "Unmasked"}},
+                {"name": "localhost", "image": IMAGE, "command": ["/bin/sh", "-c",
+                    "grep Seccomp: /proc/self/status; mkdir /tmp/x 2>/dev/null && echo mkdir allowed || echo mkdir denied"],
+                 "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "deny-mkdir.json"}}},
                 {"name": "own", "image": IMAGE, "command": ["/bin/sh", "-c",
                     format!("{REPORT} touch /written 2>/dev/null && echo rootfs writable || echo rootfs read-only")],
                  "securityContext": {
@@ -310,6 +314,14 @@ async fn the_pods_and_the_containers_security_context_reach_the_process() {
             ]
         }
     }))
+    .unwrap();
+    // A `Localhost` profile is a file beneath `<root>/seccomp`.
+    std::fs::create_dir_all(root.join("seccomp")).unwrap();
+    std::fs::write(
+        root.join("seccomp/deny-mkdir.json"),
+        r#"{"defaultAction": "SCMP_ACT_ALLOW",
+            "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}"#,
+    )
     .unwrap();
     let out = run_to_exit(&runtime, &root, &pod).await;
     let log = || containerd.log();
@@ -337,6 +349,7 @@ async fn the_pods_and_the_containers_security_context_reach_the_process() {
     // The default masks: `/proc/sys` is mounted read-only; `procMount: Unmasked` has none.
     assert_eq!(lines[lines.len() - 2], "1", "{lines:?}");
     assert_eq!(out["unmasked"], ["0"]);
+    assert_eq!(out["localhost"], ["Seccomp:\t2", "mkdir denied"], "{out:?}");
 
     let lines = &out["own"];
     assert_eq!(status_field(lines, "Uid"), ["0"; 4], "{lines:?}");

@@ -466,8 +466,9 @@ pub fn has_privileged_container(pod: &Pod) -> bool {
 /// from the pod's security context its user, group, `fsGroup` then `supplementalGroups`, the
 /// policy and its SELinux options.
 ///
-/// Deviation: the namespaces are set also for a pod without a security context (the API server
-/// always gives one; a local manifest may lack it).
+/// Deviations: the namespaces are set also for a pod without a security context (the API server
+/// always gives one; a local manifest may lack it); `runAsGroup` only with `runAsUser` (see
+/// below).
 pub fn sandbox_linux_config(pod: &Pod) -> Result<cri::LinuxPodSandboxConfig, SecurityContextError> {
     let mut sc = cri::LinuxSandboxSecurityContext {
         privileged: has_privileged_container(pod),
@@ -484,7 +485,14 @@ pub fn sandbox_linux_config(pod: &Pod) -> Result<cri::LinuxPodSandboxConfig, Sec
             sysctls.insert(s.name.clone(), s.value.clone());
         }
         sc.run_as_user = p.run_as_user.map(|value| cri::Int64Value { value });
-        sc.run_as_group = p.run_as_group.map(|value| cri::Int64Value { value });
+        // Deviation: the group only with a user. containerd (1.6 at least) refuses a sandbox
+        // whose group is "specified without user", so upstream's kubelet cannot run a pod
+        // with `runAsGroup` alone there; the sandbox's own process needs no group, and the
+        // containers get theirs with the image's user.
+        sc.run_as_group = p
+            .run_as_user
+            .and(p.run_as_group)
+            .map(|value| cri::Int64Value { value });
         sc.supplemental_groups.extend(p.fs_group);
         sc.supplemental_groups
             .extend(p.supplemental_groups.iter().flatten());
@@ -1025,6 +1033,17 @@ mod tests {
             .security_context
             .unwrap();
         assert!(sc.privileged);
+
+        // runAsGroup without runAsUser: not on the sandbox (deviation, for containerd).
+        let (group_only, _) = fixture(
+            serde_json::json!({"runAsGroup": 10}),
+            serde_json::Value::Null,
+        );
+        let sc = sandbox_linux_config(&group_only)
+            .unwrap()
+            .security_context
+            .unwrap();
+        assert_eq!((sc.run_as_user, sc.run_as_group), (None, None));
 
         // No security context at all: the namespaces still, nothing else.
         let (mut bare, _) = pod_without_security();

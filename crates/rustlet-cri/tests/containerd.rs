@@ -504,3 +504,35 @@ async fn a_container_without_run_as_user_runs_as_its_images_user() {
         "{out:?}"
     );
 }
+
+/// Issue 24 item 2: a pod with `runAsGroup` and no `runAsUser` runs, its containers with the
+/// image's user and the pod's group (containerd 1.6 refuses such a group on the sandbox, which
+/// therefore gets none: a deviation written at `sandbox_linux_config`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_run_as_group_alone_runs_with_the_images_user() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+
+    let Some(containerd) = PrivateContainerd::start("a_pod_with_run_as_group_alone_runs").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "group", "namespace": "default", "uid": "uid-group"},
+        "spec": {
+            "hostNetwork": true,
+            "securityContext": {"runAsGroup": 3000},
+            "containers": [
+                {"name": "root", "image": BUSYBOX_IMAGE, "command": ["/bin/sh", "-c", "id"]},
+                {"name": "numeric", "image": NUMERIC_USER_IMAGE, "command": ["/bin/sh", "-c", "id"]}
+            ]
+        }
+    }))
+    .unwrap();
+    let out = run_to_exit(&runtime, &root, &pod).await;
+    assert_eq!(out["root"], ["uid=0(root) gid=3000 groups=3000"], "{out:?}");
+    assert_eq!(out["numeric"], ["uid=1234 gid=3000 groups=3000"], "{out:?}");
+}

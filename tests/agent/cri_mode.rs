@@ -765,6 +765,7 @@ fn cri_kube_mode_stops_the_containers_before_deleting_with_the_uid_and_removes_t
 #[test]
 fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
     use rustlet_cri::config::{ContainerInputs, container_config, sandbox_config};
+    use rustlet_cri::security::{ContainerSecurityInputs, ImageUser};
     use rustlet_pods::runtime::ContainerKind;
 
     let uid = "0a7e8f2c-1d3b-4c5e-9f60-7182a3b4c5d6";
@@ -791,7 +792,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
             let client = CriClient::connect(&endpoint, Duration::from_secs(30))
                 .await
                 .unwrap();
-            let mut sandbox_cfg = sandbox_config(&pod, 0, &log_dir);
+            let mut sandbox_cfg = sandbox_config(&pod, 0, &log_dir).unwrap();
             sandbox_cfg.labels.extend(cri.owner_labels());
             let sandbox = client.run_pod_sandbox(sandbox_cfg.clone()).await.unwrap();
             let image = client
@@ -809,8 +810,13 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
                     image_ref: &image,
                     mounts: &[],
                     env: &[],
+                    security: ContainerSecurityInputs {
+                        image_user: &ImageUser::Uid(0),
+                        seccomp_profile_root: &cri.root.join("seccomp"),
+                    },
                 },
-            );
+            )
+            .unwrap();
             config.labels.extend(cri.owner_labels());
             let stale = client
                 .create_container(&sandbox, config, sandbox_cfg)
@@ -920,7 +926,7 @@ fn cri_the_orphan_pass_leaves_what_another_agent_created_on_a_shared_containerd(
         .unwrap();
         let log_dir = cri.containerd.dir().join("other-logs").join(uid);
         std::fs::create_dir_all(&log_dir).unwrap();
-        let mut config = sandbox_config(&pod, 0, &log_dir);
+        let mut config = sandbox_config(&pod, 0, &log_dir).unwrap();
         if marked {
             config.labels.extend(cri.owner_labels());
         }
@@ -1070,4 +1076,86 @@ spec:
         (!marker.parent().unwrap().exists()).then_some(())
     });
     assert!(agent.terminate().success());
+}
+
+const SECURED: &str = r#"apiVersion: v1
+kind: Secret
+metadata: {name: only-group}
+stringData:
+  key: for-the-group
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: secured}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsUser: 1000, runAsGroup: 3000, fsGroup: 2000}
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "id; cat /secret/key; echo; grep -E '^(Uid|Gid|Groups):' /proc/self/status"]
+    volumeMounts:
+    - {name: secret, mountPath: /secret}
+  volumes:
+  - name: secret
+    secret: {secretName: only-group, defaultMode: 0400}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: refused}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsNonRoot: true}
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "id"]
+"#;
+
+/// Issue 24 item 2, through the binary: a pod's `securityContext.runAsUser` (here with
+/// `runAsGroup` and `fsGroup`) is the process's user, and `fsGroup` is a supplemental group, so
+/// that a secret file readable by its group alone (0400 and the fsGroup walk's group read) is
+/// read; a pod with `runAsNonRoot` whose image runs as root shows `CreateContainerConfigError`
+/// with upstream's message and never runs.
+#[test]
+fn cri_the_pods_security_context_is_the_containers_user_and_run_as_non_root_refuses_root() {
+    let Some(cri) = Cri::new(
+        "cri_the_pods_security_context_is_the_containers_user",
+        &[("secured.yaml", SECURED)],
+    ) else {
+        return;
+    };
+    let agent = cri.start();
+    let pod = agent.wait_for_phase("secured", "Succeeded");
+    let lines = log_lines(&cri.root, &uid(&pod), "main");
+    assert_eq!(
+        lines,
+        [
+            "uid=1000 gid=3000 groups=2000,3000",
+            "for-the-group",
+            "Uid:\t1000\t1000\t1000\t1000",
+            "Gid:\t3000\t3000\t3000\t3000",
+            "Groups:\t2000 3000 ",
+        ],
+        "{pod}"
+    );
+    let pod = agent.wait_for("the refused pod's reason", || {
+        agent.pod("refused").filter(|p| {
+            container(p, "main")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+        })
+    });
+    let uid = uid(&pod);
+    assert_eq!(
+        container(&pod, "main")["state"]["waiting"]["message"],
+        format!(
+            "container has runAsNonRoot and image will run as root (pod: \"refused_default({uid})\", container: main)"
+        ),
+        "{pod}"
+    );
+    let (_, containers) = cri.listed();
+    assert_eq!(
+        containers.len(),
+        1,
+        "only the secured pod's: {containers:?}"
+    );
 }

@@ -12,6 +12,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 use rustlet_pods::runtime::ContainerKind;
 use rustlet_volume::subpath::ContainerMount;
 
+use crate::security::{
+    ContainerSecurityInputs, SecurityContextError, container_security_context,
+    sandbox_linux_config, verify_run_as_non_root,
+};
+
 /// The label carrying the pod's UID on every sandbox and container (upstream's), by which the
 /// runtime's objects are matched to pods, also after an agent restart.
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
@@ -42,36 +47,13 @@ fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
-/// The namespaces of a pod's sandbox and containers.
-fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
-    let spec = pod.spec.as_ref();
-    let node_or = |on: Option<bool>, otherwise: cri::NamespaceMode| {
-        if on.unwrap_or(false) {
-            cri::NamespaceMode::Node as i32
-        } else {
-            otherwise as i32
-        }
-    };
-    cri::NamespaceOption {
-        network: node_or(spec.and_then(|s| s.host_network), cri::NamespaceMode::Pod),
-        pid: if spec.and_then(|s| s.host_pid).unwrap_or(false) {
-            cri::NamespaceMode::Node as i32
-        } else if spec
-            .and_then(|s| s.share_process_namespace)
-            .unwrap_or(false)
-        {
-            cri::NamespaceMode::Pod as i32
-        } else {
-            cri::NamespaceMode::Container as i32
-        },
-        ipc: node_or(spec.and_then(|s| s.host_ipc), cri::NamespaceMode::Pod),
-        ..Default::default()
-    }
-}
-
 /// The pod's sandbox (`attempt`: how many sandboxes it had before). `log_directory` is the
-/// pod's log directory (absolute).
-pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> cri::PodSandboxConfig {
+/// pod's log directory (absolute). Its Linux config is [`sandbox_linux_config`]'s.
+pub fn sandbox_config(
+    pod: &Pod,
+    attempt: u32,
+    log_directory: &Path,
+) -> Result<cri::PodSandboxConfig, SecurityContextError> {
     let (name, namespace, uid) = meta(pod);
     let spec = pod.spec.as_ref();
     // A host-network sandbox shares the node's UTS namespace: containerd refuses a hostname.
@@ -113,7 +95,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> cri::Pod
     labels.insert(POD_NAME_LABEL.into(), name.into());
     labels.insert(POD_NAMESPACE_LABEL.into(), namespace.into());
     labels.insert(POD_UID_LABEL.into(), uid.into());
-    cri::PodSandboxConfig {
+    Ok(cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: name.into(),
             uid: uid.into(),
@@ -131,15 +113,9 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> cri::Pod
             .unwrap_or_default()
             .into_iter()
             .collect(),
-        linux: Some(cri::LinuxPodSandboxConfig {
-            security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        linux: Some(sandbox_linux_config(pod)?),
         ..Default::default()
-    }
+    })
 }
 
 /// What a container's config is made of, besides the pod and the spec container.
@@ -155,15 +131,22 @@ pub struct ContainerInputs<'a> {
     pub mounts: &'a [ContainerMount],
     /// The environment, resolved.
     pub env: &'a [(String, String)],
+    /// The image's user and the node's seccomp profiles, for the security context.
+    pub security: ContainerSecurityInputs<'a>,
 }
 
 /// The container's CRI config: command and args with `$(VAR)` expanded from `env`, the
-/// volume mounts, the labels by which it is found again.
+/// volume mounts, the labels by which it is found again, the security context
+/// ([`container_security_context`]). A container that must not run as root and would is
+/// refused first (upstream `generateContainerConfig` calls `verifyRunAsNonRoot` before it
+/// builds anything).
 pub fn container_config(
     pod: &Pod,
     container: &Container,
     inputs: &ContainerInputs<'_>,
-) -> cri::ContainerConfig {
+) -> Result<cri::ContainerConfig, SecurityContextError> {
+    verify_run_as_non_root(pod, container, inputs.security.image_user)?;
+    let security_context = container_security_context(pod, container, inputs.security)?;
     let (name, namespace, uid) = meta(pod);
     let vars: HashMap<&str, &str> = inputs
         .env
@@ -173,7 +156,6 @@ pub fn container_config(
     let expand_all = |list: &Option<Vec<String>>| -> Vec<String> {
         list.iter().flatten().map(|s| expand(s, &vars)).collect()
     };
-    let security = container.security_context.as_ref();
     let labels = HashMap::from([
         (POD_NAME_LABEL.to_owned(), name.to_owned()),
         (POD_NAMESPACE_LABEL.to_owned(), namespace.to_owned()),
@@ -194,7 +176,7 @@ pub fn container_config(
             inputs.attempt.to_string(),
         ),
     ]);
-    cri::ContainerConfig {
+    Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: container.name.clone(),
             attempt: inputs.attempt,
@@ -233,24 +215,11 @@ pub fn container_config(
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
-            security_context: Some(cri::LinuxContainerSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                privileged: security.and_then(|s| s.privileged).unwrap_or(false),
-                run_as_user: security
-                    .and_then(|s| s.run_as_user)
-                    .map(|value| cri::Int64Value { value }),
-                run_as_group: security
-                    .and_then(|s| s.run_as_group)
-                    .map(|value| cri::Int64Value { value }),
-                readonly_rootfs: security
-                    .and_then(|s| s.read_only_root_filesystem)
-                    .unwrap_or(false),
-                ..Default::default()
-            }),
+            security_context: Some(security_context),
             ..Default::default()
         }),
         ..Default::default()
-    }
+    })
 }
 
 /// Upstream's `expansion.Expand`: `$(NAME)` becomes NAME's value when defined (left as it is
@@ -550,7 +519,10 @@ impl PullPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec};
+    use crate::security::ImageUser;
+    use k8s_openapi::api::core::v1::{
+        EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext, PodSpec,
+    };
     use std::path::PathBuf;
 
     fn pod(host_network: bool) -> Pod {
@@ -573,7 +545,7 @@ mod tests {
 
     #[test]
     fn a_sandbox_carries_the_pod_uid_and_a_host_network_one_no_hostname() {
-        let config = sandbox_config(&pod(true), 2, Path::new("/r/logs/uid-1"));
+        let config = sandbox_config(&pod(true), 2, Path::new("/r/logs/uid-1")).unwrap();
         assert_eq!(config.labels[POD_UID_LABEL], "uid-1");
         assert_eq!(config.labels["app"], "web");
         assert_eq!(config.metadata.as_ref().unwrap().attempt, 2);
@@ -588,7 +560,7 @@ mod tests {
             .unwrap();
         assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
 
-        let config = sandbox_config(&pod(false), 0, Path::new("/r"));
+        let config = sandbox_config(&pod(false), 0, Path::new("/r")).unwrap();
         assert_eq!(config.hostname, "web");
         let ns = config
             .linux
@@ -629,8 +601,13 @@ mod tests {
                 image_ref: "sha256:abc",
                 mounts: &mounts,
                 env: &env,
+                security: ContainerSecurityInputs {
+                    image_user: &ImageUser::Uid(0),
+                    seccomp_profile_root: Path::new("/r/seccomp"),
+                },
             },
-        );
+        )
+        .unwrap();
         assert_eq!(config.command[2], "echo hi $(X)");
         assert_eq!(config.image.as_ref().unwrap().image, "sha256:abc");
         assert_eq!(config.mounts[0].container_path, "/data");
@@ -640,6 +617,43 @@ mod tests {
         assert_eq!(config.annotations[CONTAINER_KIND_ANNOTATION], "init");
         assert_eq!(config.log_path, "app/3.log");
         assert_eq!(config.envs[0].key, "GREETING");
+        // Without runAsUser anywhere: the image's user.
+        let security = config.linux.unwrap().security_context.unwrap();
+        assert_eq!(security.run_as_user, Some(cri::Int64Value { value: 0 }));
+    }
+
+    /// Item 24.2 (upstream `generateContainerConfig`): a container that must not run as root
+    /// and would gets no config, with upstream's message; the pod's user makes it pass.
+    #[test]
+    fn a_container_that_must_not_run_as_root_and_would_gets_no_config() {
+        let mut pod = pod(false);
+        pod.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            ..Default::default()
+        });
+        let container = Container {
+            name: "app".into(),
+            ..Default::default()
+        };
+        let inputs = |user| ContainerInputs {
+            kind: ContainerKind::Regular,
+            attempt: 0,
+            image_ref: "sha256:abc",
+            mounts: &[],
+            env: &[],
+            security: ContainerSecurityInputs {
+                image_user: user,
+                seccomp_profile_root: Path::new("/r/seccomp"),
+            },
+        };
+        let err = container_config(&pod, &container, &inputs(&ImageUser::Uid(0))).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "container has runAsNonRoot and image will run as root (pod: \"web_ns1(uid-1)\", container: app)"
+        );
+        let config = container_config(&pod, &container, &inputs(&ImageUser::Uid(1000))).unwrap();
+        let security = config.linux.unwrap().security_context.unwrap();
+        assert_eq!(security.run_as_user, Some(cri::Int64Value { value: 1000 }));
     }
 
     #[test]

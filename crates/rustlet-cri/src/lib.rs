@@ -5,6 +5,9 @@
 //! * [`client`]: the CRI client (k8s-cri's tonic bindings); every call has a deadline.
 //! * [`config`]: a pod and its containers as CRI requests, their environment, the image pull
 //!   policy; pure.
+//! * [`security`]: the Linux security context of a sandbox and of each container from the pod's
+//!   and the container's `securityContext` (container fields win), `runAsNonRoot` refused
+//!   against the image's user; pure.
 //! * [`runtime`]: [`CriRuntime`], the `Runtime` over CRI with a relisted cache (upstream's
 //!   generic PLEG), image pulls with back-off, adoption and orphan removal by pod UID label.
 //!
@@ -24,6 +27,7 @@
 pub mod client;
 pub mod config;
 pub mod runtime;
+pub mod security;
 #[cfg(feature = "test-util")]
 pub mod testing;
 

@@ -38,6 +38,7 @@ use crate::config::{
     CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources, POD_UID_LABEL, PodAddresses,
     PullPolicy, container_config, container_env, sandbox_config,
 };
+use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
 
 /// Settings of the CRI runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -840,7 +841,8 @@ impl Runtime for CriRuntime {
             .await
             .map_err(|e| failed(e.to_string()))?
             .map_err(|e| failed(format!("creating {}: {e}", log_dir.display())))?;
-        let mut config = sandbox_config(pod, attempt, &log_dir);
+        let mut config =
+            sandbox_config(pod, attempt, &log_dir).map_err(|e| failed(e.to_string()))?;
         config.labels.extend(self.config.owner_labels());
         let id = self
             .client
@@ -927,9 +929,18 @@ impl Runtime for CriRuntime {
             ));
         }
         let log_dir = self.log_dir(&uid).unwrap_or_default();
-        let mut sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir);
+        let config_error =
+            |message: String| waiting(pod, name, "CreateContainerConfigError", message);
+        let mut sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir)
+            .map_err(|e| config_error(e.to_string()))?;
         sandbox_cfg.labels.extend(self.config.owner_labels());
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
+        // upstream: getImageUser (the user a container without `runAsUser` runs as). Asked of
+        // the image ID just resolved rather than the spec's name, so that it is the same image.
+        let image_user = match self.client.image_status(&image_ref).await {
+            Ok(image) => ImageUser::of(image.as_ref()),
+            Err(e) => return Err(config_error(e.to_string())),
+        };
         let sources = self.env_sources(pod, container).await?;
         let env = container_env(
             pod,
@@ -964,18 +975,17 @@ impl Runtime for CriRuntime {
                 image_ref: &image_ref,
                 mounts,
                 env: &env.vars,
+                security: ContainerSecurityInputs {
+                    image_user: &image_user,
+                    seccomp_profile_root: &self.config.root_dir.join(SECCOMP_PROFILE_DIR),
+                },
             },
-        );
+        )
+        .map_err(|e| config_error(e.to_string()))?;
         config.labels.extend(self.config.owner_labels());
         let container_log_dir = log_dir.join(
-            rustlet_core::path_component("container name", &container.name).map_err(|e| {
-                waiting(
-                    pod,
-                    &container.name,
-                    "CreateContainerConfigError",
-                    e.to_string(),
-                )
-            })?,
+            rustlet_core::path_component("container name", &container.name)
+                .map_err(|e| config_error(e.to_string()))?,
         );
         let _ =
             tokio::task::spawn_blocking(move || std::fs::create_dir_all(container_log_dir)).await;

@@ -379,46 +379,65 @@ fn build_layer() -> Vec<u8> {
         &mut b,
         "etc/passwd",
         0o644,
-        b"root:x:0:0:root:/root:/bin/sh\n",
+        b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
     );
-    append_file(&mut b, "etc/group", 0o644, b"root:x:0:\n");
+    append_file(&mut b, "etc/group", 0o644, b"root:x:0:\nnogroup:x:65534:\n");
     b.into_inner().expect("layer tar")
 }
 
-/// An OCI image layout tarball naming the one image twice: [`BUSYBOX_IMAGE`] and
-/// [`PAUSE_IMAGE`].
+/// The busybox image whose config says `User: 1234` (a non-root image).
+pub const NUMERIC_USER_IMAGE: &str = "localhost/busybox-uid:1";
+/// The busybox image whose config says `User: nobody` (a user by name, UID 65534 in its
+/// `/etc/passwd`).
+pub const NAMED_USER_IMAGE: &str = "localhost/busybox-named:1";
+
+/// The images of the tarball: name and the config's `User` (empty: root).
+const IMAGES: &[(&str, &str)] = &[
+    (BUSYBOX_IMAGE, ""),
+    (PAUSE_IMAGE, ""),
+    (NUMERIC_USER_IMAGE, "1234"),
+    (NAMED_USER_IMAGE, "nobody"),
+];
+
+/// An OCI image layout tarball of the one busybox layer under [`BUSYBOX_IMAGE`] and
+/// [`PAUSE_IMAGE`], and with another user in its config under [`NUMERIC_USER_IMAGE`] and
+/// [`NAMED_USER_IMAGE`].
 pub fn build_image_tar() -> Vec<u8> {
     let layer = build_layer();
     let layer_digest = sha256_hex(&layer);
-    let config = serde_json::json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": { "Env": ["PATH=/bin"], "Cmd": ["/bin/sleep", "infinity"] },
-        "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{layer_digest}")] },
-    })
-    .to_string()
-    .into_bytes();
-    let config_digest = sha256_hex(&config);
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": format!("sha256:{config_digest}"),
-            "size": config.len(),
-        },
-        "layers": [{
-            "mediaType": "application/vnd.oci.image.layer.v1.tar",
-            "digest": format!("sha256:{layer_digest}"),
-            "size": layer.len(),
-        }],
-    })
-    .to_string()
-    .into_bytes();
-    let manifest_digest = sha256_hex(&manifest);
-    let entry = |name: &str| {
+    let mut blobs = vec![(layer_digest.clone(), layer.clone())];
+    let mut manifests = Vec::new();
+    for (name, user) in IMAGES {
+        let config = serde_json::json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {
+                "Env": ["PATH=/bin"], "Cmd": ["/bin/sleep", "infinity"], "User": user
+            },
+            "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{layer_digest}")] },
+        })
+        .to_string()
+        .into_bytes();
+        let config_digest = sha256_hex(&config);
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": format!("sha256:{config_digest}"),
+                "size": config.len(),
+            },
+            "layers": [{
+                "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": format!("sha256:{layer_digest}"),
+                "size": layer.len(),
+            }],
+        })
+        .to_string()
+        .into_bytes();
+        let manifest_digest = sha256_hex(&manifest);
         let tag = name.rsplit(':').next().unwrap_or("latest");
-        serde_json::json!({
+        manifests.push(serde_json::json!({
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "digest": format!("sha256:{manifest_digest}"),
             "size": manifest.len(),
@@ -427,14 +446,16 @@ pub fn build_image_tar() -> Vec<u8> {
                 "io.containerd.image.name": name,
                 "org.opencontainers.image.ref.name": tag,
             },
-        })
-    };
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "manifests": [entry(BUSYBOX_IMAGE), entry(PAUSE_IMAGE)],
-    })
-    .to_string()
-    .into_bytes();
+        }));
+        for (digest, blob) in [(config_digest, config), (manifest_digest, manifest)] {
+            if !blobs.iter().any(|(d, _)| *d == digest) {
+                blobs.push((digest, blob));
+            }
+        }
+    }
+    let index = serde_json::json!({ "schemaVersion": 2, "manifests": manifests })
+        .to_string()
+        .into_bytes();
     let mut b = tar::Builder::new(Vec::new());
     append_file(
         &mut b,
@@ -443,11 +464,7 @@ pub fn build_image_tar() -> Vec<u8> {
         br#"{"imageLayoutVersion":"1.0.0"}"#,
     );
     append_file(&mut b, "index.json", 0o644, &index);
-    for (digest, blob) in [
-        (&layer_digest, &layer),
-        (&config_digest, &config),
-        (&manifest_digest, &manifest),
-    ] {
+    for (digest, blob) in &blobs {
         append_file(&mut b, &format!("blobs/sha256/{digest}"), 0o644, blob);
     }
     b.into_inner().expect("image tar")

@@ -319,7 +319,9 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         let task = tokio::spawn(async move { lease.run(c).await });
         tasks.push(supervise("node registration", &health, &cancel, task));
         let (registrar, volumes, c) = (registrar.clone(), volumes.clone(), cancel.clone());
-        let task = tokio::spawn(report_volumes_in_use(registrar, volumes, c));
+        let task = tokio::spawn(async move {
+            volumes.report_volumes_in_use(registrar.as_ref(), c).await;
+        });
         tasks.push(supervise("volumesInUse reporting", &health, &cancel, task));
     }
     if let Some(cri) = cri {
@@ -399,45 +401,4 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     }
     info!("rustlet stopped; mounts left in place");
     Ok(())
-}
-
-/// Cluster mode: `node.status.volumesInUse` follows the volume manager (V13), and what the
-/// node reports is marked so attachable volumes may mount.
-async fn report_volumes_in_use(
-    registrar: Arc<NodeRegistrar>,
-    volumes: Arc<VolumeManager>,
-    cancel: CancellationToken,
-) {
-    let mut last: Option<Vec<String>> = None;
-    loop {
-        // V13: not before the reconciler synced (after a restart, the reconstructed volumes
-        // were checked against the node status): an empty list could let the attach/detach
-        // controller detach a volume that is still mounted.
-        if !volumes.reconciler_states_has_been_synced() {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_millis(100)) => continue,
-            }
-        }
-        let mut in_use: Vec<String> = volumes
-            .get_volumes_in_use()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        in_use.sort();
-        if last.as_ref() != Some(&in_use) {
-            match registrar.set_volumes_in_use(&in_use).await {
-                Ok(()) => {
-                    let reported: Vec<_> = volumes.get_volumes_in_use();
-                    volumes.mark_volumes_as_reported_in_use(&reported);
-                    last = Some(in_use);
-                }
-                Err(e) => warn!("reporting volumesInUse: {e}"),
-            }
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
 }

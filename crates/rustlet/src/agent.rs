@@ -40,7 +40,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{AgentConfig, Mode, RuntimeKind};
+use crate::config::{AgentConfig, Mode, ReadOnlyEndpoints, RuntimeKind};
 use crate::http::{Endpoints, Health, router};
 use crate::process::ProcessMetrics;
 
@@ -194,9 +194,14 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         "starting: the managers are not running yet",
     ));
     let mut registry = Registry::default();
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("--listen {}", config.listen))?;
+    let listener = match config.read_only {
+        ReadOnlyEndpoints::Off => None,
+        ReadOnlyEndpoints::Listen(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--listen {addr}"))?,
+        ),
+    };
     let api = connect(&config).await?;
 
     let pods = Arc::new(match config.pod_manifest_path {
@@ -367,7 +372,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         registry: Arc::new(registry),
         process,
     });
-    let server = {
+    let server = listener.map(|listener| {
         let cancel = cancel.clone();
         tokio::spawn(async move {
             let app = router(endpoints);
@@ -379,9 +384,16 @@ pub async fn run(config: AgentConfig) -> Result<()> {
                 warn!("HTTP server: {e}");
             }
         })
-    };
+    });
     health.set_ok();
-    info!(node = %config.node_name, root = %config.root_dir.display(), listen = %config.listen, "rustlet running");
+    match config.read_only {
+        ReadOnlyEndpoints::Listen(listen) => {
+            info!(node = %config.node_name, root = %config.root_dir.display(), %listen, "rustlet running");
+        }
+        ReadOnlyEndpoints::Off => {
+            info!(node = %config.node_name, root = %config.root_dir.display(), "rustlet running; the read-only endpoints are off");
+        }
+    }
 
     tokio::select! {
         _ = sigterm.recv() => info!("SIGTERM: stopping"),
@@ -395,7 +407,9 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         stop.cancel();
         let _ = tokio::time::timeout(STOP_GRACE, intake).await;
     }
-    let _ = tokio::time::timeout(STOP_GRACE, server).await;
+    if let Some(server) = server {
+        let _ = tokio::time::timeout(STOP_GRACE, server).await;
+    }
     for task in tasks {
         task.abort();
     }

@@ -1,5 +1,5 @@
 //! The agent's interfaces as a user meets them: `--read-only-port` (0 turns the plain-HTTP
-//! endpoints off).
+//! endpoints off) and its log on stderr when stderr is not a terminal.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -122,4 +122,28 @@ fn read_only_port_0_turns_the_plain_http_endpoints_off() {
     let log = std::fs::read_to_string(&off.log).unwrap();
     assert!(log.contains("the read-only endpoints are off"), "{log}");
     assert!(off.terminate().success());
+}
+
+/// Item 18: with stderr a file, not a terminal, the log carries no ANSI escape sequences.
+#[test]
+fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let Some(dir) = privileged_dir("log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal")
+    else {
+        return;
+    };
+    let agent =
+        start_logging_to_a_file(dir.path(), &["--read-only-port", &free_port().to_string()]);
+    assert!(agent.terminate().success());
+    let log = std::fs::read(dir.path().join("agent.log")).unwrap();
+    assert!(
+        log.windows(b"rustlet running".len())
+            .any(|w| w == b"rustlet running"),
+        "{}",
+        String::from_utf8_lossy(&log)
+    );
+    assert!(
+        !log.contains(&0x1b),
+        "an ESC byte in the log:\n{}",
+        String::from_utf8_lossy(&log).escape_debug()
+    );
 }

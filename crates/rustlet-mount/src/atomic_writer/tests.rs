@@ -131,8 +131,10 @@ fn test_validate_path() {
 /// error; then the refusals beyond upstream's (errata 4) and the collision.
 #[test]
 fn test_validate_payload() {
+    /// The payload's paths, what validating them gives: the cleaned paths or the error.
+    type Case<'a> = (&'a str, Vec<&'a str>, Result<Vec<&'a str>, &'a str>);
     let max_path = "a".repeat(MAX_PATH_LENGTH + 1);
-    let cases: [(&str, Vec<&str>, Result<Vec<&str>, &str>); 7] = [
+    let cases: [Case<'_>; 7] = [
         ("valid payload", vec!["foo", "bar"], Ok(vec!["bar", "foo"])),
         (
             "payload with path length > 4096 is invalid",

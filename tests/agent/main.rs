@@ -8,5 +8,6 @@
 
 mod cri_mode;
 mod harness;
+mod interfaces;
 mod kube_mode;
 mod local_mode;

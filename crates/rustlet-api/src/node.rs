@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use rustlet_status::{ClientError, Clock, SystemClock};
+use rustlet_volume::node::{VolumesInUseWriter, WriteError};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -220,6 +221,13 @@ impl NodeRegistrar {
                 () = tokio::time::sleep(self.config.renew_interval) => {}
             }
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl VolumesInUseWriter for NodeRegistrar {
+    async fn write_volumes_in_use(&self, volumes: &[String]) -> Result<(), WriteError> {
+        Ok(self.set_volumes_in_use(volumes).await?)
     }
 }
 

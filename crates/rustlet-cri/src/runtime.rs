@@ -723,6 +723,9 @@ impl CriRuntime {
 
     /// Removes every container and sandbox of `uid` and its log directory.
     async fn remove_all(&self, uid: &PodUid) -> Result<(), CriError> {
+        // The pod's image pull back-offs go with it (deviation: upstream's keyed back-off keeps
+        // an entry until its periodic GC finds it older than twice the longest delay).
+        self.state().pulls.retain(|(pod, _), _| pod != uid);
         self.refresh_pod(uid).await?;
         let record = self.state().pods.get(uid).cloned().unwrap_or_default();
         for c in &record.containers {
@@ -1230,6 +1233,60 @@ mod tests {
             ip: None,
             created_at: 0,
         }
+    }
+
+    /// Item 16: the image pull back-off entries of a removed pod are dropped; another pod's
+    /// stay.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removed_pods_image_pull_back_offs_are_dropped() {
+        let Some(containerd) = crate::testing::PrivateContainerd::start(
+            "a_removed_pods_image_pull_back_offs_are_dropped",
+        )
+        .await
+        else {
+            return;
+        };
+        let root = crate::testing::scratch(&containerd, "root");
+        let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), root), None)
+            .await
+            .unwrap();
+        let pod = |uid: &str| Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(uid.into()),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // No registry: every pull fails and backs off.
+        let absent = Container {
+            name: "main".into(),
+            image: Some("localhost/absent:1".into()),
+            ..Default::default()
+        };
+        for uid in ["gone", "stays"] {
+            let pulled = runtime
+                .ensure_image(&pod(uid), &absent, &cri::PodSandboxConfig::default())
+                .await;
+            assert!(
+                matches!(&pulled, Err(RuntimeError::ContainerWaiting { reason, .. }) if reason == "ErrImagePull"),
+                "{pulled:?}"
+            );
+        }
+        let backing_off = |runtime: &CriRuntime| {
+            let mut uids: Vec<String> = runtime
+                .state()
+                .pulls
+                .keys()
+                .map(|(uid, _)| uid.to_string())
+                .collect();
+            uids.sort();
+            uids
+        };
+        assert_eq!(backing_off(&runtime), ["gone", "stays"]);
+        runtime.remove_pod(&PodUid::new("gone")).await;
+        assert_eq!(backing_off(&runtime), ["stays"]);
     }
 
     #[test]

@@ -53,14 +53,9 @@ pub enum AtomicWriteError {
         /// Why.
         source: Errno,
     },
-    /// A payload path is not allowed (V97).
-    #[error("invalid path {path:?}: {reason}")]
-    InvalidPath {
-        /// The path as given.
-        path: String,
-        /// Why.
-        reason: &'static str,
-    },
+    /// A payload path is not allowed (V97), in upstream's words.
+    #[error(transparent)]
+    InvalidPath(#[from] InvalidPath),
     /// Two payload paths collide (`a` a file and `a/b` a file).
     #[error("payload paths collide: {0:?} is both a file and a directory")]
     Collision(String),
@@ -78,51 +73,80 @@ pub enum AtomicWriteError {
     },
 }
 
-/// Upstream `validatePath`, on the raw key.
-pub fn validate_path(path: &str) -> Result<(), AtomicWriteError> {
-    let invalid = |reason| {
-        Err(AtomicWriteError::InvalidPath {
-            path: path.to_owned(),
-            reason,
-        })
-    };
+/// Why a payload path is refused (V97), each with upstream `validatePath`'s exact wording.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidPath {
+    /// The path is empty (upstream quotes it: `""`).
+    #[error("invalid path: must not be empty: \"\"")]
+    Empty,
+    /// The path is absolute.
+    #[error("invalid path: must be relative path: {0}")]
+    Absolute(String),
+    /// The path is longer than [`MAX_PATH_LENGTH`] bytes.
+    #[error(
+        "invalid path: must be less than or equal to {} characters",
+        MAX_PATH_LENGTH
+    )]
+    TooLong,
+    /// An element is `..`.
+    #[error("invalid path: must not contain '..': {0}")]
+    Backstep(String),
+    /// An element is longer than [`MAX_FILE_NAME_LENGTH`] bytes.
+    #[error(
+        "invalid path: filenames must be less than or equal to {} characters",
+        MAX_FILE_NAME_LENGTH
+    )]
+    FileNameTooLong,
+    /// The first element starts with `..`: the writer's own names.
+    #[error("invalid path: must not start with '..': {0}")]
+    Reserved(String),
+    /// Cleaned, the path names the target directory itself (`.`, `./`). Deviation: upstream
+    /// accepts it and fails later writing a file over the directory (errata 4); the wording
+    /// follows upstream's.
+    #[error("invalid path: must name a file, not the volume's directory: {0}")]
+    NoFile(String),
+}
+
+/// Upstream `validatePath`, on the raw key, its checks in its order: empty, absolute, the
+/// length, then each element (`..`, then its length), then a first element starting with `..`.
+pub fn validate_path(path: &str) -> Result<(), InvalidPath> {
     if path.is_empty() {
-        return invalid("must not be empty");
+        return Err(InvalidPath::Empty);
     }
     if path.starts_with('/') {
-        return invalid("must be relative");
+        return Err(InvalidPath::Absolute(path.to_owned()));
     }
     if path.len() > MAX_PATH_LENGTH {
-        return invalid("must be at most 4096 characters");
+        return Err(InvalidPath::TooLong);
     }
     let elements: Vec<&str> = path.split('/').collect();
-    if elements.iter().any(|e| e.len() > MAX_FILE_NAME_LENGTH) {
-        return invalid("each element must be at most 255 characters");
-    }
-    if elements.contains(&"..") {
-        return invalid("must not contain '..'");
+    for element in &elements {
+        if *element == ".." {
+            return Err(InvalidPath::Backstep(path.to_owned()));
+        }
+        if element.len() > MAX_FILE_NAME_LENGTH {
+            return Err(InvalidPath::FileNameTooLong);
+        }
     }
     if elements[0].starts_with("..") {
-        return invalid("must not start with '..'");
+        return Err(InvalidPath::Reserved(path.to_owned()));
     }
     Ok(())
 }
 
 /// `filepath.Clean` of a relative path that [`validate_path`] accepted; then checked again, so
 /// `./..data` and `.` (upstream quirks, errata 4) are refused.
-fn clean(path: &str) -> Result<String, AtomicWriteError> {
+fn clean(path: &str) -> Result<String, InvalidPath> {
     validate_path(path)?;
     let cleaned: Vec<&str> = path
         .split('/')
         .filter(|e| !e.is_empty() && *e != ".")
         .collect();
-    let invalid = |reason| AtomicWriteError::InvalidPath {
-        path: path.to_owned(),
-        reason,
-    };
-    let first = cleaned.first().ok_or_else(|| invalid("names no file"))?;
+    let first = cleaned
+        .first()
+        .ok_or_else(|| InvalidPath::NoFile(path.to_owned()))?;
     if first.starts_with("..") {
-        return Err(invalid("must not start with '..'"));
+        return Err(InvalidPath::Reserved(path.to_owned()));
     }
     Ok(cleaned.join("/"))
 }

@@ -247,7 +247,7 @@ pub async fn run_probe(
             let stream = tokio::net::TcpStream::connect((host.as_str(), port))
                 .await
                 .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
-            let mut sender = if https {
+            let (mut sender, _connection) = if https {
                 http1(tls_connect(&host, stream).await?).await?
             } else {
                 http1(stream).await?
@@ -267,26 +267,23 @@ pub async fn run_probe(
                 .await
                 .map_err(|e| e.to_string())?;
             let code = response.status().as_u16();
-            // At most 10 KiB of the body is kept for the output (upstream's limit).
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            let text = String::from_utf8_lossy(&body[..body.len().min(10 * 1024)]).into_owned();
-            Ok::<_, String>((code, text))
+            // The connection (`_connection`) is dropped with whatever the body still holds.
+            Ok::<_, String>((code, read_at_most(response.into_body(), MAX_BODY).await))
         };
-        return Ok(match tokio::time::timeout(timeout, get).await {
-            Err(_) => Outcome::failure(format!(
+        return match tokio::time::timeout(timeout, get).await {
+            Err(_) => Ok(Outcome::failure(format!(
                 "Get \"{scheme}://{host}:{port}{path}\": context deadline exceeded"
+            ))),
+            Ok(Err(e)) => Ok(Outcome::failure(e)),
+            // upstream: DoHTTPProbe returns a body read error as the probe's error.
+            Ok(Ok((_, Err(e)))) => Err(format!("reading the response body: {e}")),
+            Ok(Ok((code, Ok(body)))) if (200..400).contains(&code) => Ok(Outcome::success(
+                String::from_utf8_lossy(&body).into_owned(),
             )),
-            Ok(Err(e)) => Outcome::failure(e),
-            Ok(Ok((code, body))) if (200..400).contains(&code) => Outcome::success(body),
-            Ok(Ok((code, _))) => {
-                Outcome::failure(format!("HTTP probe failed with statuscode: {code}"))
-            }
-        });
+            Ok(Ok((code, _))) => Ok(Outcome::failure(format!(
+                "HTTP probe failed with statuscode: {code}"
+            ))),
+        };
     }
     if probe.grpc.is_some() {
         return Err("gRPC probes are not supported yet".into());
@@ -298,16 +295,61 @@ pub async fn run_probe(
 /// (upstream's results-manager updates, B5/B6).
 pub(crate) type OnChange = Arc<dyn Fn(&str, ProbeKind, ProbeResult) + Send + Sync>;
 
-/// An HTTP/1.1 client connection over `io` (its driver runs as a task).
-async fn http1<S>(io: S) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, String>
+/// How much of an HTTP probe's body is read (upstream: `maxRespBodyLength`, 10 KiB).
+const MAX_BODY: usize = 10 * 1024;
+
+/// The first `limit` bytes of `body`; the rest is never read (upstream: `ReadAtMost`, whose
+/// `ErrLimitReached` the HTTP prober takes as a truncated body, not an error).
+async fn read_at_most(
+    mut body: hyper::body::Incoming,
+    limit: usize,
+) -> Result<Vec<u8>, hyper::Error> {
+    let mut read = Vec::new();
+    while read.len() < limit {
+        let Some(frame) = body.frame().await.transpose()? else {
+            break;
+        };
+        if let Ok(data) = frame.into_data() {
+            let take = data.len().min(limit - read.len());
+            read.extend_from_slice(&data[..take]);
+        }
+    }
+    Ok(read)
+}
+
+/// Aborts the connection's driver task when dropped, closing the socket even when the
+/// response body was not read to its end.
+struct Connection(tokio::task::JoinHandle<()>);
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// An HTTP/1.1 client connection over `io`: its driver runs as a task, aborted when the
+/// returned [`Connection`] is dropped.
+async fn http1<S>(
+    io: S,
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+        Connection,
+    ),
+    String,
+>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    Ok(sender)
+    let driver = tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            debug!(error = %e, "HTTP probe connection ended");
+        }
+    });
+    Ok((sender, Connection(driver)))
 }
 
 /// Upstream's HTTPS probes skip certificate verification (`InsecureSkipVerify`): the
@@ -952,6 +994,62 @@ mod tests {
             "{}",
             refused.output
         );
+    }
+
+    /// Item 15 (upstream: `DoHTTPProbe`, `ReadAtMost`): a body that never ends is read up to
+    /// 10 KiB, the probe succeeds on its status code, and the connection is dropped. The
+    /// server's send buffer is small, so what it manages to write is what the probe took plus
+    /// the sockets' buffers: far below a megabyte, where reading the whole body never ends.
+    #[tokio::test]
+    async fn http_probe_reads_at_most_10_kib_of_an_endless_body() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_send_buffer_size(4096).unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(1).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (written_tx, written_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0_u8; 1024];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            // No length: the body runs until the connection closes, which it never does.
+            s.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let chunk = [b'x'; 1024];
+            let mut written = 0_usize;
+            while let Ok(n) = s.write(&chunk).await {
+                if n == 0 {
+                    break;
+                }
+                written += n;
+            }
+            let _ = written_tx.send(written);
+        });
+        let mut probe = http_probe(port, "HTTP");
+        // Long enough that reading the whole body is a timeout, not a success.
+        probe.timeout_seconds = Some(30);
+        let runtime = SimulatedRuntime::new(SimulatedConfig::default());
+        let outcome = run_probe(
+            &runtime,
+            &probe,
+            &Container::default(),
+            "sim://x",
+            "127.0.0.1",
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.result, ProbeResult::Success, "{}", outcome.output);
+        assert_eq!(outcome.output, "x".repeat(10 * 1024));
+        let written = written_rx.await.unwrap();
+        assert!(written < 1024 * 1024, "the server wrote {written} bytes");
     }
 
     #[test]

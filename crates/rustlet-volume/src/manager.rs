@@ -23,7 +23,7 @@ use crate::events::EventRecorder;
 use crate::executor::OperationExecutor;
 use crate::metrics::VolumeMetrics;
 use crate::mounter::Mounter;
-use crate::node::NodeStatus;
+use crate::node::{NodeStatus, VolumesInUseWriter};
 use crate::objects::{ObjectChange, VolumeObjects};
 use crate::plugin::{PluginManager, VolumeHost};
 use crate::populator::{PodSource, PodStateProvider, Populator, pod_volume_names};
@@ -730,6 +730,46 @@ impl VolumeManager {
     pub fn mark_volumes_as_reported_in_use(&self, reported: &[UniqueVolumeName]) {
         self.dsw.mark_volumes_reported_in_use(reported);
         self.wake.notify_one();
+    }
+
+    /// V13, V14: keeps `node.status.volumesInUse` following [`Self::get_volumes_in_use`]
+    /// through `writer` (once a second, when it changed) until `cancel` fires, and marks as
+    /// reported exactly the volumes written: a volume added while the write was on its way is
+    /// not in the node status yet, so it is not marked (upstream marks the updated node's
+    /// `volumesInUse`).
+    pub async fn report_volumes_in_use(
+        &self,
+        writer: &dyn VolumesInUseWriter,
+        cancel: CancellationToken,
+    ) {
+        let mut last: Option<Vec<UniqueVolumeName>> = None;
+        loop {
+            // V13: not before the reconciler synced (after a restart, the reconstructed volumes
+            // were checked against the node status): an empty list could let the
+            // attach/detach controller detach a volume that is still mounted.
+            if !self.reconciler_states_has_been_synced() {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                }
+            }
+            // Sorted, as `get_volumes_in_use` returns them.
+            let in_use = self.get_volumes_in_use();
+            if last.as_ref() != Some(&in_use) {
+                let written: Vec<String> = in_use.iter().map(ToString::to_string).collect();
+                match writer.write_volumes_in_use(&written).await {
+                    Ok(()) => {
+                        self.mark_volumes_as_reported_in_use(&in_use);
+                        last = Some(in_use);
+                    }
+                    Err(e) => tracing::warn!("reporting volumesInUse: {e}"),
+                }
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
     }
 }
 

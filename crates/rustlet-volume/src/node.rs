@@ -1,6 +1,8 @@
-//! The node-status seam: which volumes the attach/detach controller has attached to this node
-//! (`node.status.volumesAttached`), read from the agent's node watch.
+//! The node-status seams: which volumes the attach/detach controller has attached to this node
+//! (`node.status.volumesAttached`), read from the agent's node watch, and the writer of
+//! `node.status.volumesInUse`.
 
+use async_trait::async_trait;
 use rustlet_core::UniqueVolumeName;
 
 /// One entry of `node.status.volumesAttached`.
@@ -33,4 +35,15 @@ impl NodeStatus for NothingAttached {
     fn volumes_attached(&self) -> Vec<AttachedToNode> {
         Vec::new()
     }
+}
+
+/// The error of a [`VolumesInUseWriter`] (the API client's, boxed).
+pub type WriteError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Writes `node.status.volumesInUse` (upstream: the node status setter `VolumesInUse` and the
+/// status patch after it). [`crate::manager::VolumeManager::report_volumes_in_use`] drives it.
+#[async_trait]
+pub trait VolumesInUseWriter: Send + Sync {
+    /// Replaces the node's `status.volumesInUse` with `volumes`.
+    async fn write_volumes_in_use(&self, volumes: &[String]) -> Result<(), WriteError>;
 }

@@ -40,7 +40,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{AgentConfig, Mode, RuntimeKind};
+use crate::config::{AgentConfig, Mode, ReadOnlyEndpoints, RuntimeKind};
 use crate::http::{Endpoints, Health, router};
 use crate::process::ProcessMetrics;
 
@@ -203,9 +203,14 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         "starting: the managers are not running yet",
     ));
     let mut registry = Registry::default();
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("--listen {}", config.listen))?;
+    let listener = match config.read_only {
+        ReadOnlyEndpoints::Off => None,
+        ReadOnlyEndpoints::Listen(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--listen {addr}"))?,
+        ),
+    };
     let api = connect(&config, &mut registry).await?;
 
     let pods = Arc::new(match config.pod_manifest_path {
@@ -329,7 +334,9 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         let task = tokio::spawn(async move { lease.run(c).await });
         tasks.push(supervise("node registration", &health, &cancel, task));
         let (registrar, volumes, c) = (registrar.clone(), volumes.clone(), cancel.clone());
-        let task = tokio::spawn(report_volumes_in_use(registrar, volumes, c));
+        let task = tokio::spawn(async move {
+            volumes.report_volumes_in_use(registrar.as_ref(), c).await;
+        });
         tasks.push(supervise("volumesInUse reporting", &health, &cancel, task));
     }
     if let Some(cri) = cri {
@@ -375,7 +382,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         registry: Arc::new(registry),
         process,
     });
-    let server = {
+    let server = listener.map(|listener| {
         let cancel = cancel.clone();
         tokio::spawn(async move {
             let app = router(endpoints);
@@ -387,9 +394,16 @@ pub async fn run(config: AgentConfig) -> Result<()> {
                 warn!("HTTP server: {e}");
             }
         })
-    };
+    });
     health.set_ok();
-    info!(node = %config.node_name, root = %config.root_dir.display(), listen = %config.listen, "rustlet running");
+    match config.read_only {
+        ReadOnlyEndpoints::Listen(listen) => {
+            info!(node = %config.node_name, root = %config.root_dir.display(), %listen, "rustlet running");
+        }
+        ReadOnlyEndpoints::Off => {
+            info!(node = %config.node_name, root = %config.root_dir.display(), "rustlet running; the read-only endpoints are off");
+        }
+    }
 
     tokio::select! {
         _ = sigterm.recv() => info!("SIGTERM: stopping"),
@@ -403,51 +417,12 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         stop.cancel();
         let _ = tokio::time::timeout(STOP_GRACE, intake).await;
     }
-    let _ = tokio::time::timeout(STOP_GRACE, server).await;
+    if let Some(server) = server {
+        let _ = tokio::time::timeout(STOP_GRACE, server).await;
+    }
     for task in tasks {
         task.abort();
     }
     info!("rustlet stopped; mounts left in place");
     Ok(())
-}
-
-/// Cluster mode: `node.status.volumesInUse` follows the volume manager (V13), and what the
-/// node reports is marked so attachable volumes may mount.
-async fn report_volumes_in_use(
-    registrar: Arc<NodeRegistrar>,
-    volumes: Arc<VolumeManager>,
-    cancel: CancellationToken,
-) {
-    let mut last: Option<Vec<String>> = None;
-    loop {
-        // V13: not before the reconciler synced (after a restart, the reconstructed volumes
-        // were checked against the node status): an empty list could let the attach/detach
-        // controller detach a volume that is still mounted.
-        if !volumes.reconciler_states_has_been_synced() {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_millis(100)) => continue,
-            }
-        }
-        let mut in_use: Vec<String> = volumes
-            .get_volumes_in_use()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        in_use.sort();
-        if last.as_ref() != Some(&in_use) {
-            match registrar.set_volumes_in_use(&in_use).await {
-                Ok(()) => {
-                    let reported: Vec<_> = volumes.get_volumes_in_use();
-                    volumes.mark_volumes_as_reported_in_use(&reported);
-                    last = Some(in_use);
-                }
-                Err(e) => warn!("reporting volumesInUse: {e}"),
-            }
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
 }

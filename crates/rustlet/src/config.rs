@@ -33,6 +33,10 @@ pub struct Cli {
     /// Address of the read-only HTTP endpoints (/healthz, /pods, /metrics).
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
+    /// The read-only HTTP endpoints' port (the kubelet's flag): wins over --listen's port; 0
+    /// turns the endpoints off.
+    #[arg(long, value_name = "PORT")]
+    pub read_only_port: Option<u16>,
     /// A YAML file with these settings (flags win) and the tunables.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -84,6 +88,8 @@ pub struct FileConfig {
     local: Option<PathBuf>,
     kubeconfig: Option<PathBuf>,
     listen: Option<String>,
+    /// The read-only endpoints' port (the kubelet's `readOnlyPort`); 0 turns them off.
+    read_only_port: Option<u16>,
     runtime: Option<RuntimeKind>,
     container_runtime_endpoint: Option<String>,
     log_format: Option<LogFormat>,
@@ -129,6 +135,15 @@ pub enum Mode {
     InCluster,
 }
 
+/// Where the read-only HTTP endpoints (`/healthz`, `/pods`, `/metrics`) are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadOnlyEndpoints {
+    /// Nothing listens (`--read-only-port 0`, as the kubelet's).
+    Off,
+    /// Served on this address.
+    Listen(SocketAddr),
+}
+
 /// Everything the agent runs with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentConfig {
@@ -138,8 +153,8 @@ pub struct AgentConfig {
     pub root_dir: PathBuf,
     /// Where pods come from.
     pub mode: Mode,
-    /// The HTTP endpoints' address.
-    pub listen: SocketAddr,
+    /// The read-only HTTP endpoints.
+    pub read_only: ReadOnlyEndpoints,
     /// The static pod directory.
     pub pod_manifest_path: Option<PathBuf>,
     /// The runtime.
@@ -287,12 +302,29 @@ impl AgentConfig {
                 dir.display()
             )));
         }
-        let listen = match (cli.listen, file.listen) {
-            (Some(addr), _) => addr,
-            (None, Some(addr)) => addr
-                .parse()
-                .map_err(|_| bad(format!("config key listen: {addr:?} is not ADDR:PORT")))?,
-            (None, None) => SocketAddr::from(([127, 0, 0, 1], 10255)),
+        let file_listen: Option<SocketAddr> = file
+            .listen
+            .map(|addr| {
+                addr.parse()
+                    .map_err(|_| bad(format!("config key listen: {addr:?} is not ADDR:PORT")))
+            })
+            .transpose()?;
+        // The port: a flag's over the file's; on each side the explicit port over the address's.
+        let port = cli
+            .read_only_port
+            .or(cli.listen.map(|a| a.port()))
+            .or(file.read_only_port)
+            .or(file_listen.map(|a| a.port()))
+            .unwrap_or(10255);
+        let read_only = match port {
+            0 => ReadOnlyEndpoints::Off,
+            port => {
+                let ip = cli
+                    .listen
+                    .or(file_listen)
+                    .map_or(std::net::Ipv4Addr::LOCALHOST.into(), |a| a.ip());
+                ReadOnlyEndpoints::Listen(SocketAddr::new(ip, port))
+            }
         };
         let node_ip = file.node_ip.unwrap_or_else(|| "127.0.0.1".into());
         if node_ip.parse::<std::net::IpAddr>().is_err() {
@@ -347,7 +379,7 @@ impl AgentConfig {
             node_name,
             root_dir,
             mode,
-            listen,
+            read_only,
             pod_manifest_path,
             runtime: cli.runtime.or(file.runtime).unwrap_or_default(),
             container_runtime_endpoint,
@@ -416,6 +448,42 @@ mod tests {
         assert_eq!(config.api_qps, 5.0);
         assert_eq!((config.event_qps, config.event_burst), (7.0, 9));
         assert_eq!(config.mode, Mode::Local(dir.path().to_owned()));
+    }
+
+    /// Item 17: `--read-only-port` / `readOnlyPort` (the kubelet's) set the endpoints' port
+    /// over `--listen`'s / `listen`'s, flags over the file; 0 turns them off.
+    #[test]
+    fn read_only_port_sets_the_endpoints_port_and_0_turns_them_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        let local = dir.path().to_str().unwrap();
+        let resolve = |text: &str, flags: &[&str]| {
+            std::fs::write(&file, text).unwrap();
+            let mut args = vec!["--node-name", "n", "--root-dir", "/r", "--local", local];
+            args.extend(["--config", file.to_str().unwrap()]);
+            args.extend(flags);
+            parse(&args).unwrap().read_only
+        };
+        let at = |addr: &str| ReadOnlyEndpoints::Listen(addr.parse().unwrap());
+        assert_eq!(resolve("", &[]), at("127.0.0.1:10255"));
+        assert_eq!(resolve("readOnlyPort: 0\n", &[]), ReadOnlyEndpoints::Off);
+        assert_eq!(
+            resolve("listen: 0.0.0.0:1\nreadOnlyPort: 7\n", &[]),
+            at("0.0.0.0:7")
+        );
+        assert_eq!(
+            resolve("", &["--listen", "0.0.0.0:1", "--read-only-port", "0"]),
+            ReadOnlyEndpoints::Off
+        );
+        assert_eq!(
+            resolve("readOnlyPort: 0\n", &["--listen", "127.0.0.1:9"]),
+            at("127.0.0.1:9"),
+            "a flag's port wins over the file's"
+        );
+        assert_eq!(
+            resolve("listen: 0.0.0.0:1\n", &["--read-only-port", "8"]),
+            at("0.0.0.0:8")
+        );
     }
 
     #[test]

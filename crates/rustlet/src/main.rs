@@ -10,6 +10,7 @@ mod config;
 mod http;
 mod process;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -18,8 +19,13 @@ use tracing_subscriber::EnvFilter;
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("RUSTLET_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a terminal (and not with `NO_COLOR` set): a redirected log stays
+    // plain text.
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -74,45 +74,126 @@ fn test_new_atomic_writer() {
     ));
 }
 
+/// Upstream `TestValidatePath`, its cases by name, each refusal with upstream's exact error.
 #[test]
 fn test_validate_path() {
-    for ok in [
-        "i/am/well/behaved.txt",
-        "keepyourheaddownandfollowtherules.txt",
-    ] {
-        assert!(validate_path(ok).is_ok(), "{ok}");
+    let max_path = "a".repeat(MAX_PATH_LENGTH + 1);
+    let max_file = "a".repeat(MAX_FILE_NAME_LENGTH + 1);
+    let cases: [(&str, &str, Option<&str>); 9] = [
+        ("valid 1", "i/am/well/behaved.txt", None),
+        ("valid 2", "keepyourheaddownandfollowtherules.txt", None),
+        (
+            "max path length",
+            &max_path,
+            Some("invalid path: must be less than or equal to 4096 characters"),
+        ),
+        (
+            "max file length",
+            &max_file,
+            Some("invalid path: filenames must be less than or equal to 255 characters"),
+        ),
+        (
+            "absolute failure",
+            "/dev/null",
+            Some("invalid path: must be relative path: /dev/null"),
+        ),
+        (
+            "reserved path",
+            "..sneaky.txt",
+            Some("invalid path: must not start with '..': ..sneaky.txt"),
+        ),
+        (
+            "contains doubledot 1",
+            "hello/there/../../../../../../etc/passwd",
+            Some("invalid path: must not contain '..': hello/there/../../../../../../etc/passwd"),
+        ),
+        (
+            "contains doubledot 2",
+            "hello/../etc/somethingbad",
+            Some("invalid path: must not contain '..': hello/../etc/somethingbad"),
+        ),
+        ("empty", "", Some("invalid path: must not be empty: \"\"")),
+    ];
+    for (name, path, want) in cases {
+        let got = validate_path(path).err().map(|e| e.to_string());
+        assert_eq!(got.as_deref(), want, "{name}");
     }
-    let long_path = "a".repeat(4097);
-    let long_element = "a".repeat(256);
-    for bad in [
-        long_path.as_str(),
-        long_element.as_str(),
-        "/dev/null",
-        "..sneaky.txt",
-        "hello/there/../../../../../../etc/passwd",
-        "hello/../etc/somethingbad",
-        "",
-    ] {
-        assert!(validate_path(bad).is_err(), "{bad}");
-    }
+    // Upstream's order: an element `..` is named before a later element's length.
+    assert_eq!(
+        validate_path(&format!("a/../{max_file}"))
+            .unwrap_err()
+            .to_string(),
+        format!("invalid path: must not contain '..': a/../{max_file}")
+    );
 }
 
+/// Upstream `TestValidatePayload`, its cases by name, each refusal with upstream's exact
+/// error; then the refusals beyond upstream's (errata 4) and the collision.
 #[test]
-fn test_validate_payload_cleans_and_refuses_the_quirks() {
-    let cleaned = validate_payload(&payload(&[
-        ("foo////bar", "x", 0o644),
-        ("./baz", "y", 0o644),
-    ]))
-    .unwrap();
-    assert_eq!(
-        cleaned.keys().collect::<Vec<_>>(),
-        ["baz", "foo/bar"],
-        "cleaned"
-    );
-    for bad in ["./..data", ".", "..data", "../x"] {
-        assert!(
-            validate_payload(&payload(&[(bad, "x", 0o644)])).is_err(),
-            "{bad}"
+fn test_validate_payload() {
+    /// The payload's paths, what validating them gives: the cleaned paths or the error.
+    type Case<'a> = (&'a str, Vec<&'a str>, Result<Vec<&'a str>, &'a str>);
+    let max_path = "a".repeat(MAX_PATH_LENGTH + 1);
+    let cases: [Case<'_>; 7] = [
+        ("valid payload", vec!["foo", "bar"], Ok(vec!["bar", "foo"])),
+        (
+            "payload with path length > 4096 is invalid",
+            vec![&max_path],
+            Err("invalid path: must be less than or equal to 4096 characters"),
+        ),
+        (
+            "payload with absolute path is invalid",
+            vec!["/dev/null"],
+            Err("invalid path: must be relative path: /dev/null"),
+        ),
+        (
+            "payload with reserved path is invalid",
+            vec!["..sneaky.txt"],
+            Err("invalid path: must not start with '..': ..sneaky.txt"),
+        ),
+        (
+            "payload with doubledot path is invalid",
+            vec!["foo/../etc/password"],
+            Err("invalid path: must not contain '..': foo/../etc/password"),
+        ),
+        (
+            "payload with empty path is invalid",
+            vec![""],
+            Err("invalid path: must not be empty: \"\""),
+        ),
+        (
+            "payload with unclean path should be cleaned",
+            vec!["foo////bar"],
+            Ok(vec!["foo/bar"]),
+        ),
+    ];
+    for (name, paths, want) in cases {
+        let files: Vec<(&str, &str, u32)> = paths.iter().map(|p| (*p, "x", 0o644)).collect();
+        let got = validate_payload(&payload(&files))
+            .map(|cleaned| cleaned.into_keys().collect::<Vec<_>>())
+            .map_err(|e| e.to_string());
+        let want = want
+            .map(|paths| paths.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>())
+            .map_err(str::to_owned);
+        assert_eq!(got, want, "{name}");
+    }
+    for (bad, error) in [
+        (
+            "./..data",
+            "invalid path: must not start with '..': ./..data",
+        ),
+        (
+            ".",
+            "invalid path: must name a file, not the volume's directory: .",
+        ),
+        ("..data", "invalid path: must not start with '..': ..data"),
+        ("../x", "invalid path: must not contain '..': ../x"),
+    ] {
+        assert_eq!(
+            validate_payload(&payload(&[(bad, "x", 0o644)]))
+                .unwrap_err()
+                .to_string(),
+            error
         );
     }
     assert!(matches!(

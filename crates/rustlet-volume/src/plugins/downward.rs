@@ -10,14 +10,56 @@ use k8s_openapi::api::core::v1::{ObjectFieldSelector, Pod, ResourceFieldSelector
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rustlet_core::quantity::{quantity_ceil, quantity_milli_ceil};
 
-/// Go's `strconv.Quote`.
+/// Go's `strconv.IsPrint` (= `unicode.IsPrint`): letters, marks, numbers, punctuation and
+/// symbols (general categories L, M, N, P, S) and the ASCII space; any other space, format
+/// character, control, private-use, surrogate or unassigned code point is not printable.
+///
+/// Deviation: the categories are those of the `unicode-general-category` crate's Unicode
+/// version (16.0); Go's tables follow Go's (15.0.0 up to Go 1.25), so a character first
+/// assigned in Unicode 16.0 is written raw here and escaped by such a kubelet.
+pub fn go_is_print(c: char) -> bool {
+    use unicode_general_category::GeneralCategory as G;
+    c == ' '
+        || matches!(
+            unicode_general_category::get_general_category(c),
+            G::UppercaseLetter
+                | G::LowercaseLetter
+                | G::TitlecaseLetter
+                | G::ModifierLetter
+                | G::OtherLetter
+                | G::NonspacingMark
+                | G::SpacingMark
+                | G::EnclosingMark
+                | G::DecimalNumber
+                | G::LetterNumber
+                | G::OtherNumber
+                | G::ConnectorPunctuation
+                | G::DashPunctuation
+                | G::OpenPunctuation
+                | G::ClosePunctuation
+                | G::InitialPunctuation
+                | G::FinalPunctuation
+                | G::OtherPunctuation
+                | G::MathSymbol
+                | G::CurrencySymbol
+                | G::ModifierSymbol
+                | G::OtherSymbol
+        )
+}
+
+/// Go's `strconv.Quote` (`%q` of a string): `"` and `\` backslashed, printable runes
+/// ([`go_is_print`]) as they are, `\a \b \f \n \r \t \v` by name, other runes below
+/// U+0080 as `\xNN`, up to U+FFFF as `\uNNNN`, beyond as `\UNNNNNNNN` (upstream:
+/// `appendEscapedRune`).
 pub fn go_quote(value: &str) -> String {
+    use std::fmt::Write;
     let mut out = String::with_capacity(value.len() + 2);
     out.push('"');
     for c in value.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
+            c if go_is_print(c) => out.push(c),
             '\u{7}' => out.push_str("\\a"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
@@ -25,18 +67,15 @@ pub fn go_quote(value: &str) -> String {
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
             '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
             }
-            c if c.is_control() => {
-                let code = c as u32;
-                if code <= 0xffff {
-                    out.push_str(&format!("\\u{code:04x}"));
-                } else {
-                    out.push_str(&format!("\\U{code:08x}"));
-                }
+            c if (c as u32) < 0x1_0000 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
             }
-            c => out.push(c),
+            c => {
+                let _ = write!(out, "\\U{:08x}", c as u32);
+            }
         }
     }
     out.push('"');
@@ -248,6 +287,95 @@ mod tests {
     fn go_quote_escapes_as_go_does() {
         assert_eq!(go_quote("a\tb\u{1}é"), "\"a\\tb\\x01é\"");
         assert_eq!(go_quote("back\\slash"), "\"back\\\\slash\"");
+        // Item 19: every rune Go does not consider printable is escaped.
+        assert_eq!(go_quote("a\u{a0}b\u{200b}c"), r#""a\u00a0b\u200bc""#);
+        assert_eq!(
+            go_quote("\u{ad}\u{2028}\u{e000}\u{feff}\u{1f600}\u{e0001}"),
+            r#""\u00ad\u2028\ue000\ufeff😀\U000e0001""#
+        );
+        assert_eq!(go_quote("\u{80}\u{9f}"), r#""\u0080\u009f""#);
+    }
+
+    /// Go's `strconv` `TestQuote` (its `quotetests`, but the one with invalid UTF-8, which a
+    /// Kubernetes string cannot hold).
+    #[test]
+    fn test_quote() {
+        for (input, want) in [
+            ("\u{7}\u{8}\u{c}\r\n\t\u{b}", r#""\a\b\f\r\n\t\v""#),
+            ("\\", r#""\\""#),
+            ("\u{263a}", "\"☺\""),
+            ("\u{10ffff}", r#""\U0010ffff""#),
+            ("\u{4}", r#""\x04""#),
+            ("!\u{a0}!\u{2000}!\u{3000}!", r#""!\u00a0!\u2000!\u3000!""#),
+            ("\u{7f}", r#""\x7f""#),
+        ] {
+            assert_eq!(go_quote(input), want, "{input:?}");
+        }
+    }
+
+    /// Upstream `pkg/fieldpath` `TestFormatMap`.
+    #[test]
+    fn test_format_map() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        // "nil"
+        assert_eq!(format_map(None), "");
+        // "label"
+        let labels = map(&[
+            ("beta.kubernetes.io/os", "linux"),
+            ("kubernetes.io/arch", "amd64"),
+            ("kubernetes.io/hostname", "master01"),
+            ("kubernetes.io/os", "linux"),
+            ("node-role.kubernetes.io/control-plane", "true"),
+            ("node-role.kubernetes.io/master", "true"),
+        ]);
+        assert_eq!(
+            format_map(Some(&labels)),
+            r#"beta.kubernetes.io/os="linux"
+kubernetes.io/arch="amd64"
+kubernetes.io/hostname="master01"
+kubernetes.io/os="linux"
+node-role.kubernetes.io/control-plane="true"
+node-role.kubernetes.io/master="true""#
+        );
+        // "annotation"
+        let annotations = map(&[
+            (
+                "flannel.alpha.coreos.com/backend-data",
+                r#"{"VNI":1,"VtepMAC":"ce:f9:c7:a4:de:64"}"#,
+            ),
+            ("flannel.alpha.coreos.com/backend-type", "vxlan"),
+            ("flannel.alpha.coreos.com/kube-subnet-manager", "true"),
+            ("flannel.alpha.coreos.com/public-ip", "192.168.19.160"),
+            (
+                "management.cattle.io/pod-limits",
+                r#"{"cpu":"11400m","memory":"7965Mi"}"#,
+            ),
+            (
+                "management.cattle.io/pod-requests",
+                r#"{"cpu":"2482m","memory":"7984Mi","pods":"26"}"#,
+            ),
+            ("node.alpha.kubernetes.io/ttl", "0"),
+            (
+                "volumes.kubernetes.io/controller-managed-attach-detach",
+                "true",
+            ),
+        ]);
+        assert_eq!(
+            format_map(Some(&annotations)),
+            r#"flannel.alpha.coreos.com/backend-data="{\"VNI\":1,\"VtepMAC\":\"ce:f9:c7:a4:de:64\"}"
+flannel.alpha.coreos.com/backend-type="vxlan"
+flannel.alpha.coreos.com/kube-subnet-manager="true"
+flannel.alpha.coreos.com/public-ip="192.168.19.160"
+management.cattle.io/pod-limits="{\"cpu\":\"11400m\",\"memory\":\"7965Mi\"}"
+management.cattle.io/pod-requests="{\"cpu\":\"2482m\",\"memory\":\"7984Mi\",\"pods\":\"26\"}"
+node.alpha.kubernetes.io/ttl="0"
+volumes.kubernetes.io/controller-managed-attach-detach="true""#
+        );
     }
 
     fn resource(resource: &str, divisor: Option<&str>) -> Result<String, String> {

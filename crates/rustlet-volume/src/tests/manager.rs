@@ -479,6 +479,102 @@ async fn test_wait_for_attach_and_mount_error_names_unattached_volumes() {
     task.await.unwrap();
 }
 
+/// Item 16 (V14): the volumes marked as reported in use are the ones written to the node
+/// status, not a second read: a volume added while the write was on its way waits for the
+/// next write.
+#[tokio::test(start_paused = true)]
+async fn the_volumes_reported_in_use_are_the_ones_written() {
+    use std::sync::Mutex;
+
+    use crate::node::{VolumesInUseWriter, WriteError};
+    use crate::plugin::PluginManager;
+    use crate::testing::{FakeAttachablePlugin, persistent};
+
+    /// Records each write with which volumes were marked reported when it began; adds a
+    /// second volume during the first write; stops the reporter at the second.
+    struct Writer {
+        manager: Arc<VolumeManager>,
+        cancel: CancellationToken,
+        writes: Mutex<Vec<(Vec<String>, Vec<String>)>>,
+    }
+    #[async_trait::async_trait]
+    impl VolumesInUseWriter for Writer {
+        async fn write_volumes_in_use(&self, volumes: &[String]) -> Result<(), WriteError> {
+            let marked: Vec<String> = self
+                .manager
+                .desired_state()
+                .volumes_to_mount()
+                .into_iter()
+                .filter(|v| v.reported_in_use)
+                .map(|v| v.volume_name.to_string())
+                .collect();
+            let mut writes = self.writes.lock().unwrap();
+            writes.push((volumes.to_vec(), marked));
+            if writes.len() == 1 {
+                self.manager
+                    .desired_state()
+                    .add_pod_to_volume(
+                        &UniquePodName::new("pb"),
+                        pod_with_volumes("pb", vec![]),
+                        persistent("pv-2"),
+                        "data",
+                    )
+                    .unwrap();
+            } else {
+                self.cancel.cancel();
+            }
+            Ok(())
+        }
+    }
+
+    let root = tempfile::tempdir().unwrap();
+    let pods = Arc::new(FakePods::default());
+    let deps = VolumeManagerDeps {
+        pods: pods.clone(),
+        states: pods.clone(),
+        mounter: Arc::new(FakeMounter::new()),
+        plugins: PluginManager::new(vec![Arc::new(FakeAttachablePlugin::default())]),
+        events: Arc::new(FakeRecorder::default()),
+        node: Arc::new(crate::node::NothingAttached),
+        objects: None,
+    };
+    let manager = Arc::new(VolumeManager::new(
+        deps,
+        VolumeManagerConfig::new(root.path()),
+    ));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(manager.clone().run(cancel.clone()));
+    let first = manager
+        .desired_state()
+        .add_pod_to_volume(
+            &UniquePodName::new("pa"),
+            pod_with_volumes("pa", vec![]),
+            persistent("pv-1"),
+            "data",
+        )
+        .unwrap();
+    let writer = Writer {
+        manager: manager.clone(),
+        cancel: CancellationToken::new(),
+        writes: Mutex::default(),
+    };
+    manager
+        .report_volumes_in_use(&writer, writer.cancel.clone())
+        .await;
+    let writes = writer.writes.into_inner().unwrap();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert_eq!(writes[0], (vec![first.to_string()], vec![]));
+    let (written, marked) = &writes[1];
+    assert_eq!(written.len(), 2, "the second write lists both: {written:?}");
+    assert_eq!(
+        marked,
+        &[first.to_string()],
+        "only the first write's volume was marked before the second write"
+    );
+    cancel.cancel();
+    task.await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn test_get_extra_supplemental_groups_for_pod() {
     use crate::cache::{MarkVolumeOpts, VolumeMountState};

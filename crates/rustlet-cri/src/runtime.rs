@@ -35,8 +35,8 @@ use tracing::{debug, info, warn};
 
 use crate::client::{CriClient, CriError};
 use crate::config::{
-    CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources, POD_UID_LABEL, PodAddresses,
-    PullPolicy, container_config, container_env, sandbox_config,
+    CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources,
+    POD_UID_LABEL, PodAddresses, PullPolicy, container_config, container_env, sandbox_config,
 };
 
 /// Settings of the CRI runtime.
@@ -156,6 +156,9 @@ fn instance_state(status: &cri::ContainerStatus) -> InstanceState {
         Ok(cri::ContainerState::ContainerRunning) => InstanceState::Running {
             started_at: ts(status.started_at),
         },
+        // Not "exited with code 0": the process may still run (upstream reports it as
+        // `ContainerStatusUnknown` and kills it before a restart).
+        Ok(cri::ContainerState::ContainerUnknown) => InstanceState::Unknown,
         _ => {
             let started_at = ts(status.started_at);
             // A very short-lived process can finish "before" it started (containerd quirk).
@@ -376,6 +379,8 @@ impl CriRuntime {
                 image_id: status.image_ref.clone(),
                 attempt: i32::try_from(metadata.attempt).unwrap_or(i32::MAX),
                 state: instance_state(&status),
+                sandbox_id: sandbox_id.to_owned(),
+                hash: status.annotations.get(CONTAINER_HASH_ANNOTATION).cloned(),
             },
         })
     }
@@ -797,6 +802,7 @@ impl Runtime for CriRuntime {
             && s.ready
         {
             return Ok(Sandbox {
+                id: s.id.clone(),
                 ready: true,
                 host_network: s.host_network,
                 ip: s.ip.clone(),
@@ -827,6 +833,7 @@ impl Runtime for CriRuntime {
             .map_err(|e| failed(e.to_string()))?;
         info!(sandbox = %id, ip = ?record.ip, "sandbox started");
         let sandbox = Sandbox {
+            id: record.id.clone(),
             ready: true,
             host_network: record.host_network,
             ip: record.ip.clone(),
@@ -976,6 +983,7 @@ impl Runtime for CriRuntime {
         };
         RuntimePodStatus {
             sandbox: record.sandboxes.first().map(|s| Sandbox {
+                id: s.id.clone(),
                 ready: s.ready,
                 host_network: s.host_network,
                 ip: s.ip.clone(),
@@ -1156,6 +1164,8 @@ mod tests {
                 image_id: String::new(),
                 attempt: 0,
                 state,
+                sandbox_id: sandbox.into(),
+                hash: None,
             },
         }
     }

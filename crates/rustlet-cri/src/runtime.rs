@@ -1181,6 +1181,27 @@ mod tests {
         }
     }
 
+    /// Item 8: CRI's `CONTAINER_UNKNOWN` is not an exit with code 0 (which let a run-once pod
+    /// go Succeeded while its process might still run).
+    #[test]
+    fn a_container_unknown_status_is_an_unknown_instance_not_completed() {
+        let status = cri::ContainerStatus {
+            state: cri::ContainerState::ContainerUnknown as i32,
+            exit_code: 0,
+            ..Default::default()
+        };
+        assert_eq!(instance_state(&status), InstanceState::Unknown);
+        let exited = cri::ContainerStatus {
+            state: cri::ContainerState::ContainerExited as i32,
+            exit_code: 0,
+            ..Default::default()
+        };
+        assert!(matches!(
+            instance_state(&exited),
+            InstanceState::Exited { exit_code: 0, ref reason, .. } if reason == "Completed"
+        ));
+    }
+
     #[test]
     fn garbage_keeps_the_newest_two_of_a_name_and_sandboxes_still_holding_them() {
         let pod = PodRecord {

@@ -501,13 +501,11 @@ impl CrashLoopBackOff {
     /// `HasExpiredFunc`: 600 s from the restart it allowed to the exit that followed).
     fn check(
         &mut self,
-        pod: &Pod,
         container: &Container,
         runtime: &RuntimePodStatus,
         now: Timestamp,
         config: &PodWorkersConfig,
     ) -> Option<BackingOff> {
-        let _ = pod;
         let finished_at = runtime.containers.iter().find_map(|i| match i.state {
             InstanceState::Exited { finished_at, .. } if i.name == container.name => {
                 Some(finished_at)
@@ -1076,9 +1074,9 @@ impl Worker {
         runtime: &RuntimePodStatus,
     ) -> Result<Started, SyncError> {
         let now = self.shared.runtime.now();
-        if let Some(backing_off) =
-            self.back_off
-                .check(pod, container, runtime, now, &self.shared.config)
+        if let Some(backing_off) = self
+            .back_off
+            .check(container, runtime, now, &self.shared.config)
         {
             let name = &container.name;
             self.event(

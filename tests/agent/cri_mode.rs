@@ -947,7 +947,12 @@ spec:
   initContainers:
   - name: setup
     image: localhost/busybox:1
-    command: ["/bin/sh", "-c", "echo ran >> /data/runs"]
+    command: ["/bin/sh", "-c", "echo setup >> /data/runs"]
+    volumeMounts:
+    - {name: data, mountPath: /data}
+  - name: more
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo more >> /data/runs"]
     volumeMounts:
     - {name: data, mountPath: /data}
   containers:
@@ -960,7 +965,8 @@ spec:
 "#;
 
 /// Item 7 (C8, C13): when the pod's sandbox dies (stopped behind the agent's back), a new one
-/// is made and the init container that had completed runs again before the container.
+/// is made and the init containers that had completed run again, in order, before the
+/// container.
 #[test]
 fn cri_a_new_sandbox_runs_the_init_containers_again() {
     let Some(cri) = Cri::new(
@@ -974,7 +980,7 @@ fn cri_a_new_sandbox_runs_the_init_containers_again() {
     let runs = cri.root.join(format!(
         "pods/{uid}/volumes/kubernetes.io~empty-dir/data/runs"
     ));
-    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n");
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "setup\nmore\n");
     let (sandboxes, _) = cri.listed();
     assert_eq!(sandboxes.len(), 1);
     // The sandbox dies: stopped through CRI, which stops its containers too.
@@ -999,10 +1005,11 @@ fn cri_a_new_sandbox_runs_the_init_containers_again() {
     });
     assert_eq!(
         std::fs::read_to_string(&runs).unwrap(),
-        "ran\nran\n",
-        "the init container ran again"
+        "setup\nmore\nsetup\nmore\n",
+        "the init containers ran again, in order"
     );
     assert_eq!(init_container(&pod, "setup")["restartCount"], 1, "{pod}");
+    assert_eq!(init_container(&pod, "more")["restartCount"], 1, "{pod}");
     let (sandboxes, _) = cri.listed();
     assert!(
         sandboxes.iter().any(|s| *s != old_id),

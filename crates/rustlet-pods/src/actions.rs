@@ -12,6 +12,7 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use crate::prober::ProbeKind;
 use crate::runtime::{ContainerInstance, InstanceState, RuntimePodStatus, Sandbox, container_hash};
 
 /// Why a running container is killed (the message of its `Killing` event).
@@ -57,10 +58,10 @@ pub struct PodActions {
     pub kill: Vec<ContainerToKill>,
 }
 
-/// What one pass needs besides the pod and the runtime's report.
+/// The probe results a pass reads besides the pod and the runtime's report.
 pub trait ProbeFailures {
-    /// Whether this running instance's liveness probe (`true`: startup probe) failed.
-    fn failed(&self, id: &str, startup: bool) -> bool;
+    /// Whether this running instance's probe of this kind (liveness or startup) failed.
+    fn failed(&self, id: &str, kind: ProbeKind) -> bool;
 }
 
 /// No probe failed (a runtime that runs no probes).
@@ -68,7 +69,7 @@ pub trait ProbeFailures {
 pub struct NoProbes;
 
 impl ProbeFailures for NoProbes {
-    fn failed(&self, _id: &str, _startup: bool) -> bool {
+    fn failed(&self, _id: &str, _kind: ProbeKind) -> bool {
         false
     }
 }
@@ -290,12 +291,12 @@ pub fn compute_pod_actions(
                 KillReason::DefinitionChanged,
                 format!("Container {} definition changed", container.name),
             )
-        } else if probes.failed(&running.id, false) {
+        } else if probes.failed(&running.id, ProbeKind::Liveness) {
             (
                 KillReason::Liveness,
                 format!("Container {} failed liveness probe", container.name),
             )
-        } else if probes.failed(&running.id, true) {
+        } else if probes.failed(&running.id, ProbeKind::Startup) {
             (
                 KillReason::Startup,
                 format!("Container {} failed startup probe", container.name),

@@ -568,12 +568,7 @@ struct ProbeView<'a> {
 }
 
 impl ProbeFailures for ProbeView<'_> {
-    fn failed(&self, id: &str, startup: bool) -> bool {
-        let kind = if startup {
-            ProbeKind::Startup
-        } else {
-            ProbeKind::Liveness
-        };
+    fn failed(&self, id: &str, kind: ProbeKind) -> bool {
         self.runs && !id.is_empty() && self.results.get(id, kind) == Some(ProbeResult::Failure)
     }
 }

@@ -1159,3 +1159,141 @@ fn cri_the_pods_security_context_is_the_containers_user_and_run_as_non_root_refu
         "only the secured pod's: {containers:?}"
     );
 }
+
+fn init_container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["status"]["initContainerStatuses"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+const INIT_CRASHER: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: init-crasher
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: setup
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "exit 1"]
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+"#;
+
+/// Item 6 (C14, C15): an init container that fails under `Always` is held in
+/// `CrashLoopBackOff` (10 s doubling) with its exit as `lastState`, as a regular container is,
+/// instead of being restarted at once, again and again.
+#[test]
+fn cri_a_failing_init_container_backs_off_in_crash_loop_back_off() {
+    let Some(cri) = Cri::new(
+        "cri_a_failing_init_container_backs_off",
+        &[("init-crasher.yaml", INIT_CRASHER)],
+    ) else {
+        return;
+    };
+    let agent = cri.start();
+    let pod = agent.wait_for("the init container in CrashLoopBackOff", || {
+        agent.pod("init-crasher").filter(|p| {
+            init_container(p, "setup")["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        })
+    });
+    let setup = init_container(&pod, "setup");
+    assert_eq!(setup["lastState"]["terminated"]["exitCode"], 1, "{setup}");
+    assert!(
+        setup["state"]["waiting"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("back-off 10s restarting failed container=setup")),
+        "{setup}"
+    );
+    // The first crash restarts at once (upstream's quirk); the second waits 10 s.
+    assert_eq!(setup["restartCount"], 1, "{setup}");
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert!(
+        container(&pod, "main")["state"]["running"].is_null(),
+        "the container waits for initialization: {pod}"
+    );
+}
+
+const REINIT: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: reinit
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: setup
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo setup >> /data/runs"]
+    volumeMounts:
+    - {name: data, mountPath: /data}
+  - name: more
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo more >> /data/runs"]
+    volumeMounts:
+    - {name: data, mountPath: /data}
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+  volumes:
+  - name: data
+    emptyDir: {}
+"#;
+
+/// Item 7 (C8, C13): when the pod's sandbox dies (stopped behind the agent's back), a new one
+/// is made and the init containers that had completed run again, in order, before the
+/// container.
+#[test]
+fn cri_a_new_sandbox_runs_the_init_containers_again() {
+    let Some(cri) = Cri::new(
+        "cri_a_new_sandbox_runs_the_init_containers_again",
+        &[("reinit.yaml", REINIT)],
+    ) else {
+        return;
+    };
+    let agent = cri.start();
+    let uid = uid(&running(&agent, "reinit"));
+    let runs = cri.root.join(format!(
+        "pods/{uid}/volumes/kubernetes.io~empty-dir/data/runs"
+    ));
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "setup\nmore\n");
+    let (sandboxes, _) = cri.listed();
+    assert_eq!(sandboxes.len(), 1);
+    // The sandbox dies: stopped through CRI, which stops its containers too.
+    let endpoint = cri.containerd.endpoint().to_owned();
+    let old_id = sandboxes[0].clone();
+    let old = old_id.clone();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                .await
+                .unwrap();
+            client.stop_pod_sandbox(&old).await.unwrap();
+        });
+    let pod = agent.wait_for("main running again in a new sandbox", || {
+        agent.pod("reinit").filter(|p| {
+            let main = container(p, "main");
+            main["state"]["running"].is_object() && main["restartCount"] == 1
+        })
+    });
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap(),
+        "setup\nmore\nsetup\nmore\n",
+        "the init containers ran again, in order"
+    );
+    assert_eq!(init_container(&pod, "setup")["restartCount"], 1, "{pod}");
+    assert_eq!(init_container(&pod, "more")["restartCount"], 1, "{pod}");
+    let (sandboxes, _) = cri.listed();
+    assert!(
+        sandboxes.iter().any(|s| *s != old_id),
+        "a new sandbox: {sandboxes:?}"
+    );
+}

@@ -30,6 +30,8 @@ pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 pub const CONTAINER_KIND_ANNOTATION: &str = "rustlet.io/container-kind";
 /// The restart count of a container instance (upstream's annotation).
 pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
+/// The hash of the spec a container was made from (upstream's annotation; C11, C19).
+pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
 
 fn meta(pod: &Pod) -> (&str, &str, &str) {
     let m = &pod.metadata;
@@ -174,6 +176,10 @@ pub fn container_config(
         (
             RESTART_COUNT_ANNOTATION.to_owned(),
             inputs.attempt.to_string(),
+        ),
+        (
+            CONTAINER_HASH_ANNOTATION.to_owned(),
+            rustlet_pods::runtime::container_hash(container),
         ),
     ]);
     Ok(cri::ContainerConfig {

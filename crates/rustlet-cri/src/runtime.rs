@@ -35,8 +35,8 @@ use tracing::{debug, info, warn};
 
 use crate::client::{CriClient, CriError};
 use crate::config::{
-    CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources, POD_UID_LABEL, PodAddresses,
-    PullPolicy, container_config, container_env, sandbox_config,
+    CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources,
+    POD_UID_LABEL, PodAddresses, PullPolicy, container_config, container_env, sandbox_config,
 };
 use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
 
@@ -181,6 +181,9 @@ fn instance_state(status: &cri::ContainerStatus) -> InstanceState {
         Ok(cri::ContainerState::ContainerRunning) => InstanceState::Running {
             started_at: ts(status.started_at),
         },
+        // Not "exited with code 0": the process may still run (upstream reports it as
+        // `ContainerStatusUnknown` and kills it before a restart).
+        Ok(cri::ContainerState::ContainerUnknown) => InstanceState::Unknown,
         _ => {
             let started_at = ts(status.started_at);
             // A very short-lived process can finish "before" it started (containerd quirk).
@@ -401,6 +404,8 @@ impl CriRuntime {
                 image_id: status.image_ref.clone(),
                 attempt: i32::try_from(metadata.attempt).unwrap_or(i32::MAX),
                 state: instance_state(&status),
+                sandbox_id: sandbox_id.to_owned(),
+                hash: status.annotations.get(CONTAINER_HASH_ANNOTATION).cloned(),
             },
         })
     }
@@ -826,6 +831,7 @@ impl Runtime for CriRuntime {
             && s.ready
         {
             return Ok(Sandbox {
+                id: s.id.clone(),
                 ready: true,
                 host_network: s.host_network,
                 ip: s.ip.clone(),
@@ -858,6 +864,7 @@ impl Runtime for CriRuntime {
             .map_err(|e| failed(e.to_string()))?;
         info!(sandbox = %id, ip = ?record.ip, "sandbox started");
         let sandbox = Sandbox {
+            id: record.id.clone(),
             ready: true,
             host_network: record.host_network,
             ip: record.ip.clone(),
@@ -1026,6 +1033,7 @@ impl Runtime for CriRuntime {
         };
         RuntimePodStatus {
             sandbox: record.sandboxes.first().map(|s| Sandbox {
+                id: s.id.clone(),
                 ready: s.ready,
                 host_network: s.host_network,
                 ip: s.ip.clone(),
@@ -1220,6 +1228,8 @@ mod tests {
                 image_id: String::new(),
                 attempt: 0,
                 state,
+                sandbox_id: sandbox.into(),
+                hash: None,
             },
         }
     }
@@ -1287,6 +1297,27 @@ mod tests {
         assert_eq!(backing_off(&runtime), ["gone", "stays"]);
         runtime.remove_pod(&PodUid::new("gone")).await;
         assert_eq!(backing_off(&runtime), ["stays"]);
+    }
+
+    /// Item 8: CRI's `CONTAINER_UNKNOWN` is not an exit with code 0 (which let a run-once pod
+    /// go Succeeded while its process might still run).
+    #[test]
+    fn a_container_unknown_status_is_an_unknown_instance_not_completed() {
+        let status = cri::ContainerStatus {
+            state: cri::ContainerState::ContainerUnknown as i32,
+            exit_code: 0,
+            ..Default::default()
+        };
+        assert_eq!(instance_state(&status), InstanceState::Unknown);
+        let exited = cri::ContainerStatus {
+            state: cri::ContainerState::ContainerExited as i32,
+            exit_code: 0,
+            ..Default::default()
+        };
+        assert!(matches!(
+            instance_state(&exited),
+            InstanceState::Exited { exit_code: 0, ref reason, .. } if reason == "Completed"
+        ));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! * [`workers`]: upstream's pod workers and sync methods. [`workers::PodLifecycles`] is the
 //!   state table the managers read (`PodStateProvider`, `PodDeletionSafety`);
 //!   [`workers::PodWorkers`] follows the pod source, one task per pod UID.
+//! * [`actions`]: what a sync does to the sandbox and the containers (`computePodActions`).
 //! * [`runtime`]: the [`runtime::Runtime`] trait, the seam where a CRI runtime plugs in.
 //! * [`prober`]: liveness, readiness and startup probes (exec through the runtime, HTTP GET,
 //!   TCP), on a runtime that runs processes.
@@ -27,6 +28,7 @@
 //! kube, `rustlet-api` or the binary. A CRI runtime lives in its own crate and implements
 //! [`runtime::Runtime`].
 
+pub mod actions;
 mod fault;
 pub mod prober;
 pub mod runtime;
@@ -36,6 +38,8 @@ pub mod workers;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod worker_tests;
 
 pub use runtime::{Runtime, RuntimeError};
 pub use simulated::{SimulatedConfig, SimulatedRuntime};

@@ -496,7 +496,7 @@ impl ProbeTask {
             }
             let started_at = match &instance.state {
                 InstanceState::Running { started_at } => *started_at,
-                InstanceState::Exited { .. } | InstanceState::Created => {
+                InstanceState::Exited { .. } | InstanceState::Created | InstanceState::Unknown => {
                     // B4.6: not running is a failure (readiness shows it at once).
                     if self.kind == ProbeKind::Readiness {
                         self.set(&instance.id, ProbeResult::Failure);

@@ -20,6 +20,30 @@ pub fn full_name(pod: &Pod) -> String {
     )
 }
 
+/// The hash of a spec container that its instances carry (upstream `HashContainer`, C19): a
+/// running instance whose hash differs from its spec's is restarted (C11), and the crash-loop
+/// back-off is keyed by it (C15).
+///
+/// Deviation: upstream (1.31+) hashes `name` and `image` only, the fields the API server lets
+/// change; here every field but `resources` and `resizePolicy` counts (upstream's hash before
+/// 1.31, without resources as under in-place resize), since a local manifest edit keeps the
+/// pod's UID and may change the command or the environment. FNV-1a (32 bits) over the JSON of
+/// the container, in hex.
+pub fn container_hash(container: &Container) -> String {
+    let hashed = Container {
+        resources: None,
+        resize_policy: None,
+        ..container.clone()
+    };
+    let json = serde_json::to_vec(&hashed).unwrap_or_default();
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in json {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    format!("{hash:x}")
+}
+
 /// Which list of the pod spec a container comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContainerKind {
@@ -50,6 +74,10 @@ pub enum InstanceState {
         /// `Completed` for exit code 0, `Error` otherwise (the runtime's reason).
         reason: String,
     },
+    /// The runtime cannot tell (CRI `CONTAINER_UNKNOWN`): the process may still run. Upstream
+    /// reports it as terminated with `ContainerStatusUnknown` (S11) and kills it before any
+    /// restart (C10, C11).
+    Unknown,
 }
 
 /// One container instance (the runtime keeps the newest two per container name, as upstream's
@@ -70,6 +98,12 @@ pub struct ContainerInstance {
     pub attempt: i32,
     /// Its state.
     pub state: InstanceState,
+    /// The sandbox it was created in ([`Sandbox::id`]).
+    pub sandbox_id: String,
+    /// The [`container_hash`] of the spec it was created from (upstream's
+    /// `io.kubernetes.container.hash`); `None` when the runtime does not know it (a container
+    /// an older agent made): never taken for a change.
+    pub hash: Option<String>,
 }
 
 /// What the runtime knows of one pod.
@@ -113,6 +147,9 @@ pub struct ExecOutput {
 /// A pod sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sandbox {
+    /// The runtime's ID of the sandbox: the containers made in it name it
+    /// ([`ContainerInstance::sandbox_id`]).
+    pub id: String,
     /// Ready (not stopped).
     pub ready: bool,
     /// The node's network namespace (`hostNetwork`).
@@ -187,6 +224,20 @@ pub enum RuntimeError {
 pub trait Runtime: Send + Sync {
     /// A short name (`simulated`, `cri`), for logs and the `containerID` scheme.
     fn name(&self) -> &str;
+
+    /// Now, on the clock of the runtime's `started_at` and `finished_at` (the wall clock; the
+    /// simulated runtime's own in paused test time). The crash-loop back-off measures from a
+    /// container's `finished_at` with it (C15).
+    fn now(&self) -> Timestamp {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp::UNIX_EPOCH
+            .checked_add(
+                k8s_openapi::jiff::SignedDuration::try_from(since_epoch).unwrap_or_default(),
+            )
+            .unwrap_or(Timestamp::UNIX_EPOCH)
+    }
 
     /// Creates the pod's sandbox if it has no ready one; returns it.
     async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError>;

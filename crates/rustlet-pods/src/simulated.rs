@@ -5,9 +5,15 @@
 //! * `rustlet.io/simulate-exit-after: "<seconds>"`: every regular container exits that long
 //!   after it starts, with `rustlet.io/simulate-exit-code` (default 0). Without it they run
 //!   until the pod is killed.
-//! * Init containers exit 0 as soon as they start.
+//! * Init containers exit as soon as they start, with
+//!   `rustlet.io/simulate-init-exit-code` (default 0).
 //! * A kill stops every container at once, exit code 0 (a simulated process honours SIGTERM
-//!   and exits cleanly).
+//!   and exits cleanly; one whose state the runtime lost exits 137); so does a kill of one
+//!   container.
+//! * Faults for tests: [`SimulatedRuntime::sandbox_died`] (the sandbox and its containers die
+//!   by themselves, as after a node reboot) and [`SimulatedRuntime::lose_track`] (the runtime
+//!   no longer knows a container's state, CRI `CONTAINER_UNKNOWN`); each is announced through
+//!   [`Runtime::changes`].
 //! * Pod IPs come from a configurable IPv4 range, one per sandbox; host-network pods get the
 //!   node's address.
 //!
@@ -28,13 +34,17 @@ use tokio::time::Instant;
 
 use crate::runtime::{
     ContainerInstance, ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus,
-    Sandbox, full_name,
+    Sandbox, container_hash, full_name,
 };
 
 /// Annotation: seconds after which every regular container exits.
 pub const EXIT_AFTER_ANNOTATION: &str = "rustlet.io/simulate-exit-after";
 /// Annotation: the exit code of those exits (default 0).
 pub const EXIT_CODE_ANNOTATION: &str = "rustlet.io/simulate-exit-code";
+/// Annotation: the exit code of every init container (default 0).
+pub const INIT_EXIT_CODE_ANNOTATION: &str = "rustlet.io/simulate-init-exit-code";
+/// The exit code of a container killed by a signal it did not handle (128 + SIGKILL).
+const KILLED_EXIT_CODE: i32 = 137;
 
 /// Configuration of the simulated runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +97,8 @@ pub struct SimulatedRuntime {
     config: SimulatedConfig,
     state: Mutex<State>,
     epoch: (Instant, Timestamp),
+    /// Pods whose state changed by a fault (not by a scheduled exit).
+    events: tokio::sync::broadcast::Sender<PodUid>,
 }
 
 /// The exit the annotations ask for: `Ok(None)` when the containers do not exit by themselves.
@@ -113,6 +125,21 @@ pub fn simulated_exit(pod: &Pod) -> Result<Option<(Duration, i32)>, String> {
     Ok(Some((Duration::from_secs_f64(seconds), code)))
 }
 
+/// The exit code the annotations give init containers (0 without it).
+pub fn simulated_init_exit(pod: &Pod) -> Result<i32, String> {
+    match pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(INIT_EXIT_CODE_ANNOTATION))
+    {
+        None => Ok(0),
+        Some(code) => code.trim().parse::<i32>().map_err(|_| {
+            format!("annotation {INIT_EXIT_CODE_ANNOTATION}: {code:?} is not an exit code")
+        }),
+    }
+}
+
 fn exit_reason(code: i32) -> String {
     if code == 0 { "Completed" } else { "Error" }.to_owned()
 }
@@ -131,7 +158,59 @@ impl SimulatedRuntime {
                 Instant::now(),
                 rustlet_status::Clock::now(&rustlet_status::SystemClock),
             ),
+            events: tokio::sync::broadcast::channel(1024).0,
         }
+    }
+
+    /// Fault: the pod's sandbox dies by itself, and every container still running in it with
+    /// exit code 137 (a node reboot, the sandbox's process killed).
+    pub fn sandbox_died(&self, uid: &PodUid) {
+        let now = Instant::now();
+        let finished_at = self.wall(now);
+        {
+            let mut state = self.lock();
+            let Some(pod) = state.pods.get_mut(uid) else {
+                return;
+            };
+            self.settle(pod, now);
+            for container in &mut pod.containers {
+                if let InstanceState::Running { started_at } = container.instance.state {
+                    container.instance.state = InstanceState::Exited {
+                        started_at,
+                        finished_at,
+                        exit_code: KILLED_EXIT_CODE,
+                        reason: exit_reason(KILLED_EXIT_CODE),
+                    };
+                    container.exits = None;
+                }
+            }
+            if let Some(sandbox) = &mut pod.sandbox {
+                sandbox.ready = false;
+            }
+        }
+        let _ = self.events.send(uid.clone());
+    }
+
+    /// Fault: the runtime no longer knows the state of the newest instance of `container` (CRI
+    /// `CONTAINER_UNKNOWN`); a kill makes it exited again.
+    pub fn lose_track(&self, uid: &PodUid, container: &str) {
+        let now = Instant::now();
+        {
+            let mut state = self.lock();
+            let Some(pod) = state.pods.get_mut(uid) else {
+                return;
+            };
+            self.settle(pod, now);
+            if let Some(c) = pod
+                .containers
+                .iter_mut()
+                .find(|c| c.instance.name == container)
+            {
+                c.instance.state = InstanceState::Unknown;
+                c.exits = None;
+            }
+        }
+        let _ = self.events.send(uid.clone());
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -171,6 +250,10 @@ impl Runtime for SimulatedRuntime {
         "simulated"
     }
 
+    fn now(&self) -> Timestamp {
+        self.wall(Instant::now())
+    }
+
     async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError> {
         let uid = PodUid::of(pod);
         let host_network = pod
@@ -195,7 +278,9 @@ impl Runtime for SimulatedRuntime {
             state.next_ip += 1;
             ip.to_string()
         };
+        state.next_id += 1;
         let sandbox = Sandbox {
+            id: format!("{:016x}", state.next_id),
             ready: true,
             host_network,
             ip: Some(ip),
@@ -225,7 +310,9 @@ impl Runtime for SimulatedRuntime {
             )));
         }
         let exit = match kind {
-            ContainerKind::Init => Some((Duration::ZERO, 0)),
+            ContainerKind::Init => {
+                Some((Duration::ZERO, simulated_init_exit(pod).map_err(failed)?))
+            }
             ContainerKind::Regular => simulated_exit(pod).map_err(failed)?,
         };
         if !self.config.start_delay.is_zero() {
@@ -238,9 +325,14 @@ impl Runtime for SimulatedRuntime {
         let id = format!("simulated://{:016x}", state.next_id);
         let started_at = self.wall(now);
         let sim = state.pods.entry(uid).or_default();
-        if !sim.sandbox.as_ref().is_some_and(|s| s.ready) {
+        let Some(sandbox_id) = sim
+            .sandbox
+            .as_ref()
+            .filter(|s| s.ready)
+            .map(|s| s.id.clone())
+        else {
             return Err(failed("the pod has no ready sandbox".into()));
-        }
+        };
         let attempt = sim
             .containers
             .iter()
@@ -257,6 +349,8 @@ impl Runtime for SimulatedRuntime {
                     image_id: container.image.clone().unwrap_or_default(),
                     attempt,
                     state: InstanceState::Running { started_at },
+                    sandbox_id,
+                    hash: Some(container_hash(container)),
                 },
                 exits: exit.map(|(after, code)| (now + after, code)),
             },
@@ -293,15 +387,18 @@ impl Runtime for SimulatedRuntime {
         };
         self.settle(sim, now);
         for container in &mut sim.containers {
-            if let InstanceState::Running { started_at } = container.instance.state {
-                container.instance.state = InstanceState::Exited {
-                    started_at,
-                    finished_at,
-                    exit_code: 0,
-                    reason: exit_reason(0),
-                };
-                container.exits = None;
-            }
+            let (started_at, exit_code) = match container.instance.state {
+                InstanceState::Running { started_at } => (started_at, 0),
+                InstanceState::Unknown => (finished_at, KILLED_EXIT_CODE),
+                InstanceState::Created | InstanceState::Exited { .. } => continue,
+            };
+            container.instance.state = InstanceState::Exited {
+                started_at,
+                finished_at,
+                exit_code,
+                reason: exit_reason(exit_code),
+            };
+            container.exits = None;
         }
         if let Some(sandbox) = &mut sim.sandbox {
             sandbox.ready = false;
@@ -311,6 +408,41 @@ impl Runtime for SimulatedRuntime {
 
     async fn remove_pod(&self, uid: &PodUid) {
         self.lock().pods.remove(uid);
+    }
+
+    async fn kill_container(
+        &self,
+        pod: &Pod,
+        id: &str,
+        _grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        let now = Instant::now();
+        let finished_at = self.wall(now);
+        let mut state = self.lock();
+        let Some(sim) = state.pods.get_mut(&PodUid::of(pod)) else {
+            return Ok(());
+        };
+        self.settle(sim, now);
+        if let Some(container) = sim.containers.iter_mut().find(|c| c.instance.id == id) {
+            // A process the runtime lost track of does not get to exit cleanly.
+            let (started_at, exit_code) = match container.instance.state {
+                InstanceState::Running { started_at } => (started_at, 0),
+                InstanceState::Unknown | InstanceState::Created => (finished_at, KILLED_EXIT_CODE),
+                InstanceState::Exited { .. } => return Ok(()),
+            };
+            container.instance.state = InstanceState::Exited {
+                started_at,
+                finished_at,
+                exit_code,
+                reason: exit_reason(exit_code),
+            };
+            container.exits = None;
+        }
+        Ok(())
+    }
+
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<PodUid>> {
+        Some(self.events.subscribe())
     }
 
     fn next_change(&self, uid: &PodUid) -> Option<Instant> {

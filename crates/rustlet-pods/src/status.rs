@@ -67,8 +67,37 @@ fn time(t: k8s_openapi::jiff::Timestamp) -> Time {
     Time(t)
 }
 
-fn state_of(instance: &ContainerInstance) -> ContainerState {
+/// The reason of a container whose state the runtime lost while it ran (upstream's).
+pub const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+/// The message of that state (upstream's `convertToAPIContainerStatuses`).
+pub const CONTAINER_STATUS_UNKNOWN_MESSAGE: &str =
+    "The container could not be located when the pod was terminated";
+
+/// Whether an old status says the container ran.
+fn was_running(old: Option<&ContainerStatus>) -> bool {
+    old.and_then(|o| o.state.as_ref())
+        .is_some_and(|s| s.running.is_some())
+}
+
+/// S11: an instance's API state. An instance in an unknown state that `old` showed running is
+/// terminated with `ContainerStatusUnknown` and exit code 137 (upstream: "container ran and
+/// failed" is not "container never ran", so a run-once pod does not run twice); otherwise it
+/// waits, without a reason.
+fn state_of(instance: &ContainerInstance, old: Option<&ContainerStatus>) -> ContainerState {
     match &instance.state {
+        InstanceState::Unknown if was_running(old) => ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some(CONTAINER_STATUS_UNKNOWN.to_owned()),
+                message: Some(CONTAINER_STATUS_UNKNOWN_MESSAGE.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        InstanceState::Unknown => ContainerState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..Default::default()
+        },
         InstanceState::Created => ContainerState {
             waiting: Some(ContainerStateWaiting::default()),
             ..Default::default()
@@ -138,14 +167,19 @@ fn container_status(
     // S11.
     let (newest, previous) = input.runtime.instances(name);
     if let Some(newest) = newest {
+        // Upstream counts a lost running container as one restart more than `old` said.
+        let restart_count = match (&newest.state, old) {
+            (InstanceState::Unknown, Some(old)) if was_running(Some(old)) => old.restart_count + 1,
+            _ => newest.attempt,
+        };
         status = ContainerStatus {
             name: name.to_owned(),
             image: newest.image.clone(),
             image_id: newest.image_id.clone(),
             container_id: Some(newest.id.clone()),
-            restart_count: newest.attempt,
-            state: Some(state_of(newest)),
-            last_state: previous.map(state_of),
+            restart_count,
+            state: Some(state_of(newest, old)),
+            last_state: previous.map(|p| state_of(p, old)),
             volume_mounts: old.and_then(|o| o.volume_mounts.clone()),
             ..Default::default()
         };

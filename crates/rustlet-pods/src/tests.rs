@@ -464,3 +464,175 @@ async fn b10_started_and_ready_follow_the_startup_and_readiness_results() {
     };
     assert_eq!(with(ready), (Some(true), true));
 }
+
+fn instance(name: &str, sandbox: &str, state: InstanceState) -> crate::runtime::ContainerInstance {
+    crate::runtime::ContainerInstance {
+        id: format!("simulated://{name}-{sandbox}"),
+        name: name.into(),
+        kind: ContainerKind::Regular,
+        image: "busybox".into(),
+        image_id: "busybox".into(),
+        attempt: 0,
+        state,
+        sandbox_id: sandbox.into(),
+        hash: None,
+    }
+}
+
+fn exited_instance(code: i32) -> InstanceState {
+    InstanceState::Exited {
+        started_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        finished_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        exit_code: code,
+        reason: if code == 0 { "Completed" } else { "Error" }.into(),
+    }
+}
+
+fn sandbox(id: &str, ready: bool) -> Option<crate::runtime::Sandbox> {
+    Some(crate::runtime::Sandbox {
+        id: id.into(),
+        ready,
+        host_network: false,
+        ip: Some("10.88.0.2".into()),
+    })
+}
+
+/// Item 8 (S11): an instance in an unknown state that the old status showed running is
+/// terminated with upstream's `ContainerStatusUnknown`, exit code 137, one restart more; one
+/// that never ran waits without a reason. A run-once pod with it fails.
+#[test]
+fn s11_an_unknown_instance_that_ran_is_container_status_unknown_with_exit_code_137() {
+    let gates = FeatureGates::default();
+    let p = pod("Never", &[], &["a"]);
+    let runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", true),
+        containers: vec![instance("a", "s1", InstanceState::Unknown)],
+    };
+    let old = PodStatus {
+        container_statuses: Some(vec![ContainerStatus {
+            restart_count: 2,
+            ..running("a")
+        }]),
+        ..Default::default()
+    };
+    let none = HashMap::new();
+    let api = generate_api_status(&input(&p, &runtime, &old, &none, &gates));
+    let a = &api.container_statuses.as_ref().unwrap()[0];
+    let terminated = a.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(terminated.exit_code, 137);
+    assert_eq!(terminated.reason.as_deref(), Some("ContainerStatusUnknown"));
+    assert_eq!(
+        terminated.message.as_deref(),
+        Some("The container could not be located when the pod was terminated")
+    );
+    assert_eq!(a.restart_count, 3);
+    assert_eq!(api.phase.as_deref(), Some("Failed"), "never Succeeded");
+
+    let never_ran = generate_api_status(&input(&p, &runtime, &PodStatus::default(), &none, &gates));
+    let a = &never_ran.container_statuses.as_ref().unwrap()[0];
+    let waiting = a.state.as_ref().unwrap().waiting.as_ref().unwrap();
+    assert_eq!(waiting.reason, None);
+    assert_eq!(never_ran.phase.as_deref(), Some("Pending"));
+}
+
+/// Upstream `TestComputePodActions` "Kill pod and do not restart ok-ed containers if
+/// RestartPolicy == Never" (C8): a run-once pod whose sandbox died is killed, not given a new
+/// sandbox.
+#[test]
+fn test_compute_pod_actions_a_never_pod_whose_sandbox_died_gets_no_new_one() {
+    use crate::actions::{NoProbes, compute_pod_actions};
+    let p = pod("Never", &["i"], &["a", "b"]);
+    let runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", false),
+        containers: vec![
+            instance("a", "s1", exited_instance(0)),
+            instance("i", "s1", exited_instance(0)),
+        ],
+    };
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert!(actions.kill_pod);
+    assert!(!actions.create_sandbox);
+    assert_eq!(actions.next_init, None);
+    assert!(actions.start.is_empty());
+}
+
+/// Upstream `TestComputePodActionsWithInitContainers` "Pod sandbox not ready, init container
+/// failed, but RestartPolicy == Always; kill pod and restart the first init container" and
+/// "Init containers succeeded; kill pod and restart the first init container if the sandbox is
+/// not ready" (C8, C13); then, in the new sandbox, the old sandbox's init instances do not
+/// count.
+#[test]
+fn test_compute_pod_actions_with_init_containers_a_new_sandbox_runs_them_again() {
+    use crate::actions::{NoProbes, compute_pod_actions};
+    let p = pod("Always", &["i1", "i2"], &["a"]);
+    let mut runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", false),
+        containers: vec![
+            instance("a", "s1", exited_instance(137)),
+            instance("i2", "s1", exited_instance(0)),
+            instance("i1", "s1", exited_instance(0)),
+        ],
+    };
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert!(actions.kill_pod && actions.create_sandbox && actions.sandbox_changed);
+    assert_eq!(actions.next_init, Some(0));
+    assert!(actions.start.is_empty(), "the regular containers wait");
+
+    runtime.sandbox = sandbox("s2", true);
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert!(!actions.kill_pod && !actions.create_sandbox);
+    assert_eq!(actions.next_init, Some(0), "i1 ran in s1, not in s2");
+
+    runtime
+        .containers
+        .insert(0, instance("i1", "s2", exited_instance(0)));
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert_eq!(actions.next_init, Some(1));
+
+    runtime
+        .containers
+        .insert(0, instance("i2", "s2", exited_instance(0)));
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert_eq!(actions.next_init, None);
+    assert_eq!(actions.start, [0], "initialized: the container restarts");
+}
+
+/// Upstream `TestComputePodActionsWithInitContainers` "an init container is in the unknown
+/// state; kill and restart it" and `TestComputePodActions` "Kill and recreate the container if
+/// the container is in unknown state" (C10, C11).
+#[test]
+fn test_compute_pod_actions_an_unknown_container_is_killed_and_restarted() {
+    use crate::actions::{KillReason, NoProbes, compute_pod_actions};
+    let p = pod("Never", &["i"], &["a"]);
+    let runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", true),
+        containers: vec![instance("i", "s1", InstanceState::Unknown)],
+    };
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert!(
+        actions.kill_pod,
+        "Never: a failed init container ends the pod"
+    );
+    let always = pod("Always", &["i"], &["a"]);
+    let actions = compute_pod_actions(&always, &runtime, &NoProbes);
+    assert_eq!(actions.next_init, Some(0));
+    assert_eq!(actions.kill.len(), 1);
+    assert_eq!(actions.kill[0].reason, KillReason::Unknown);
+
+    let plain = pod("Never", &[], &["a"]);
+    let runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", true),
+        containers: vec![instance("a", "s1", InstanceState::Unknown)],
+    };
+    let actions = compute_pod_actions(&plain, &runtime, &NoProbes);
+    assert_eq!(
+        actions.start,
+        [0],
+        "an unknown container restarts whatever the policy"
+    );
+    assert_eq!(actions.kill.len(), 1);
+    assert_eq!(
+        actions.kill[0].message,
+        "Container is in \"Unknown\" state, try killing it before restart"
+    );
+}

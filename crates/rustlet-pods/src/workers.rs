@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
 use rustlet_core::deletion::PodDeletionSafety;
+use rustlet_core::generate::need_to_reconcile_pod_readiness;
 use rustlet_core::pod::{PodPhase, condition_type};
 use rustlet_core::{ChangeLog, FeatureGates, PodChanges, PodUid};
 use rustlet_status::StatusManager;
@@ -35,9 +37,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::actions::{ContainerToKill, KillReason, ProbeFailures, compute_pod_actions};
 use crate::prober::{OnChange, ProbeKind, ProbeResult, ProbeResults, ProbeTask};
 use crate::runtime::{
-    ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, full_name,
+    ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, container_hash,
+    full_name,
 };
 use crate::status::{ContainerProbes, StatusInput, WaitingReason, generate_api_status};
 
@@ -205,6 +209,9 @@ pub struct PodWorkersConfig {
     pub crash_loop_initial: Duration,
     /// Longest crash-loop back-off.
     pub crash_loop_max: Duration,
+    /// A container that ran longer than this before it exited starts its back-off afresh
+    /// (upstream 600 s, fixed: the kubelet's `HasExpiredFunc`).
+    pub crash_loop_reset: Duration,
     /// Wait after a failed sync before the next one (upstream `backOffPeriod`, 10 s).
     pub sync_error_backoff: Duration,
     /// Housekeeping period: orphaned statuses, finished workers (upstream 2 s).
@@ -221,6 +228,7 @@ impl PodWorkersConfig {
             host_ips: Vec::new(),
             crash_loop_initial: Duration::from_secs(10),
             crash_loop_max: Duration::from_secs(300),
+            crash_loop_reset: Duration::from_secs(600),
             sync_error_backoff: Duration::from_secs(10),
             housekeeping_period: Duration::from_secs(2),
             gates: FeatureGates::default(),
@@ -343,7 +351,9 @@ impl PodWorkers {
                         // makes itself (each comes back through the watch).
                         tx.send_if_modified(|current| {
                             let same = current.in_source && Arc::ptr_eq(&current.pod, pod);
-                            let wake = !same && (!current.in_source || matters(&current.pod, pod));
+                            let wake = !same
+                                && (!current.in_source
+                                    || matters(&current.pod, pod, &self.shared.config.gates));
                             if wake
                                 && current.pod.metadata.deletion_timestamp
                                     != pod.metadata.deletion_timestamp
@@ -389,10 +399,9 @@ impl PodWorkers {
                             uid: uid.clone(),
                             rx,
                             cancel: cancel.clone(),
-                            backoff: HashMap::new(),
+                            back_off: CrashLoopBackOff::default(),
                             probes: HashMap::new(),
                             probe_wake: Arc::new(Notify::new()),
-                            probe_killed: HashSet::new(),
                         };
                         let span = info_span!("pod", pod = %full_name(pod), %uid);
                         tokio::spawn(worker.run().instrument(span));
@@ -471,9 +480,12 @@ impl PodWorkers {
 
 /// Whether a new copy of a pod is worth a worker's pass: anything but the status and the
 /// metadata the API server bumps on every write (the agent's own status writes come back
-/// through the watch), and a terminal phase written by someone else.
-fn matters(old: &Pod, new: &Pod) -> bool {
-    old.spec != new.spec
+/// through the watch), a terminal phase written by someone else, and a `Ready` condition that
+/// its readiness gates' conditions (set by other clients) no longer agree with (upstream's
+/// `HandlePodReconcile` and `NeedToReconcilePodReadiness`, G7).
+fn matters(old: &Pod, new: &Pod, gates: &FeatureGates) -> bool {
+    need_to_reconcile_pod_readiness(new, gates)
+        || old.spec != new.spec
         || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
         || old.metadata.deletion_grace_period_seconds != new.metadata.deletion_grace_period_seconds
         || old.metadata.labels != new.metadata.labels
@@ -498,12 +510,151 @@ enum Wake {
     Cancelled,
 }
 
-/// One restart back-off per container name (upstream's crash-loop back-off).
+/// One crash-loop back-off entry (client-go's `backoffEntry`).
 #[derive(Clone, Copy, Debug)]
-struct RestartBackoff {
+struct BackOffEntry {
+    /// The current delay.
     delay: Duration,
-    /// The restart it allowed last.
-    last_restart: Instant,
+    /// When the last restart was let through, on the runtime's clock (`lastUpdate`).
+    last_update: Timestamp,
+}
+
+/// The pod's crash-loop back-off (upstream: the kubelet's `backOff`, a `flowcontrol.Backoff`
+/// keyed by `GetStableKey`: pod name, namespace and UID, container name and spec hash; C15). The
+/// pod part is this worker's; the key here is the container name and its [`container_hash`],
+/// so a changed spec starts afresh.
+#[derive(Debug, Default)]
+struct CrashLoopBackOff {
+    entries: HashMap<(String, String), BackOffEntry>,
+}
+
+/// A restart held back: how long the delay is and when it ends, on the runtime's clock.
+#[derive(Clone, Copy, Debug)]
+struct BackingOff {
+    delay: Duration,
+    due: Timestamp,
+}
+
+fn since(later: Timestamp, earlier: Timestamp) -> Duration {
+    later
+        .duration_since(earlier)
+        .try_into()
+        .unwrap_or(Duration::ZERO)
+}
+
+impl CrashLoopBackOff {
+    /// Upstream `doBackOff`: measured from the `finishedAt` of the container's newest exited
+    /// instance; none (never ran, or not exited): no back-off and no entry. Otherwise either
+    /// held back (`IsInBackOffSince`), or let through, which moves the entry on (`Next`: a new
+    /// or expired entry starts at the initial delay, else it doubles up to the maximum). An
+    /// entry expires when the container ran for longer than `crash_loop_reset` (upstream's
+    /// `HasExpiredFunc`: 600 s from the restart it allowed to the exit that followed).
+    fn check(
+        &mut self,
+        container: &Container,
+        runtime: &RuntimePodStatus,
+        now: Timestamp,
+        config: &PodWorkersConfig,
+    ) -> Option<BackingOff> {
+        let finished_at = runtime.containers.iter().find_map(|i| match i.state {
+            InstanceState::Exited { finished_at, .. } if i.name == container.name => {
+                Some(finished_at)
+            }
+            _ => None,
+        })?;
+        let key = (container.name.clone(), container_hash(container));
+        let expired = |entry: &BackOffEntry| {
+            finished_at > entry.last_update
+                && since(finished_at, entry.last_update) > config.crash_loop_reset
+        };
+        if let Some(entry) = self.entries.get(&key)
+            && !expired(entry)
+            && (now < finished_at || since(now, finished_at) < entry.delay)
+        {
+            let due = finished_at
+                .checked_add(
+                    k8s_openapi::jiff::SignedDuration::try_from(entry.delay).unwrap_or_default(),
+                )
+                .unwrap_or(finished_at);
+            return Some(BackingOff {
+                delay: entry.delay,
+                due,
+            });
+        }
+        let delay = match self.entries.get(&key) {
+            Some(entry) if !expired(entry) => (entry.delay * 2).min(config.crash_loop_max),
+            _ => config.crash_loop_initial.min(config.crash_loop_max),
+        };
+        // The entries of the container's earlier specs go (upstream's GC drops them later).
+        self.entries
+            .retain(|(name, hash), _| *name != key.0 || *hash == key.1);
+        self.entries.insert(
+            key,
+            BackOffEntry {
+                delay,
+                last_update: now,
+            },
+        );
+        None
+    }
+}
+
+/// What became of a start.
+enum Started {
+    Yes,
+    /// The crash-loop back-off holds it until `due`.
+    BackingOff {
+        reason: WaitingReason,
+        due: Instant,
+    },
+    /// It could not start (a waiting reason), retried after the sync back-off.
+    No(WaitingReason),
+}
+
+/// The probe results as [`compute_pod_actions`] reads them.
+struct ProbeView<'a> {
+    results: &'a ProbeResults,
+    runs: bool,
+}
+
+impl ProbeFailures for ProbeView<'_> {
+    fn failed(&self, id: &str, kind: ProbeKind) -> bool {
+        self.runs && !id.is_empty() && self.results.get(id, kind) == Some(ProbeResult::Failure)
+    }
+}
+
+/// Upstream `format.Pod`: `<name>_<namespace>(<uid>)`.
+fn pod_format(pod: &Pod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// A duration as Go's `time.Duration.String` writes it (`10s`, `1m20s`, `5m0s`, `1.5s`).
+fn go_duration(d: Duration) -> String {
+    let total = d.as_secs();
+    let fraction = d.subsec_nanos();
+    let seconds = if fraction == 0 {
+        format!("{}s", total % 60)
+    } else {
+        let s = format!("{:.9}", f64::from(fraction) / 1e9);
+        format!(
+            "{}{}s",
+            total % 60,
+            s.trim_start_matches('0').trim_end_matches('0')
+        )
+    };
+    match (total / 3600, (total / 60) % 60) {
+        (0, 0) if total == 0 && fraction != 0 && d < Duration::from_secs(1) => {
+            format!("{}ms", d.as_millis())
+        }
+        (0, 0) => seconds,
+        (0, m) => format!("{m}m{seconds}"),
+        (h, m) => format!("{h}h{m}m{seconds}"),
+    }
 }
 
 /// Whether a worker's pod follows a finished one under the same UID (local mode: a manifest
@@ -522,14 +673,12 @@ struct Worker {
     uid: PodUid,
     rx: watch::Receiver<PodSlot>,
     cancel: CancellationToken,
-    backoff: HashMap<String, RestartBackoff>,
+    back_off: CrashLoopBackOff,
     /// The probe tasks of this pod (B2), each stopped by its token and triggered by its
     /// notify.
     probes: HashMap<(String, ProbeKind), (CancellationToken, Arc<Notify>)>,
     /// Woken when a probe result of this pod changes (B6).
     probe_wake: Arc<Notify>,
-    /// Containers killed for a failed liveness or startup probe: restarted unless `Never`.
-    probe_killed: HashSet<String>,
 }
 
 /// What a worker is told about its pod: the newest version, the same `Arc` as the pod
@@ -796,12 +945,20 @@ impl Worker {
         }
     }
 
-    /// Upstream `SyncPod` (W20) for the simulated shape: status, volumes, sandbox, init
-    /// containers in order, regular containers with the restart policy and crash-loop back-off.
+    /// Upstream `SyncPod` (W20) and the runtime manager's `SyncPod` (C13): status (a terminal
+    /// one ends the pass), volumes, then the actions computed from what the runtime reports
+    /// ([`compute_pod_actions`]): kill (the pod, or single containers), a new sandbox, the next
+    /// init container, the regular containers; each start behind the crash-loop back-off
+    /// (C14, C15).
     async fn sync_pod(&mut self, pod: &Arc<Pod>) -> Result<Synced, SyncError> {
         let no_waiting = HashMap::new();
         let runtime = self.shared.runtime.pod_status(&self.uid).await;
-        self.set_status(pod, &runtime, false, &no_waiting);
+        // W20 step 3: a status that is already terminal ends the pass (a run-once pod whose
+        // container the runtime lost is not started again).
+        let status = self.set_status(pod, &runtime, false, &no_waiting);
+        if PodPhase::of(&status).is_terminal() {
+            return Ok(Synced::Terminal);
+        }
         let mounted = tokio::select! {
             r = self.shared.volumes.wait_for_attach_and_mount(pod) => r,
             // The pod changed (deleted?) or the agent stops: the next pass decides.
@@ -810,161 +967,103 @@ impl Worker {
         };
         mounted?;
         let runtime_api = self.shared.runtime.clone();
-        runtime_api.run_pod_sandbox(pod).await?;
-        self.ensure_probes(pod);
-        // Borrowed (the pod outlives the pass): a copy was a deep clone of the whole spec per
-        // pass, and 1.5 KB more in every worker's task.
-        let spec = pod.spec.as_ref();
-        let restart_policy = spec
-            .and_then(|s| s.restart_policy.as_deref())
-            .unwrap_or("Always")
-            .to_owned();
+        // The actions and the back-off read the runtime as it was before this pass acted
+        // (upstream's pod status of the sync).
+        let runtime = runtime_api.pod_status(&self.uid).await;
+        let probes = ProbeView {
+            results: &self.shared.probe_results,
+            runs: runtime_api.runs_probes(),
+        };
+        let actions = compute_pod_actions(pod, &runtime, &probes);
+        debug!(?actions, "computed the pod's actions");
+        let empty = k8s_openapi::api::core::v1::PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&empty);
 
-        // Init containers, in order; each must exit 0 before the next starts.
-        for container in spec
-            .and_then(|s| s.init_containers.as_ref())
-            .into_iter()
-            .flatten()
-        {
-            let runtime = runtime_api.pod_status(&self.uid).await;
-            let (newest, _) = runtime.instances(&container.name);
-            match newest.map(|c| &c.state) {
-                Some(InstanceState::Exited { exit_code: 0, .. }) => continue,
-                Some(InstanceState::Running { .. }) => {
-                    return Ok(Synced::Running(runtime_api.next_change(&self.uid)));
-                }
-                Some(InstanceState::Exited { .. }) if restart_policy == "Never" => {
-                    self.set_status(pod, &runtime, false, &no_waiting);
+        if actions.sandbox_changed && actions.create_sandbox {
+            self.event(
+                pod,
+                EventKind::Normal,
+                "SandboxChanged",
+                "Pod sandbox changed, it will be killed and re-created.",
+            );
+        }
+        if actions.kill_pod {
+            self.stop_pod(pod, &runtime).await?;
+            if !actions.create_sandbox {
+                // C12 (or C8 for a pod that never restarts): the pod is done.
+                let runtime = runtime_api.pod_status(&self.uid).await;
+                let status = self.set_status(pod, &runtime, false, &no_waiting);
+                if PodPhase::of(&status).is_terminal() {
                     return Ok(Synced::Terminal);
                 }
-                _ => match self.prepare_mounts(pod, container).await {
-                    Err(waiting) => {
-                        let runtime = runtime_api.pod_status(&self.uid).await;
-                        let waiting = HashMap::from([(container.name.clone(), waiting)]);
-                        self.set_status(pod, &runtime, false, &waiting);
-                        let retry = Instant::now() + self.shared.config.sync_error_backoff;
-                        return Ok(Synced::Running(Some(retry)));
-                    }
-                    Ok(mounts) => {
-                        if let Err(waiting) = self
-                            .start(pod, container, ContainerKind::Init, &mounts)
-                            .await?
-                        {
-                            let runtime = runtime_api.pod_status(&self.uid).await;
-                            let waiting = HashMap::from([(container.name.clone(), waiting)]);
-                            self.set_status(pod, &runtime, false, &waiting);
-                            let retry = Instant::now() + self.shared.config.sync_error_backoff;
-                            let next = runtime_api
-                                .next_change(&self.uid)
-                                .map_or(retry, |n| n.min(retry));
-                            return Ok(Synced::Running(Some(next)));
-                        }
-                    }
-                },
-            }
-            let runtime = runtime_api.pod_status(&self.uid).await;
-            if !matches!(
-                runtime.instances(&container.name).0.map(|c| &c.state),
-                Some(InstanceState::Exited { exit_code: 0, .. })
-            ) {
-                self.set_status(pod, &runtime, false, &no_waiting);
                 return Ok(Synced::Running(runtime_api.next_change(&self.uid)));
             }
+        } else {
+            for kill in &actions.kill {
+                self.kill_container(pod, kill).await?;
+            }
         }
+        if actions.create_sandbox {
+            runtime_api.run_pod_sandbox(pod).await?;
+        }
+        self.ensure_probes(pod);
 
-        // Regular containers.
-        let now = Instant::now();
         let mut waiting = HashMap::new();
         let mut wake: Option<Instant> = None;
-        let runtime = runtime_api.pod_status(&self.uid).await;
-        for container in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
-            let newest = runtime.instances(&container.name).0;
-            let exited = match newest.map(|c| &c.state) {
-                // Created and never started (an agent that died between the two): started
-                // afresh, as one that never ran.
-                None | Some(InstanceState::Created) => None,
-                Some(InstanceState::Exited { exit_code, .. }) => Some(*exit_code),
-                Some(InstanceState::Running { .. }) => {
-                    // C11: a failed liveness or startup probe kills the container.
-                    let id = newest.map(|c| c.id.as_str()).unwrap_or_default();
-                    if let Some(kind) = self.failed_probe(id) {
-                        self.kill_for_probe(pod, container, id, kind, &restart_policy)
-                            .await?;
-                        wake = Some(now);
-                    }
-                    continue;
-                }
-            };
-            let probe_killed = self.probe_killed.remove(&container.name);
-            let restart = match (exited, restart_policy.as_str()) {
-                (None, _) => true,
-                (Some(_), "Never") => false,
-                (Some(_), _) if probe_killed => true,
-                (Some(_), "Always") => true,
-                (Some(code), "OnFailure") => code != 0,
-                _ => false,
-            };
-            if !restart {
-                continue;
-            }
-            if exited.is_some() {
-                let initial = self.shared.config.crash_loop_initial;
-                let max = self.shared.config.crash_loop_max;
-                if let Some(b) = self.backoff.get(&container.name).copied()
-                    && now < b.last_restart + b.delay
-                {
-                    let due = b.last_restart + b.delay;
-                    wake = Some(wake.map_or(due, |w| w.min(due)));
-                    waiting.insert(
-                        container.name.clone(),
-                        WaitingReason {
-                            reason: "CrashLoopBackOff".into(),
-                            message: format!(
-                                "back-off {}s restarting failed container={} pod={}_{}({})",
-                                b.delay.as_secs(),
-                                container.name,
-                                pod.metadata.name.as_deref().unwrap_or_default(),
-                                pod.metadata.namespace.as_deref().unwrap_or_default(),
-                                self.uid
-                            ),
-                        },
-                    );
-                    continue;
-                }
-                let delay = self
-                    .backoff
-                    .get(&container.name)
-                    .map_or(initial, |b| (b.delay * 2).min(max));
-                self.backoff.insert(
-                    container.name.clone(),
-                    RestartBackoff {
-                        delay,
-                        last_restart: now,
-                    },
-                );
-            }
-            let mounts = match self.prepare_mounts(pod, container).await {
-                Ok(mounts) => mounts,
-                Err(reason) => {
-                    waiting.insert(container.name.clone(), reason);
-                    let retry = now + self.shared.config.sync_error_backoff;
-                    wake = Some(wake.map_or(retry, |w| w.min(retry)));
-                    continue;
-                }
-            };
-            if let Err(reason) = self
-                .start(pod, container, ContainerKind::Regular, &mounts)
+        let mut soonest = |at: Instant| wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
+        let retry = Instant::now() + self.shared.config.sync_error_backoff;
+
+        // C13 step 8: the next init container; an ordinary one that cannot start ends the pass.
+        let mut init_started = None;
+        if let Some(index) = actions.next_init {
+            let container = &spec.init_containers.as_deref().unwrap_or_default()[index];
+            match self
+                .start_with_back_off(pod, container, ContainerKind::Init, &runtime)
                 .await?
             {
-                waiting.insert(container.name.clone(), reason);
-                let retry = now + self.shared.config.sync_error_backoff;
-                wake = Some(wake.map_or(retry, |w| w.min(retry)));
+                Started::Yes => init_started = Some(container.name.as_str()),
+                Started::BackingOff { reason, due } => {
+                    waiting.insert(container.name.clone(), reason);
+                    soonest(due);
+                }
+                Started::No(reason) => {
+                    waiting.insert(container.name.clone(), reason);
+                    soonest(retry);
+                }
+            }
+        }
+        // C13 step 10: the regular containers, each on its own.
+        for &index in &actions.start {
+            let container = &spec.containers[index];
+            match self
+                .start_with_back_off(pod, container, ContainerKind::Regular, &runtime)
+                .await?
+            {
+                Started::Yes => {}
+                Started::BackingOff { reason, due } => {
+                    waiting.insert(container.name.clone(), reason);
+                    soonest(due);
+                }
+                Started::No(reason) => {
+                    waiting.insert(container.name.clone(), reason);
+                    soonest(retry);
+                }
             }
         }
         let runtime = runtime_api.pod_status(&self.uid).await;
         let status = self.set_status(pod, &runtime, false, &waiting);
         if PodPhase::of(&status).is_terminal() {
             return Ok(Synced::Terminal);
+        }
+        // An init container that exited before this pass read the runtime again: no change
+        // will be announced for it, and the next one waits on it.
+        if let Some(name) = init_started
+            && runtime
+                .instances(name)
+                .0
+                .is_some_and(|i| matches!(i.state, InstanceState::Exited { .. }))
+        {
+            wake = Some(Instant::now());
         }
         let next = match (runtime_api.next_change(&self.uid), wake) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -973,47 +1072,107 @@ impl Worker {
         Ok(Synced::Running(next))
     }
 
-    /// Which of a running instance's probes failed in a way that kills it, if any.
-    fn failed_probe(&self, id: &str) -> Option<ProbeKind> {
-        if id.is_empty() || !self.shared.runtime.runs_probes() {
-            return None;
+    /// C18 inside a sync: every container and the sandbox stopped, with the pod's grace period.
+    async fn stop_pod(&mut self, pod: &Pod, runtime: &RuntimePodStatus) -> Result<(), SyncError> {
+        for c in &runtime.containers {
+            if matches!(
+                c.state,
+                InstanceState::Running { .. } | InstanceState::Unknown
+            ) {
+                self.event(
+                    pod,
+                    EventKind::Normal,
+                    "Killing",
+                    &format!("Stopping container {}", c.name),
+                );
+            }
         }
-        let results = &self.shared.probe_results;
-        [ProbeKind::Liveness, ProbeKind::Startup]
-            .into_iter()
-            .find(|kind| results.get(id, *kind) == Some(ProbeResult::Failure))
+        self.shared.runtime.kill_pod(pod, grace_period(pod)).await?;
+        Ok(())
     }
 
-    /// Kills a container whose liveness or startup probe failed (C11), with the probe's
-    /// `terminationGracePeriodSeconds` or the pod's.
-    async fn kill_for_probe(
-        &mut self,
-        pod: &Pod,
-        container: &Container,
-        id: &str,
-        kind: ProbeKind,
-        restart_policy: &str,
-    ) -> Result<(), SyncError> {
-        let what = match kind {
-            ProbeKind::Startup => "startup",
-            _ => "liveness",
+    /// C11, C17: kills one container instance, with its probe's
+    /// `terminationGracePeriodSeconds` for a probe kill, else the pod's.
+    async fn kill_container(&mut self, pod: &Pod, kill: &ContainerToKill) -> Result<(), SyncError> {
+        self.event(pod, EventKind::Normal, "Killing", &kill.message);
+        info!(container = %kill.name, "{}", kill.message);
+        let spec_container = pod
+            .spec
+            .iter()
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
+            .find(|c| c.name == kill.name);
+        let probe = match kill.reason {
+            KillReason::Liveness => Some(ProbeKind::Liveness),
+            KillReason::Startup => Some(ProbeKind::Startup),
+            KillReason::DefinitionChanged | KillReason::Unknown => None,
         };
-        let mut message = format!("Container {} failed {what} probe", container.name);
-        if restart_policy != "Never" {
-            message.push_str(", will be restarted");
-        }
-        self.event(pod, EventKind::Normal, "Killing", &message);
-        info!(container = %container.name, "{message}");
-        let grace = kind
-            .of(container)
+        let grace = probe
+            .zip(spec_container)
+            .and_then(|(kind, c)| kind.of(c))
             .and_then(|p| p.termination_grace_period_seconds)
             .map_or_else(
                 || grace_period(pod),
                 |s| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)),
             );
-        self.shared.runtime.kill_container(pod, id, grace).await?;
-        self.probe_killed.insert(container.name.clone());
+        self.shared
+            .runtime
+            .kill_container(pod, &kill.id, grace)
+            .await?;
         Ok(())
+    }
+
+    /// C14: the crash-loop back-off (C15), then the container's mounts and its start.
+    async fn start_with_back_off(
+        &mut self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        runtime: &RuntimePodStatus,
+    ) -> Result<Started, SyncError> {
+        let now = self.shared.runtime.now();
+        if let Some(backing_off) = self
+            .back_off
+            .check(container, runtime, now, &self.shared.config)
+        {
+            let name = &container.name;
+            self.event(
+                pod,
+                EventKind::Warning,
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {name} in pod {}",
+                    pod_format(pod)
+                ),
+            );
+            let remaining = backing_off
+                .due
+                .duration_since(now)
+                .try_into()
+                .unwrap_or(Duration::ZERO);
+            return Ok(Started::BackingOff {
+                reason: WaitingReason {
+                    reason: "CrashLoopBackOff".into(),
+                    message: format!(
+                        "back-off {} restarting failed container={name} pod={}",
+                        go_duration(backing_off.delay),
+                        pod_format(pod)
+                    ),
+                },
+                due: Instant::now() + remaining,
+            });
+        }
+        let mounts = match self.prepare_mounts(pod, container).await {
+            Ok(mounts) => mounts,
+            Err(reason) => return Ok(Started::No(reason)),
+        };
+        Ok(match self.start(pod, container, kind, &mounts).await? {
+            Ok(()) => Started::Yes,
+            Err(reason) => Started::No(reason),
+        })
     }
 
     /// Upstream `makeMounts` before a container is created: its subPaths prepared safely. A

@@ -1,0 +1,602 @@
+//! The pod workers over the simulated runtime in paused time: init containers behind the
+//! crash-loop back-off (C14, C15), a new sandbox re-running them (C8, C13), a container the
+//! runtime lost (S11, C11), the back-off measured as upstream's (C15), a changed spec (C11),
+//! readiness gates set by another client (G7).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
+use rustlet_core::PodUid;
+use rustlet_status::testing::{FakePodManager, FakePodStatusClient};
+use rustlet_status::{StatusManager, StatusManagerConfig, StatusManagerDeps};
+use rustlet_volume::events::EventKind;
+use rustlet_volume::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps};
+use rustlet_volume::testing::{FakeNodeStatus, FakePods, FakeRecorder, fake_plugins};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::runtime::{ContainerInstance, InstanceState, Runtime, RuntimePodStatus};
+use crate::simulated::{SimulatedConfig, SimulatedRuntime};
+use crate::workers::{PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps};
+
+/// The workers and what they drive, in one test's paused time.
+struct Harness {
+    pods: Arc<FakePods>,
+    pod_manager: FakePodManager,
+    changes: watch::Sender<u64>,
+    runtime: Arc<SimulatedRuntime>,
+    status: Arc<StatusManager>,
+    events: Arc<FakeRecorder>,
+    cancel: CancellationToken,
+    _root: tempfile::TempDir,
+}
+
+impl Harness {
+    /// Workers with upstream's timings over a simulated runtime whose starts take
+    /// `start_delay` (so that even a restart loop lets paused time advance).
+    fn start(start_delay: Duration) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let pods = Arc::new(FakePods::default());
+        let pod_manager = FakePodManager::new();
+        let lifecycles = Arc::new(PodLifecycles::new());
+        let events = Arc::new(FakeRecorder::default());
+        let runtime = Arc::new(SimulatedRuntime::new(SimulatedConfig {
+            start_delay,
+            ..SimulatedConfig::default()
+        }));
+        let status = Arc::new(StatusManager::new(
+            StatusManagerDeps::new(
+                Some(Arc::new(FakePodStatusClient::new())),
+                Arc::new(pod_manager.clone()),
+                lifecycles.clone(),
+            ),
+            StatusManagerConfig::upstream(),
+        ));
+        let volumes = Arc::new(VolumeManager::new(
+            VolumeManagerDeps {
+                pods: pods.clone(),
+                states: lifecycles.clone(),
+                mounter: Arc::new(rustlet_mount::LinuxMounter::new()),
+                plugins: fake_plugins(),
+                events: events.clone(),
+                node: Arc::new(FakeNodeStatus::default()),
+                objects: None,
+            },
+            VolumeManagerConfig::new(root.path()),
+        ));
+        let (changes, changes_rx) = watch::channel(0);
+        let workers = PodWorkers::new(
+            PodWorkersDeps {
+                pods: pods.clone(),
+                changes: changes_rx,
+                lifecycles,
+                status: status.clone(),
+                volumes,
+                runtime: runtime.clone(),
+                events: events.clone(),
+            },
+            PodWorkersConfig::new(root.path()),
+        );
+        let cancel = CancellationToken::new();
+        tokio::spawn(workers.run(cancel.clone()));
+        Self {
+            pods,
+            pod_manager,
+            changes,
+            runtime,
+            status,
+            events,
+            cancel,
+            _root: root,
+        }
+    }
+
+    /// Adds or replaces the pod in the source (as a watch delivers it).
+    fn put(&self, pod: Pod) {
+        self.pod_manager.add_pod(pod.clone());
+        self.pods.add(Arc::new(pod));
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn status(&self) -> PodStatus {
+        self.status
+            .get_pod_status(&PodUid::new(UID))
+            .unwrap_or_default()
+    }
+
+    async fn runtime_status(&self) -> RuntimePodStatus {
+        self.runtime.pod_status(&PodUid::new(UID)).await
+    }
+
+    /// Waits, in paused time, until `done` holds; panics naming `what` after `within`.
+    async fn until<F>(&self, what: &str, within: Duration, mut done: F)
+    where
+        F: AsyncFnMut(&Self) -> bool,
+    {
+        let deadline = Instant::now() + within;
+        while !done(self).await {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {within:?}; status {:#?}; runtime {:#?}",
+                self.status(),
+                self.runtime_status().await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn events(&self, reason: &str) -> Vec<String> {
+        self.events
+            .events()
+            .into_iter()
+            .filter(|(_, r, _)| r == reason)
+            .map(|(_, _, m)| m)
+            .collect()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+const UID: &str = "uid-p";
+
+/// A pod `p` in `ns` with these init and regular containers (busybox) and annotations.
+fn pod(
+    restart_policy: &str,
+    init: &[&str],
+    containers: &[&str],
+    annotations: &[(&str, &str)],
+) -> Pod {
+    let list = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| serde_json::json!({"name": n, "image": "busybox"}))
+            .collect::<Vec<_>>()
+    };
+    let annotations: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": UID, "annotations": annotations},
+        "spec": {"restartPolicy": restart_policy,
+                 "initContainers": list(init),
+                 "containers": list(containers)}
+    }))
+    .unwrap()
+}
+
+fn find<'a>(list: &'a Option<Vec<ContainerStatus>>, name: &str) -> Option<&'a ContainerStatus> {
+    list.iter().flatten().find(|s| s.name == name)
+}
+
+fn named<'a>(list: &'a Option<Vec<ContainerStatus>>, name: &str) -> &'a ContainerStatus {
+    list.iter()
+        .flatten()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no status for {name}: {list:#?}"))
+}
+
+fn newest<'a>(runtime: &'a RuntimePodStatus, name: &str) -> &'a ContainerInstance {
+    runtime
+        .instances(name)
+        .0
+        .unwrap_or_else(|| panic!("no instance of {name}: {runtime:#?}"))
+}
+
+fn waiting_reason(status: &ContainerStatus) -> Option<String> {
+    status.state.as_ref()?.waiting.as_ref()?.reason.clone()
+}
+
+fn waiting_message(status: &ContainerStatus) -> Option<String> {
+    status.state.as_ref()?.waiting.as_ref()?.message.clone()
+}
+
+fn running(status: &ContainerStatus) -> bool {
+    status.state.as_ref().is_some_and(|s| s.running.is_some())
+}
+
+/// Item 6 (C14, C15): a failing init container under `Always` backs off as a regular one does
+/// (10 s, 20 s, 40 s...), shows `CrashLoopBackOff` with its last termination, and holds the
+/// regular containers back.
+#[tokio::test(start_paused = true)]
+async fn c14_c15_a_failing_init_container_backs_off_and_shows_crash_loop_back_off() {
+    let h = Harness::start(Duration::from_millis(100));
+    h.put(pod(
+        "Always",
+        &["i"],
+        &["a"],
+        &[("rustlet.io/simulate-init-exit-code", "1")],
+    ));
+    let began = Instant::now();
+    h.until(
+        "the init container backs off",
+        Duration::from_secs(5),
+        async |h| {
+            find(&h.status().init_container_statuses, "i")
+                .and_then(waiting_reason)
+                .as_deref()
+                == Some("CrashLoopBackOff")
+        },
+    )
+    .await;
+    // The first crash restarts at once (upstream's quirk), then 10 s, then 20 s from each
+    // exit: a minute in, the fourth instance (attempt 3) has run and the next waits 40 s.
+    tokio::time::sleep_until(began + Duration::from_secs(60)).await;
+    let status = h.status();
+    let i = named(&status.init_container_statuses, "i");
+    assert_eq!(i.restart_count, 3, "{i:#?}");
+    assert!(
+        !running(i),
+        "an exited init container never shows running: {i:#?}"
+    );
+    assert_eq!(waiting_reason(i).as_deref(), Some("CrashLoopBackOff"));
+    assert_eq!(
+        waiting_message(i).as_deref(),
+        Some("back-off 40s restarting failed container=i pod=p_ns(uid-p)")
+    );
+    let last = i
+        .last_state
+        .as_ref()
+        .and_then(|l| l.terminated.as_ref())
+        .expect("the last termination");
+    assert_eq!(last.exit_code, 1);
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert!(newest(&h.runtime_status().await, "i").attempt == 3);
+    assert!(
+        h.runtime_status().await.instances("a").0.is_none(),
+        "the regular container waits for initialization"
+    );
+    let back_offs = h.events("BackOff");
+    assert!(
+        back_offs
+            .iter()
+            .all(|m| m == "Back-off restarting failed container i in pod p_ns(uid-p)"),
+        "{back_offs:?}"
+    );
+    assert_eq!(h.events("Started").len(), 4, "one start per instance");
+}
+
+/// Item 7 (C8, C13): when the sandbox dies, a new one is made and the init containers that
+/// had completed in the old one run again, in order, before the regular containers.
+#[tokio::test(start_paused = true)]
+async fn c8_c13_a_new_sandbox_runs_the_init_containers_again() {
+    let h = Harness::start(Duration::ZERO);
+    h.put(pod("Always", &["i1", "i2"], &["a"], &[]));
+    h.until("a runs", Duration::from_secs(5), async |h| {
+        h.runtime_status()
+            .await
+            .instances("a")
+            .0
+            .is_some_and(|a| matches!(a.state, InstanceState::Running { .. }))
+    })
+    .await;
+    let old_sandbox = h.runtime_status().await.sandbox.unwrap().id;
+
+    h.runtime.sandbox_died(&PodUid::new(UID));
+    h.until("a runs again", Duration::from_secs(5), async |h| {
+        let runtime = h.runtime_status().await;
+        runtime
+            .instances("a")
+            .0
+            .is_some_and(|a| a.attempt == 1 && matches!(a.state, InstanceState::Running { .. }))
+    })
+    .await;
+    let runtime = h.runtime_status().await;
+    let sandbox = runtime.sandbox.clone().unwrap();
+    assert!(sandbox.ready);
+    assert_ne!(sandbox.id, old_sandbox, "a new sandbox");
+    for name in ["i1", "i2", "a"] {
+        let instance = newest(&runtime, name);
+        assert_eq!(instance.attempt, 1, "{name} ran again: {runtime:#?}");
+        assert_eq!(instance.sandbox_id, sandbox.id, "{name} in the new sandbox");
+    }
+    // In order: each init container after the one before it, the container after both.
+    let order: Vec<&str> = runtime
+        .containers
+        .iter()
+        .rev()
+        .filter(|c| c.sandbox_id == sandbox.id)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(order, ["i1", "i2", "a"]);
+    assert_eq!(
+        h.events("SandboxChanged"),
+        ["Pod sandbox changed, it will be killed and re-created."]
+    );
+}
+
+/// Item 7 (C8): a `Never` pod whose sandbox died is not given a new one: it is done, and
+/// Failed (its container was killed).
+#[tokio::test(start_paused = true)]
+async fn c8_a_never_pod_whose_sandbox_died_gets_no_new_sandbox() {
+    let h = Harness::start(Duration::ZERO);
+    h.put(pod("Never", &[], &["a"], &[]));
+    h.until("a runs", Duration::from_secs(5), async |h| {
+        find(&h.status().container_statuses, "a").is_some_and(running)
+    })
+    .await;
+    assert_eq!(h.status().pod_ip.as_deref(), Some("10.88.0.2"));
+    h.runtime.sandbox_died(&PodUid::new(UID));
+    h.until("the pod fails", Duration::from_secs(5), async |h| {
+        h.status().phase.as_deref() == Some("Failed")
+    })
+    .await;
+    let status = h.status();
+    let a = named(&status.container_statuses, "a");
+    assert_eq!(a.restart_count, 0, "{a:#?}");
+    assert_eq!(
+        a.state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        137
+    );
+    // A second sandbox would have taken the range's next address.
+    assert_eq!(status.pod_ip.as_deref(), Some("10.88.0.2"), "{status:#?}");
+    assert!(h.events("SandboxChanged").is_empty());
+    assert!(h.events("Started").len() == 1, "{:?}", h.events("Started"));
+}
+
+/// Item 8 (C11): a container whose state the runtime lost is killed before it is started
+/// again (two instances must never run at once).
+#[tokio::test(start_paused = true)]
+async fn c11_an_unknown_container_is_killed_before_its_restart() {
+    let h = Harness::start(Duration::ZERO);
+    h.put(pod("Always", &[], &["a"], &[]));
+    h.until("a runs", Duration::from_secs(5), async |h| {
+        find(&h.status().container_statuses, "a").is_some_and(running)
+    })
+    .await;
+    let lost = newest(&h.runtime_status().await, "a").id.clone();
+    h.runtime.lose_track(&PodUid::new(UID), "a");
+    h.until("a runs again", Duration::from_secs(5), async |h| {
+        let runtime = h.runtime_status().await;
+        runtime.instances("a").0.is_some_and(|a| a.attempt == 1)
+    })
+    .await;
+    let runtime = h.runtime_status().await;
+    let (new, old) = runtime.instances("a");
+    assert!(matches!(new.unwrap().state, InstanceState::Running { .. }));
+    let old = old.unwrap();
+    assert_eq!(old.id, lost);
+    assert!(
+        matches!(old.state, InstanceState::Exited { exit_code: 137, .. }),
+        "the lost instance was killed: {old:#?}"
+    );
+    assert_eq!(
+        h.events("Killing"),
+        ["Container is in \"Unknown\" state, try killing it before restart"]
+    );
+}
+
+/// Item 8 (S11, W20): a run-once pod whose running container the runtime lost fails with
+/// upstream's `ContainerStatusUnknown` (exit code 137), never Succeeded, and is not run twice.
+#[tokio::test(start_paused = true)]
+async fn s11_a_lost_container_of_a_never_pod_is_container_status_unknown_and_fails_the_pod() {
+    let h = Harness::start(Duration::ZERO);
+    h.put(pod("Never", &[], &["a"], &[]));
+    h.until("a runs", Duration::from_secs(5), async |h| {
+        find(&h.status().container_statuses, "a").is_some_and(running)
+    })
+    .await;
+    h.runtime.lose_track(&PodUid::new(UID), "a");
+    h.until("the pod fails", Duration::from_secs(5), async |h| {
+        h.status().phase.as_deref() == Some("Failed")
+    })
+    .await;
+    assert_eq!(h.events("Started").len(), 1, "not run twice");
+    let status = h.status();
+    let a = named(&status.container_statuses, "a");
+    let terminated = a.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(terminated.exit_code, 137, "{a:#?}");
+}
+
+/// Item 9 (C15): the back-off is measured from the container's `finishedAt`, not from the
+/// restart that let it run: a container that ran 100 s and crashed waits 10 s after its exit.
+#[tokio::test(start_paused = true)]
+async fn c15_the_back_off_is_measured_from_finished_at() {
+    let h = Harness::start(Duration::ZERO);
+    h.put(pod(
+        "Always",
+        &[],
+        &["a"],
+        &[
+            ("rustlet.io/simulate-exit-after", "100"),
+            ("rustlet.io/simulate-exit-code", "1"),
+        ],
+    ));
+    let began = Instant::now();
+    // Exits at 100 s (restarted at once: the first crash), at 200 s (back-off 10 s from then).
+    tokio::time::sleep_until(began + Duration::from_secs(205)).await;
+    let a = named(&h.status().container_statuses, "a").clone();
+    assert_eq!(
+        waiting_reason(&a).as_deref(),
+        Some("CrashLoopBackOff"),
+        "{a:#?}"
+    );
+    assert_eq!(
+        waiting_message(&a).as_deref(),
+        Some("back-off 10s restarting failed container=a pod=p_ns(uid-p)")
+    );
+    assert_eq!(newest(&h.runtime_status().await, "a").attempt, 1);
+    tokio::time::sleep_until(began + Duration::from_secs(211)).await;
+    let runtime = h.runtime_status().await;
+    let a = newest(&runtime, "a");
+    assert_eq!(a.attempt, 2, "restarted once the 10 s from its exit passed");
+    let InstanceState::Running { started_at } = a.state else {
+        panic!("{a:#?}")
+    };
+    let (_, previous) = runtime.instances("a");
+    let Some(InstanceState::Exited { finished_at, .. }) = previous.map(|p| &p.state) else {
+        panic!("{runtime:#?}")
+    };
+    assert_eq!(
+        started_at.duration_since(*finished_at),
+        k8s_openapi::jiff::SignedDuration::from_secs(10)
+    );
+}
+
+/// Item 9 (C15, upstream `HasExpiredFunc`): after a run longer than 10 minutes the back-off
+/// starts again from 10 s, however long it had grown.
+#[tokio::test(start_paused = true)]
+async fn c15_the_back_off_resets_after_ten_minutes_of_running() {
+    let h = Harness::start(Duration::ZERO);
+    let crashing = |after: &str| {
+        pod(
+            "Always",
+            &[],
+            &["a"],
+            &[
+                ("rustlet.io/simulate-exit-after", after),
+                ("rustlet.io/simulate-exit-code", "1"),
+            ],
+        )
+    };
+    h.put(crashing("1"));
+    h.until(
+        "the back-off grows to 40 s",
+        Duration::from_secs(120),
+        async |h| {
+            find(&h.status().container_statuses, "a")
+                .and_then(waiting_message)
+                .is_some_and(|m| m.starts_with("back-off 40s"))
+        },
+    )
+    .await;
+    // The next instance runs 700 s; the one after it crashes at once again.
+    h.put(crashing("700"));
+    h.until("the long run starts", Duration::from_secs(60), async |h| {
+        h.runtime.next_change(&PodUid::new(UID)).is_some_and(|at| {
+            at.saturating_duration_since(Instant::now()) > Duration::from_secs(600)
+        })
+    })
+    .await;
+    let long = newest(&h.runtime_status().await, "a").attempt;
+    h.put(crashing("1"));
+    h.until(
+        "the short run after it crashed",
+        Duration::from_secs(800),
+        async |h| {
+            let runtime = h.runtime_status().await;
+            runtime
+                .instances("a")
+                .0
+                .is_some_and(|a| a.attempt == long + 1)
+                && find(&h.status().container_statuses, "a")
+                    .and_then(waiting_reason)
+                    .as_deref()
+                    == Some("CrashLoopBackOff")
+        },
+    )
+    .await;
+    let a = named(&h.status().container_statuses, "a").clone();
+    assert_eq!(
+        waiting_message(&a).as_deref(),
+        Some("back-off 10s restarting failed container=a pod=p_ns(uid-p)"),
+        "{a:#?}"
+    );
+}
+
+/// Item 9 (C11): a changed container spec (here its environment) restarts the running
+/// container, whatever the restart policy, and not behind the back-off of the old spec.
+#[tokio::test(start_paused = true)]
+async fn c11_a_changed_container_spec_restarts_the_running_container() {
+    let h = Harness::start(Duration::ZERO);
+    let p = pod("Never", &[], &["a"], &[]);
+    h.put(p.clone());
+    h.until("a runs", Duration::from_secs(5), async |h| {
+        find(&h.status().container_statuses, "a").is_some_and(running)
+    })
+    .await;
+    let mut changed = p;
+    changed.spec.as_mut().unwrap().containers[0].env =
+        Some(vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "LEVEL".into(),
+            value: Some("debug".into()),
+            ..Default::default()
+        }]);
+    let hash = crate::runtime::container_hash(&changed.spec.as_ref().unwrap().containers[0]);
+    h.put(changed);
+    h.until(
+        "a runs with its new spec",
+        Duration::from_secs(5),
+        async |h| {
+            let runtime = h.runtime_status().await;
+            runtime.instances("a").0.is_some_and(|a| {
+                a.hash.as_ref() == Some(&hash) && matches!(a.state, InstanceState::Running { .. })
+            })
+        },
+    )
+    .await;
+    assert_eq!(newest(&h.runtime_status().await, "a").attempt, 1);
+    assert_eq!(
+        h.events("Killing"),
+        ["Container a definition changed, will be restarted"]
+    );
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
+}
+
+/// Item 10 (G7, upstream `NeedToReconcilePodReadiness`): a readiness gate's condition set by
+/// another client makes the pod Ready as soon as the watch delivers it, without a container
+/// change.
+#[tokio::test(start_paused = true)]
+async fn g7_a_readiness_gate_set_by_another_client_makes_the_pod_ready() {
+    const GATE: &str = "example.com/load-balancer";
+    let h = Harness::start(Duration::ZERO);
+    let mut p = pod("Always", &[], &["a"], &[]);
+    p.spec.as_mut().unwrap().readiness_gates =
+        Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: GATE.into(),
+        }]);
+    h.put(p.clone());
+    let ready = |status: &PodStatus| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .cloned()
+    };
+    h.until(
+        "the gate holds Ready back",
+        Duration::from_secs(5),
+        async |h| {
+            ready(&h.status())
+                .is_some_and(|c| c.reason.as_deref() == Some("ReadinessGatesNotReady"))
+        },
+    )
+    .await;
+    // The watch delivers the agent's status with the gate's condition another client set.
+    let mut written = h.status();
+    written
+        .conditions
+        .get_or_insert_default()
+        .push(PodCondition {
+            type_: GATE.into(),
+            status: "True".into(),
+            ..Default::default()
+        });
+    p.status = Some(written);
+    h.put(p);
+    h.until("the pod is Ready", Duration::from_secs(1), async |h| {
+        ready(&h.status()).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert!(
+        h.events
+            .events()
+            .iter()
+            .all(|(kind, _, _)| *kind == EventKind::Normal),
+        "{:?}",
+        h.events.events()
+    );
+}

@@ -57,6 +57,9 @@ pub struct SimulatedConfig {
     pub pod_ip_count: u32,
     /// How long a container takes to start.
     pub start_delay: Duration,
+    /// How long a pod's containers take to stop when killed (at most the grace period): a
+    /// process that finishes its work on SIGTERM.
+    pub stop_delay: Duration,
 }
 
 impl Default for SimulatedConfig {
@@ -66,6 +69,7 @@ impl Default for SimulatedConfig {
             pod_ip_base: Ipv4Addr::new(10, 88, 0, 2),
             pod_ip_count: 65_000,
             start_delay: Duration::ZERO,
+            stop_delay: Duration::ZERO,
         }
     }
 }
@@ -378,7 +382,18 @@ impl Runtime for SimulatedRuntime {
         }
     }
 
-    async fn kill_pod(&self, pod: &Pod, _grace: Duration) -> Result<(), RuntimeError> {
+    async fn kill_pod(&self, pod: &Pod, grace: Duration) -> Result<(), RuntimeError> {
+        let stop = self.config.stop_delay.min(grace);
+        let any_running = || {
+            self.lock().pods.get(&PodUid::of(pod)).is_some_and(|sim| {
+                sim.containers
+                    .iter()
+                    .any(|c| matches!(c.instance.state, InstanceState::Running { .. }))
+            })
+        };
+        if !stop.is_zero() && any_running() {
+            tokio::time::sleep(stop).await;
+        }
         let now = Instant::now();
         let finished_at = self.wall(now);
         let mut state = self.lock();

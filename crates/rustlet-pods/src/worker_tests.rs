@@ -37,15 +37,20 @@ impl Harness {
     /// Workers with upstream's timings over a simulated runtime whose starts take
     /// `start_delay` (so that even a restart loop lets paused time advance).
     fn start(start_delay: Duration) -> Self {
+        Self::start_with(SimulatedConfig {
+            start_delay,
+            ..SimulatedConfig::default()
+        })
+    }
+
+    /// [`Self::start`] over a simulated runtime with this configuration.
+    fn start_with(config: SimulatedConfig) -> Self {
         let root = tempfile::tempdir().unwrap();
         let pods = Arc::new(FakePods::default());
         let pod_manager = FakePodManager::new();
         let lifecycles = Arc::new(PodLifecycles::new());
         let events = Arc::new(FakeRecorder::default());
-        let runtime = Arc::new(SimulatedRuntime::new(SimulatedConfig {
-            start_delay,
-            ..SimulatedConfig::default()
-        }));
+        let runtime = Arc::new(SimulatedRuntime::new(config));
         let status = Arc::new(StatusManager::new(
             StatusManagerDeps::new(
                 Some(Arc::new(FakePodStatusClient::new())),
@@ -599,4 +604,110 @@ async fn g7_a_readiness_gate_set_by_another_client_makes_the_pod_ready() {
         "{:?}",
         h.events.events()
     );
+}
+
+/// A static pod `etcd` in `kube-system` (from a manifest file) under `uid`.
+fn static_pod(uid: &str, image: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "etcd-node-a", "namespace": "kube-system", "uid": uid,
+                     "annotations": {"kubernetes.io/config.source": "file"}},
+        "spec": {"terminationGracePeriodSeconds": 30,
+                 "containers": [{"name": "etcd", "image": image}]}
+    }))
+    .unwrap()
+}
+
+/// Item 11 (W9, upstream `allowPodStart`): an edited static manifest is a new pod (a new UID)
+/// with the old one's full name; it starts only once the old incarnation has terminated, so
+/// two copies of an etcd never run at once. The old one takes 20 s to stop here.
+#[tokio::test(start_paused = true)]
+async fn w9_an_edited_static_pod_starts_only_after_its_old_incarnation_terminated() {
+    let h = Harness::start_with(SimulatedConfig {
+        stop_delay: Duration::from_secs(20),
+        ..SimulatedConfig::default()
+    });
+    let (old, new) = (PodUid::new("uid-old"), PodUid::new("uid-new"));
+    let running = async |uid: &PodUid| {
+        h.runtime
+            .pod_status(uid)
+            .await
+            .instances("etcd")
+            .0
+            .is_some_and(|c| matches!(c.state, InstanceState::Running { .. }))
+    };
+    h.put(static_pod("uid-old", "etcd:1"));
+    h.until(
+        "the old incarnation runs",
+        Duration::from_secs(5),
+        async |_| running(&old).await,
+    )
+    .await;
+    // The manifest is edited: the old pod leaves the source and the new one comes.
+    h.pods.remove("uid-old");
+    h.pod_manager.remove_pod(&old);
+    h.put(static_pod("uid-new", "etcd:2"));
+    let edited = Instant::now();
+    h.until(
+        "the new incarnation runs",
+        Duration::from_secs(60),
+        async |_| {
+            let new_runs = running(&new).await;
+            assert!(
+                !(new_runs && running(&old).await),
+                "both incarnations run at {:?}",
+                Instant::now() - edited
+            );
+            new_runs
+        },
+    )
+    .await;
+    assert!(
+        Instant::now() - edited >= Duration::from_secs(20),
+        "started after the old one's 20 s stop, not before: {:?}",
+        Instant::now() - edited
+    );
+}
+
+/// W9: a static pod whose earlier incarnation still runs and that is deleted while it waits
+/// is never started.
+#[tokio::test(start_paused = true)]
+async fn w9_a_waiting_static_pod_that_goes_is_never_started() {
+    let h = Harness::start_with(SimulatedConfig {
+        stop_delay: Duration::from_secs(20),
+        ..SimulatedConfig::default()
+    });
+    h.put(static_pod("uid-old", "etcd:1"));
+    h.until(
+        "the old incarnation runs",
+        Duration::from_secs(5),
+        async |h| {
+            h.runtime
+                .pod_status(&PodUid::new("uid-old"))
+                .await
+                .instances("etcd")
+                .0
+                .is_some()
+        },
+    )
+    .await;
+    h.put(static_pod("uid-new", "etcd:2"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        h.runtime
+            .pod_status(&PodUid::new("uid-new"))
+            .await
+            .instances("etcd")
+            .0
+            .is_none(),
+        "waits while the old one runs"
+    );
+    h.pods.remove("uid-new");
+    h.pod_manager.remove_pod(&PodUid::new("uid-new"));
+    h.changes.send_modify(|n| *n += 1);
+    h.pods.remove("uid-old");
+    h.pod_manager.remove_pod(&PodUid::new("uid-old"));
+    h.changes.send_modify(|n| *n += 1);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let new = h.runtime.pod_status(&PodUid::new("uid-new")).await;
+    assert!(new.instances("etcd").0.is_none(), "never started: {new:#?}");
 }

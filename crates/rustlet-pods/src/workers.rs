@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::deletion::PodDeletionSafety;
 use rustlet_core::generate::need_to_reconcile_pod_readiness;
-use rustlet_core::pod::{PodPhase, condition_type};
+use rustlet_core::pod::{PodPhase, condition_type, is_static_pod};
 use rustlet_core::{ChangeLog, FeatureGates, PodChanges, PodUid};
 use rustlet_status::StatusManager;
 use rustlet_volume::events::{EventKind, EventRecorder, FAILED_MOUNT};
@@ -68,6 +68,9 @@ pub struct PodLifecycles {
     /// Pods no worker knows whose containers the runtime may still run (found after a
     /// restart): they count as running until the orphan pass has stopped them (W26 step 12).
     runtime_only: Mutex<HashSet<PodUid>>,
+    /// Bumped when a pod reaches `Terminated` or is forgotten: a static pod waiting for its
+    /// earlier incarnation (W9) looks again.
+    ended: watch::Sender<u64>,
 }
 
 impl PodLifecycles {
@@ -98,6 +101,9 @@ impl PodLifecycles {
         let mut states = self.lock();
         if states.insert(uid.clone(), state) != Some(state) {
             self.log().record(uid.clone());
+            if state >= Lifecycle::Terminated {
+                self.ended.send_modify(|n| *n += 1);
+            }
         }
     }
 
@@ -105,6 +111,7 @@ impl PodLifecycles {
         let mut states = self.lock();
         if states.remove(uid).is_some() {
             self.log().record(uid.clone());
+            self.ended.send_modify(|n| *n += 1);
         }
     }
 
@@ -244,6 +251,10 @@ pub struct PodWorkers {
 
 struct Shared {
     probe_results: Arc<ProbeResults>,
+    /// W9: the UIDs of static pods by full name (`<name>_<namespace>`), in the order their
+    /// workers were made. A static pod starts only when every UID before it has terminated,
+    /// so two incarnations of one manifest (an etcd, an API server) never run at once.
+    static_turns: Mutex<HashMap<String, Vec<PodUid>>>,
     /// Containers that started before this (the agent's start less 10 s) were adopted from an
     /// earlier agent: B11.
     adopted_before: k8s_openapi::jiff::Timestamp,
@@ -265,6 +276,21 @@ fn adopted_before() -> k8s_openapi::jiff::Timestamp {
         .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
 }
 
+impl Shared {
+    fn static_turns(&self) -> MutexGuard<'_, HashMap<String, Vec<PodUid>>> {
+        self.static_turns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Upstream's `kubecontainer.GetPodFullName`: `<name>_<namespace>`.
+fn static_full_name(pod: &Pod) -> String {
+    format!(
+        "{}_{}",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or_default()
+    )
+}
+
 fn api_phase_terminal(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -277,6 +303,7 @@ impl PodWorkers {
         Self {
             shared: Arc::new(Shared {
                 probe_results: Arc::new(ProbeResults::default()),
+                static_turns: Mutex::new(HashMap::new()),
                 adopted_before: adopted_before(),
                 pods: deps.pods,
                 lifecycles: deps.lifecycles,
@@ -389,6 +416,13 @@ impl PodWorkers {
                             Lifecycle::Syncing
                         };
                         self.shared.lifecycles.set(&uid, first);
+                        if is_static_pod(pod) {
+                            self.shared
+                                .static_turns()
+                                .entry(static_full_name(pod))
+                                .or_default()
+                                .push(uid.clone());
+                        }
                         let worker = Worker {
                             shared: self.shared.clone(),
                             incarnation: if successors.remove(&uid) {
@@ -416,6 +450,10 @@ impl PodWorkers {
                 }
                 volumes_changed = true;
                 if self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished) || tx.is_closed() {
+                    self.shared.static_turns().retain(|_, turns| {
+                        turns.retain(|u| u != uid);
+                        !turns.is_empty()
+                    });
                     self.shared.lifecycles.forget(uid);
                     known.remove(uid);
                     return false;
@@ -704,6 +742,43 @@ impl Worker {
         slot.in_source.then(|| slot.pod.clone())
     }
 
+    /// W9 (upstream `allowPodStart`): waits until every static pod of this full name whose
+    /// worker was made before this one has terminated (its containers stopped). `false` when
+    /// the agent stops first. A pod deleted or gone while it waits ends the wait: it is never
+    /// started.
+    async fn wait_for_static_turn(&mut self, full_name: &str) -> bool {
+        let mut ended = self.shared.lifecycles.ended.subscribe();
+        let mut said = false;
+        loop {
+            match self.pod() {
+                Some(pod) if pod.metadata.deletion_timestamp.is_none() => {}
+                _ => return true,
+            }
+            let before = {
+                let mut turns = self.shared.static_turns();
+                let list = turns.entry(full_name.to_owned()).or_default();
+                let lifecycles = &self.shared.lifecycles;
+                list.retain(|uid| {
+                    *uid == self.uid
+                        || lifecycles
+                            .get(uid)
+                            .is_some_and(|s| s < Lifecycle::Terminated)
+                });
+                list.first().filter(|first| **first != self.uid).cloned()
+            };
+            let Some(before) = before else { return true };
+            if !said {
+                info!(earlier = %before, "static pod waits for its earlier incarnation to terminate");
+                said = true;
+            }
+            tokio::select! {
+                () = self.cancel.cancelled() => return false,
+                _ = ended.changed() => {}
+                changed = self.rx.changed() => if changed.is_err() { return true },
+            }
+        }
+    }
+
     /// The newest pod, or the last one known when it left the source.
     fn latest(&mut self) -> Arc<Pod> {
         self.rx.borrow_and_update().pod.clone()
@@ -892,6 +967,11 @@ impl Worker {
 
     async fn run(mut self) {
         let Some(pod) = self.pod() else { return };
+        if is_static_pod(&pod) && !self.wait_for_static_turn(&static_full_name(&pod)).await {
+            return;
+        }
+        // Gone or deleted while it waited: the sync loop ends at once, nothing was started.
+        let pod = self.latest();
         if self.incarnation == Incarnation::Successor {
             // What the finished incarnation left in the runtime is not this pod's.
             self.shared.runtime.remove_pod(&self.uid).await;

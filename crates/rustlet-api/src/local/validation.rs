@@ -183,7 +183,7 @@ fn validate_uid(uid: &str, errors: &mut FieldErrors) {
 }
 
 /// Upstream `ValidateLabels` and `ValidateAnnotations` on `metadata`, and the manifest's own
-/// `metadata.uid` ([`validate_uid`]).
+/// `metadata.uid` (`validate_uid`).
 pub fn validate_metadata(metadata: &Value, errors: &mut FieldErrors) {
     if let Some(uid) = metadata.get("uid").and_then(Value::as_str)
         && !uid.is_empty()

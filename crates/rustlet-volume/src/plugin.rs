@@ -51,11 +51,7 @@ impl VolumeHost {
         plugin: &str,
         inner_name: &str,
     ) -> Result<PathBuf, UnsafePathComponent> {
-        Ok(self
-            .pod_dir(pod_uid)?
-            .join("volumes")
-            .join(escape_plugin_name(plugin))
-            .join(path_component("volume name", inner_name)?))
+        self.pod_subdir(pod_uid, "volumes", plugin, inner_name)
     }
 
     /// `<root>/plugins/<plugin>/mounts/<volume>`: the global (device) mount path of an
@@ -75,9 +71,20 @@ impl VolumeHost {
         plugin: &str,
         inner_name: &str,
     ) -> Result<PathBuf, UnsafePathComponent> {
+        self.pod_subdir(pod_uid, "plugins", plugin, inner_name)
+    }
+
+    /// `<root>/pods/<uid>/<kind>/<escaped plugin>/<inner name>`.
+    fn pod_subdir(
+        &self,
+        pod_uid: &PodUid,
+        kind: &str,
+        plugin: &str,
+        inner_name: &str,
+    ) -> Result<PathBuf, UnsafePathComponent> {
         Ok(self
             .pod_dir(pod_uid)?
-            .join("plugins")
+            .join(kind)
             .join(escape_plugin_name(plugin))
             .join(path_component("volume name", inner_name)?))
     }

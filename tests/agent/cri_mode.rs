@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rustlet_cri::CriClient;
-use rustlet_cri::testing::PrivateContainerd;
+use rustlet_cri::testing::{PrivateContainerd, scratch};
 use serde_json::Value;
 
 use crate::harness::{Agent, run_to_end, start_in, start_with_env};
@@ -1296,4 +1296,127 @@ fn cri_a_new_sandbox_runs_the_init_containers_again() {
         sandboxes.iter().any(|s| *s != old_id),
         "a new sandbox: {sandboxes:?}"
     );
+}
+
+/// A pod whose container appends `start` to `/out/log` when it starts and, on SIGTERM,
+/// waits until `/out/gate` exists (the test opens it), appends `term` and exits 0.
+fn gated(name: &str, restart_policy: &str, out: &Path) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  restartPolicy: {restart_policy}
+  terminationGracePeriodSeconds: 60
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo start >> /out/log; trap 'until [ -e /out/gate ]; do sleep 0.1; done; echo term >> /out/log; exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+  volumes:
+  - name: out
+    hostPath: {{path: {}, type: Directory}}
+"#,
+        out.display()
+    )
+}
+
+/// The lines of `<out>/log`.
+fn gated_log(out: &Path) -> Vec<String> {
+    std::fs::read_to_string(out.join("log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 24 item 8 through the binary: a `restartPolicy: Never` pod whose running container
+/// containerd lost (`CONTAINER_UNKNOWN`, see `PrivateContainerd::lose_container_state`) shows
+/// it terminated with `ContainerStatusUnknown` and exit code 137 (upstream
+/// `convertToAPIContainerStatuses`) and goes Failed, not Succeeded; the container, which may
+/// still run, is stopped (its TERM trap runs), and the pod stays Failed after its exit 0.
+#[test]
+fn cri_a_never_pods_container_in_unknown_state_is_container_status_unknown_and_the_pod_fails() {
+    let Some(mut cri) = Cri::new("cri_a_never_pods_container_in_unknown_state", &[]) else {
+        return;
+    };
+    let out = scratch(&cri.containerd, "out");
+    std::fs::write(
+        cri.manifests.join("lost.yaml"),
+        gated("lost", "Never", &out),
+    )
+    .unwrap();
+    let agent = cri.start();
+    let pod = running(&agent, "lost");
+    let id = container(&pod, "main")["containerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    cri.containerd.lose_container_state_blocking(&id);
+    // The first terminal status: the unknown state lasts until the container exits, which it
+    // cannot do before the gate opens (or the 60 s grace, longer than the harness deadline).
+    let pod = agent.wait_for("a terminal phase", || {
+        agent
+            .pod("lost")
+            .filter(|p| p["status"]["phase"] == "Failed" || p["status"]["phase"] == "Succeeded")
+    });
+    assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+    let main = container(&pod, "main");
+    assert_eq!(
+        main["state"]["terminated"]["reason"], "ContainerStatusUnknown",
+        "{pod}"
+    );
+    assert_eq!(main["state"]["terminated"]["exitCode"], 137, "{pod}");
+    assert_eq!(main["containerID"], id.as_str(), "{pod}");
+
+    // The agent stops it: the TERM trap waits at the gate.
+    std::fs::write(out.join("gate"), "").unwrap();
+    let pod = agent.wait_for("the container stopped", || {
+        agent.pod("lost").filter(|p| {
+            container(p, "main")["state"]["terminated"]["exitCode"] == 0
+                && gated_log(&out).contains(&"term".to_owned())
+        })
+    });
+    assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+    assert_eq!(gated_log(&out), ["start", "term"]);
+}
+
+/// Issue 24 item 8 through the binary: a `restartPolicy: Always` pod's container that
+/// containerd lost (`CONTAINER_UNKNOWN`) may still run, so it is stopped before its
+/// replacement starts (upstream `computePodActions`: "try killing it before restart"); the
+/// container's log shows the old one's TERM trap before the new one's start.
+#[test]
+fn cri_an_always_pods_container_in_unknown_state_is_killed_before_a_new_one_starts() {
+    let Some(mut cri) = Cri::new("cri_an_always_pods_container_in_unknown_state", &[]) else {
+        return;
+    };
+    let out = scratch(&cri.containerd, "out");
+    std::fs::write(out.join("gate"), "").unwrap();
+    std::fs::write(
+        cri.manifests.join("lost.yaml"),
+        gated("lost", "Always", &out),
+    )
+    .unwrap();
+    let agent = cri.start();
+    let pod = running(&agent, "lost");
+    let id = container(&pod, "main")["containerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    cri.containerd.lose_container_state_blocking(&id);
+    agent.wait_for("a second start", || {
+        (gated_log(&out).iter().filter(|l| *l == "start").count() == 2).then_some(())
+    });
+    assert_eq!(gated_log(&out), ["start", "term", "start"]);
+    let pod = agent.wait_for("the new container running", || {
+        agent.pod("lost").filter(|p| {
+            let main = container(p, "main");
+            main["state"]["running"].is_object() && main["containerID"] != id.as_str()
+        })
+    });
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    assert_eq!(container(&pod, "main")["restartCount"], 1, "{pod}");
 }

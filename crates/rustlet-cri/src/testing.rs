@@ -151,6 +151,37 @@ impl PrivateContainerd {
             .block_on(Self::start(test))
     }
 
+    /// Makes containerd lose a container's state while its process runs on, so that CRI
+    /// reports it `CONTAINER_UNKNOWN` (as a node's containerd can after a crash): stops
+    /// containerd, removes the CRI plugin's status checkpoint of the container
+    /// (`<root>/io.containerd.grpc.v1.cri/containers/<id>/status`) and starts containerd again.
+    /// containerd 1.6's `loadContainer` (pkg/cri/server/restart.go), unable to read the
+    /// checkpoint, starts from `unknownContainerStatus()` (`Unknown: true`); finding the task
+    /// running it keeps that state and watches the task, and only the task's exit (by itself or
+    /// by a StopContainer) turns it into EXITED. `id` is the CRI container ID (a
+    /// `containerd://` prefix is dropped).
+    pub async fn lose_container_state(&mut self, id: &str) {
+        let raw = id.split_once("://").map_or(id, |(_, raw)| raw);
+        self.stop();
+        let status = self
+            .dir()
+            .join("root/io.containerd.grpc.v1.cri/containers")
+            .join(raw)
+            .join("status");
+        std::fs::remove_file(&status)
+            .unwrap_or_else(|e| panic!("removing {}: {e}", status.display()));
+        self.start_again().await;
+    }
+
+    /// [`Self::lose_container_state`] for a test without an async runtime.
+    pub fn lose_container_state_blocking(&mut self, id: &str) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(self.lose_container_state(id));
+    }
+
     /// `unix://<socket>`.
     pub fn endpoint(&self) -> &str {
         &self.endpoint

@@ -182,6 +182,84 @@ async fn a_relist_announces_an_exit_once_and_nothing_else() {
     );
 }
 
+/// Issue 24 item 8 on real containers: a container whose state containerd lost across a
+/// restart (its CRI status checkpoint gone: `CONTAINER_UNKNOWN`) is an unknown instance, not
+/// one that exited with code 0; its process runs on, and killing the pod stops it (the
+/// process's TERM trap gives the exit code).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_unknown_is_an_unknown_instance_not_an_exit() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+
+    let Some(mut containerd) =
+        PrivateContainerd::start("container_unknown_is_an_unknown_instance_not_an_exit").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "lost", "namespace": "default", "uid": "uid-lost"},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "c", "image": BUSYBOX_IMAGE,
+            "command": ["/bin/sh", "-c", "trap 'exit 7' TERM; while true; do sleep 1 & wait $!; done"]
+        }]}
+    }))
+    .unwrap();
+    let container: Container = pod.spec.as_ref().unwrap().containers[0].clone();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    runtime
+        .start_container(&pod, &container, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    let uid = rustlet_core::PodUid::new("uid-lost");
+    runtime.relist().await.unwrap();
+    let before = runtime.pod_status(&uid).await;
+    assert!(
+        matches!(before.containers[0].state, InstanceState::Running { .. }),
+        "{before:?}"
+    );
+
+    containerd
+        .lose_container_state(&before.containers[0].id)
+        .await;
+    let raw = runtime
+        .client()
+        .container_status(before.containers[0].id.trim_start_matches("containerd://"))
+        .await
+        .unwrap();
+    assert_eq!(
+        raw.state,
+        cri::ContainerState::ContainerUnknown as i32,
+        "{raw:?}\n{}",
+        containerd.log()
+    );
+    runtime.relist().await.unwrap();
+    let lost = runtime.pod_status(&uid).await;
+    assert_eq!(lost.containers.len(), 1, "{lost:?}");
+    assert_eq!(lost.containers[0].id, before.containers[0].id);
+    assert_eq!(lost.containers[0].state, InstanceState::Unknown, "{lost:?}");
+
+    // The process ran on: StopContainer's TERM reaches its trap.
+    runtime
+        .kill_pod(&pod, Duration::from_secs(10))
+        .await
+        .unwrap();
+    runtime.relist().await.unwrap();
+    let stopped = runtime.pod_status(&uid).await;
+    assert!(
+        matches!(
+            stopped.containers[0].state,
+            InstanceState::Exited { exit_code: 7, .. }
+        ),
+        "{stopped:?}"
+    );
+    runtime.remove_pod(&uid).await;
+}
+
 /// What a test container prints about itself: `id`, then its status lines.
 const REPORT: &str =
     "id; grep -E '^(Uid|Gid|Groups|CapEff|NoNewPrivs|Seccomp):' /proc/self/status; ";

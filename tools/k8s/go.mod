@@ -1,3 +1,7 @@
+// Rustlet's test control plane: test tooling only, never linked into Rustlet (see README.md).
+// k8s.io/kubernetes is pinned at the release of the workspace's k8s-openapi feature (v1_37:
+// v1.37.2), its staging modules replaced at v0.37.2; etcd at the version k8s.io/kubernetes
+// requires.
 module rustlet.invalid/tools/k8s
 
 go 1.26.0

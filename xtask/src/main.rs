@@ -8,9 +8,13 @@
 //! * `cargo xtask tidy`: the repository conventions (also run as tests of this crate).
 //! * `cargo xtask bench`: the benchmarks of `docs/BENCHMARKS.md` (as root, in a private mount
 //!   namespace).
+//! * `cargo xtask cluster build|up|down|env|smoke`: a real control plane (upstream's etcd,
+//!   kube-apiserver, kube-controller-manager, kube-scheduler, built from `tools/k8s/`) on
+//!   loopback for tests; see the `cluster` module. Not part of `ci`.
 //!
 //! xtask may use anyhow; it never depends on a workspace crate.
 
+mod cluster;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -19,15 +23,17 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 fn main() -> Result<()> {
-    let task = std::env::args().nth(1).unwrap_or_default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let task = args.first().cloned().unwrap_or_default();
     let root = workspace_root();
     match task.as_str() {
         "ci" => ci(&root),
         "test" => test(&root),
         "tidy" => tidy_report(&root),
         "bench" => bench(&root),
+        "cluster" => cluster::main(&root, &args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <ci|test|tidy|bench>");
+            eprintln!("usage: cargo xtask <ci|test|tidy|bench|cluster>");
             bail!("unknown task {task:?}")
         }
     }

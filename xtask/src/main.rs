@@ -8,6 +8,8 @@
 //! * `cargo xtask tidy`: the repository conventions (also run as tests of this crate).
 //! * `cargo xtask bench`: the benchmarks of `docs/BENCHMARKS.md` (as root, in a private mount
 //!   namespace).
+//! * `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets of `fuzz/` (nightly and
+//!   `cargo-fuzz` needed), each for N seconds (default [`FUZZ_SECONDS`]), all in turn by default.
 //!
 //! xtask may use anyhow; it never depends on a workspace crate.
 
@@ -26,8 +28,9 @@ fn main() -> Result<()> {
         "test" => test(&root),
         "tidy" => tidy_report(&root),
         "bench" => bench(&root),
+        "fuzz" => fuzz(&root, &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci|test|tidy|bench>");
+            eprintln!("usage: cargo xtask <ci|test|tidy|bench|fuzz [TARGET] [--seconds N]>");
             bail!("unknown task {task:?}")
         }
     }
@@ -183,4 +186,141 @@ fn bench(root: &Path) -> Result<()> {
         run(root, "unshare", &args)?;
     }
     Ok(())
+}
+
+/// The cargo-fuzz targets of `fuzz/` (`fuzz/README.md`), in the order `cargo xtask fuzz` runs them.
+const FUZZ_TARGETS: &[&str] = &["manifest", "mountinfo", "atomic_writer", "strategic_merge"];
+
+/// How long `cargo xtask fuzz` runs each target unless told (`--seconds N`).
+const FUZZ_SECONDS: u64 = 300;
+
+/// What `cargo xtask fuzz` was asked to run.
+#[derive(Debug, PartialEq, Eq)]
+struct FuzzRequest {
+    targets: Vec<&'static str>,
+    seconds: u64,
+}
+
+fn parse_fuzz_args(args: &[String]) -> Result<FuzzRequest> {
+    let mut targets = Vec::new();
+    let mut seconds = FUZZ_SECONDS;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--seconds" {
+            let value = args.next().context("--seconds needs a number")?;
+            seconds = value
+                .parse()
+                .with_context(|| format!("--seconds {value:?} is not a number of seconds"))?;
+        } else if let Some(target) = FUZZ_TARGETS.iter().find(|t| *t == arg) {
+            targets.push(*target);
+        } else {
+            bail!(
+                "unknown fuzz target {arg:?}: the targets are {}",
+                FUZZ_TARGETS.join(", ")
+            );
+        }
+    }
+    if targets.is_empty() {
+        targets = FUZZ_TARGETS.to_vec();
+    }
+    Ok(FuzzRequest { targets, seconds })
+}
+
+/// Whether `cargo <args>` runs and succeeds (its output is not shown).
+fn cargo_succeeds(root: &Path, args: &[&str]) -> bool {
+    Command::new("cargo")
+        .args(args)
+        .current_dir(root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs the fuzz targets, each for the time asked, with their corpus `fuzz/corpus/<target>`
+/// (new inputs are added there; a crash is written to `fuzz/artifacts/<target>/`). No sanitizer:
+/// the fuzzed crates deny `unsafe_code`, so AddressSanitizer would find nothing and halve the
+/// speed; debug assertions are on, so an arithmetic overflow is a crash.
+fn fuzz(root: &Path, args: &[String]) -> Result<()> {
+    let request = parse_fuzz_args(args)?;
+    if !cargo_succeeds(root, &["+nightly", "--version"]) {
+        bail!("the fuzz targets need a nightly toolchain: rustup toolchain install nightly");
+    }
+    if !cargo_succeeds(root, &["+nightly", "fuzz", "--version"]) {
+        bail!("the fuzz targets need cargo-fuzz: cargo install cargo-fuzz --locked");
+    }
+    let seconds = format!("-max_total_time={}", request.seconds);
+    for target in &request.targets {
+        run(
+            root,
+            "cargo",
+            &[
+                "+nightly",
+                "fuzz",
+                "run",
+                "--sanitizer",
+                "none",
+                "--debug-assertions",
+                target,
+                "--",
+                &seconds,
+                "-timeout=10",
+                "-rss_limit_mb=2048",
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn xtask_fuzz_runs_every_target_by_default_for_the_default_time() {
+        let request = parse_fuzz_args(&[]).unwrap();
+        assert_eq!(request.targets, FUZZ_TARGETS);
+        assert_eq!(request.seconds, FUZZ_SECONDS);
+    }
+
+    #[test]
+    fn xtask_fuzz_takes_a_target_and_seconds() {
+        let request = parse_fuzz_args(&args(&["mountinfo", "--seconds", "60"])).unwrap();
+        assert_eq!(
+            request,
+            FuzzRequest {
+                targets: vec!["mountinfo"],
+                seconds: 60
+            }
+        );
+        assert!(parse_fuzz_args(&args(&["nope"])).is_err());
+        assert!(parse_fuzz_args(&args(&["--seconds"])).is_err());
+        assert!(parse_fuzz_args(&args(&["--seconds", "x"])).is_err());
+    }
+
+    /// Every target `cargo xtask fuzz` knows is a `[[bin]]` of `fuzz/Cargo.toml` with a corpus.
+    #[test]
+    fn xtask_fuzz_targets_are_the_fuzz_crates_targets() {
+        let fuzz = workspace_root().join("fuzz");
+        let manifest = std::fs::read_to_string(fuzz.join("Cargo.toml")).unwrap();
+        let bins: Vec<&str> = manifest
+            .lines()
+            .filter_map(|l| l.strip_prefix("name = \""))
+            .filter_map(|l| l.strip_suffix('"'))
+            .filter(|n| *n != "rustlet-fuzz")
+            .collect();
+        assert_eq!(bins, FUZZ_TARGETS);
+        for target in FUZZ_TARGETS {
+            let corpus = fuzz.join("corpus").join(target);
+            assert!(
+                std::fs::read_dir(&corpus).is_ok_and(|mut d| d.next().is_some()),
+                "{} has no seed corpus",
+                corpus.display()
+            );
+        }
+    }
 }

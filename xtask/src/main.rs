@@ -237,6 +237,58 @@ fn cargo_succeeds(root: &Path, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The variables `cargo run` sets for xtask itself. They are removed from the fuzz build's
+/// environment: a build script that watches one (ring's reads `CARGO_MANIFEST_DIR`) would
+/// otherwise run again, and with it every crate above it, each time `cargo xtask fuzz` and a
+/// plain `cargo fuzz` take turns.
+fn cargo_run_variables() -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| {
+            k.starts_with("CARGO_PKG_")
+                || matches!(
+                    k.as_str(),
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_BIN_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                )
+        })
+        .collect()
+}
+
+/// `cargo +nightly fuzz run` of one target for `seconds`, in the environment of a plain shell.
+fn fuzz_command(target: &str, seconds: u64) -> Command {
+    let mut command = Command::new("cargo");
+    command.args([
+        "+nightly",
+        "fuzz",
+        "run",
+        "--sanitizer",
+        "none",
+        "--debug-assertions",
+        target,
+        "--",
+        &format!("-max_total_time={seconds}"),
+        "-timeout=10",
+        "-rss_limit_mb=2048",
+        "-print_final_stats=1",
+    ]);
+    for variable in cargo_run_variables() {
+        command.env_remove(variable);
+    }
+    command
+}
+
+fn shown_args(command: &Command) -> String {
+    let args: Vec<String> = command
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    args.join(" ")
+}
+
 /// Runs the fuzz targets, each for the time asked, with their corpus `fuzz/corpus/<target>`
 /// (new inputs are added there; a crash is written to `fuzz/artifacts/<target>/`). No sanitizer:
 /// the fuzzed crates deny `unsafe_code`, so AddressSanitizer would find nothing and halve the
@@ -249,25 +301,16 @@ fn fuzz(root: &Path, args: &[String]) -> Result<()> {
     if !cargo_succeeds(root, &["+nightly", "fuzz", "--version"]) {
         bail!("the fuzz targets need cargo-fuzz: cargo install cargo-fuzz --locked");
     }
-    let seconds = format!("-max_total_time={}", request.seconds);
     for target in &request.targets {
-        run(
-            root,
-            "cargo",
-            &[
-                "+nightly",
-                "fuzz",
-                "run",
-                "--sanitizer",
-                "none",
-                "--debug-assertions",
-                target,
-                "--",
-                &seconds,
-                "-timeout=10",
-                "-rss_limit_mb=2048",
-            ],
-        )?;
+        let mut command = fuzz_command(target, request.seconds);
+        eprintln!("xtask: cargo {}", shown_args(&command));
+        let status = command
+            .current_dir(root)
+            .status()
+            .context("starting cargo fuzz")?;
+        if !status.success() {
+            bail!("cargo fuzz run {target} failed: {status}");
+        }
     }
     Ok(())
 }
@@ -300,6 +343,26 @@ mod fuzz_tests {
         assert!(parse_fuzz_args(&args(&["nope"])).is_err());
         assert!(parse_fuzz_args(&args(&["--seconds"])).is_err());
         assert!(parse_fuzz_args(&args(&["--seconds", "x"])).is_err());
+    }
+
+    /// Run by cargo (`cargo test`, as `cargo xtask` runs under `cargo run`), the environment has
+    /// `CARGO_MANIFEST_DIR`; the fuzz build must not see it, or ring's build script runs again.
+    #[test]
+    fn xtask_fuzz_builds_without_the_variables_cargo_run_set() {
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let command = fuzz_command("mountinfo", 60);
+        let removed: Vec<String> = command
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            removed.iter().any(|k| k == "CARGO_MANIFEST_DIR"),
+            "{removed:?}"
+        );
+        assert!(removed.iter().any(|k| k == "CARGO_PKG_NAME"), "{removed:?}");
+        assert!(!removed.iter().any(|k| k == "CARGO_HOME"), "{removed:?}");
+        assert!(shown_args(&command).contains("mountinfo -- -max_total_time=60"));
     }
 
     /// Every target `cargo xtask fuzz` knows is a `[[bin]]` of `fuzz/Cargo.toml` with a corpus.

@@ -258,17 +258,17 @@ fn cargo_run_variables() -> Vec<String> {
         .collect()
 }
 
-/// `cargo +nightly fuzz run` of one target for `seconds`, in the environment of a plain shell.
-fn fuzz_command(target: &str, seconds: u64) -> Command {
+/// `cargo +nightly fuzz run` of one target for `seconds`, in the environment of a plain shell:
+/// new inputs go to `fuzz/corpus/<target>` (not kept in git), the seeds kept in git are read
+/// from `fuzz/seeds/<target>`.
+fn fuzz_command(root: &Path, target: &str, seconds: u64) -> Command {
+    let corpus = root.join("fuzz/corpus").join(target);
+    let seeds = root.join("fuzz/seeds").join(target);
     let mut command = Command::new("cargo");
+    command.args(["+nightly", "fuzz", "run"]);
+    command.args(["--sanitizer", "none", "--debug-assertions", target]);
+    command.args([&corpus, &seeds]);
     command.args([
-        "+nightly",
-        "fuzz",
-        "run",
-        "--sanitizer",
-        "none",
-        "--debug-assertions",
-        target,
         "--",
         &format!("-max_total_time={seconds}"),
         "-timeout=10",
@@ -289,8 +289,9 @@ fn shown_args(command: &Command) -> String {
     args.join(" ")
 }
 
-/// Runs the fuzz targets, each for the time asked, with their corpus `fuzz/corpus/<target>`
-/// (new inputs are added there; a crash is written to `fuzz/artifacts/<target>/`). No sanitizer:
+/// Runs the fuzz targets, each for the time asked, from their seeds `fuzz/seeds/<target>` and
+/// corpus `fuzz/corpus/<target>` (new inputs are added there; a crash is written to
+/// `fuzz/artifacts/<target>/`). No sanitizer:
 /// the fuzzed crates deny `unsafe_code`, so AddressSanitizer would find nothing and halve the
 /// speed; debug assertions are on, so an arithmetic overflow is a crash.
 fn fuzz(root: &Path, args: &[String]) -> Result<()> {
@@ -302,7 +303,10 @@ fn fuzz(root: &Path, args: &[String]) -> Result<()> {
         bail!("the fuzz targets need cargo-fuzz: cargo install cargo-fuzz --locked");
     }
     for target in &request.targets {
-        let mut command = fuzz_command(target, request.seconds);
+        let corpus = root.join("fuzz/corpus").join(target);
+        std::fs::create_dir_all(&corpus)
+            .with_context(|| format!("creating {}", corpus.display()))?;
+        let mut command = fuzz_command(root, target, request.seconds);
         eprintln!("xtask: cargo {}", shown_args(&command));
         let status = command
             .current_dir(root)
@@ -350,7 +354,7 @@ mod fuzz_tests {
     #[test]
     fn xtask_fuzz_builds_without_the_variables_cargo_run_set() {
         assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
-        let command = fuzz_command("mountinfo", 60);
+        let command = fuzz_command(Path::new("/r"), "mountinfo", 60);
         let removed: Vec<String> = command
             .get_envs()
             .filter(|(_, v)| v.is_none())
@@ -362,10 +366,12 @@ mod fuzz_tests {
         );
         assert!(removed.iter().any(|k| k == "CARGO_PKG_NAME"), "{removed:?}");
         assert!(!removed.iter().any(|k| k == "CARGO_HOME"), "{removed:?}");
-        assert!(shown_args(&command).contains("mountinfo -- -max_total_time=60"));
+        assert!(shown_args(&command).contains(
+            "mountinfo /r/fuzz/corpus/mountinfo /r/fuzz/seeds/mountinfo -- -max_total_time=60"
+        ));
     }
 
-    /// Every target `cargo xtask fuzz` knows is a `[[bin]]` of `fuzz/Cargo.toml` with a corpus.
+    /// Every target `cargo xtask fuzz` knows is a `[[bin]]` of `fuzz/Cargo.toml` with seeds.
     #[test]
     fn xtask_fuzz_targets_are_the_fuzz_crates_targets() {
         let fuzz = workspace_root().join("fuzz");
@@ -378,11 +384,11 @@ mod fuzz_tests {
             .collect();
         assert_eq!(bins, FUZZ_TARGETS);
         for target in FUZZ_TARGETS {
-            let corpus = fuzz.join("corpus").join(target);
+            let seeds = fuzz.join("seeds").join(target);
             assert!(
-                std::fs::read_dir(&corpus).is_ok_and(|mut d| d.next().is_some()),
-                "{} has no seed corpus",
-                corpus.display()
+                std::fs::read_dir(&seeds).is_ok_and(|mut d| d.next().is_some()),
+                "{} has no seeds",
+                seeds.display()
             );
         }
     }

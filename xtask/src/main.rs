@@ -11,6 +11,8 @@
 //! * `cargo xtask cluster build|up|down|env|smoke`: a real control plane (upstream's etcd,
 //!   kube-apiserver, kube-controller-manager, kube-scheduler, built from `tools/k8s/`) on
 //!   loopback for tests; see the `cluster` module. Not part of `ci`.
+//! * `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets of `fuzz/` (nightly and
+//!   `cargo-fuzz` needed), each for N seconds (default [`FUZZ_SECONDS`]), all in turn by default.
 //!
 //! xtask may use anyhow; it never depends on a workspace crate.
 
@@ -32,8 +34,11 @@ fn main() -> Result<()> {
         "tidy" => tidy_report(&root),
         "bench" => bench(&root),
         "cluster" => cluster::main(&root, &args[1..]),
+        "fuzz" => fuzz(&root, &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci|test|tidy|bench|cluster>");
+            eprintln!(
+                "usage: cargo xtask <ci|test|tidy|bench|cluster|fuzz [TARGET] [--seconds N]>"
+            );
             bail!("unknown task {task:?}")
         }
     }
@@ -189,4 +194,210 @@ fn bench(root: &Path) -> Result<()> {
         run(root, "unshare", &args)?;
     }
     Ok(())
+}
+
+/// The cargo-fuzz targets of `fuzz/` (`fuzz/README.md`), in the order `cargo xtask fuzz` runs them.
+const FUZZ_TARGETS: &[&str] = &["manifest", "mountinfo", "atomic_writer", "strategic_merge"];
+
+/// How long `cargo xtask fuzz` runs each target unless told (`--seconds N`).
+const FUZZ_SECONDS: u64 = 300;
+
+/// What `cargo xtask fuzz` was asked to run.
+#[derive(Debug, PartialEq, Eq)]
+struct FuzzRequest {
+    targets: Vec<&'static str>,
+    seconds: u64,
+}
+
+fn parse_fuzz_args(args: &[String]) -> Result<FuzzRequest> {
+    let mut targets = Vec::new();
+    let mut seconds = FUZZ_SECONDS;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--seconds" {
+            let value = args.next().context("--seconds needs a number")?;
+            seconds = value
+                .parse()
+                .with_context(|| format!("--seconds {value:?} is not a number of seconds"))?;
+        } else if let Some(target) = FUZZ_TARGETS.iter().find(|t| *t == arg) {
+            targets.push(*target);
+        } else {
+            bail!(
+                "unknown fuzz target {arg:?}: the targets are {}",
+                FUZZ_TARGETS.join(", ")
+            );
+        }
+    }
+    if targets.is_empty() {
+        targets = FUZZ_TARGETS.to_vec();
+    }
+    Ok(FuzzRequest { targets, seconds })
+}
+
+/// Whether `cargo <args>` runs and succeeds (its output is not shown).
+fn cargo_succeeds(root: &Path, args: &[&str]) -> bool {
+    Command::new("cargo")
+        .args(args)
+        .current_dir(root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The variables `cargo run` sets for xtask itself. They are removed from the fuzz build's
+/// environment: a build script that watches one (ring's reads `CARGO_MANIFEST_DIR`) would
+/// otherwise run again, and with it every crate above it, each time `cargo xtask fuzz` and a
+/// plain `cargo fuzz` take turns.
+fn cargo_run_variables() -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| {
+            k.starts_with("CARGO_PKG_")
+                || matches!(
+                    k.as_str(),
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_BIN_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                )
+        })
+        .collect()
+}
+
+/// `cargo +nightly fuzz run` of one target for `seconds`, in the environment of a plain shell:
+/// new inputs go to `fuzz/corpus/<target>` (not kept in git), the seeds kept in git are read
+/// from `fuzz/seeds/<target>`.
+fn fuzz_command(root: &Path, target: &str, seconds: u64) -> Command {
+    let corpus = root.join("fuzz/corpus").join(target);
+    let seeds = root.join("fuzz/seeds").join(target);
+    let mut command = Command::new("cargo");
+    command.args(["+nightly", "fuzz", "run"]);
+    command.args(["--sanitizer", "none", "--debug-assertions", target]);
+    command.args([&corpus, &seeds]);
+    command.args([
+        "--",
+        &format!("-max_total_time={seconds}"),
+        "-timeout=10",
+        "-rss_limit_mb=2048",
+        "-print_final_stats=1",
+    ]);
+    for variable in cargo_run_variables() {
+        command.env_remove(variable);
+    }
+    command
+}
+
+fn shown_args(command: &Command) -> String {
+    let args: Vec<String> = command
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    args.join(" ")
+}
+
+/// Runs the fuzz targets, each for the time asked, from their seeds `fuzz/seeds/<target>` and
+/// corpus `fuzz/corpus/<target>` (new inputs are added there; a crash is written to
+/// `fuzz/artifacts/<target>/`). No sanitizer:
+/// the fuzzed crates deny `unsafe_code`, so AddressSanitizer would find nothing and halve the
+/// speed; debug assertions are on, so an arithmetic overflow is a crash.
+fn fuzz(root: &Path, args: &[String]) -> Result<()> {
+    let request = parse_fuzz_args(args)?;
+    if !cargo_succeeds(root, &["+nightly", "--version"]) {
+        bail!("the fuzz targets need a nightly toolchain: rustup toolchain install nightly");
+    }
+    if !cargo_succeeds(root, &["+nightly", "fuzz", "--version"]) {
+        bail!("the fuzz targets need cargo-fuzz: cargo install cargo-fuzz --locked");
+    }
+    for target in &request.targets {
+        let corpus = root.join("fuzz/corpus").join(target);
+        std::fs::create_dir_all(&corpus)
+            .with_context(|| format!("creating {}", corpus.display()))?;
+        let mut command = fuzz_command(root, target, request.seconds);
+        eprintln!("xtask: cargo {}", shown_args(&command));
+        let status = command
+            .current_dir(root)
+            .status()
+            .context("starting cargo fuzz")?;
+        if !status.success() {
+            bail!("cargo fuzz run {target} failed: {status}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn xtask_fuzz_runs_every_target_by_default_for_the_default_time() {
+        let request = parse_fuzz_args(&[]).unwrap();
+        assert_eq!(request.targets, FUZZ_TARGETS);
+        assert_eq!(request.seconds, FUZZ_SECONDS);
+    }
+
+    #[test]
+    fn xtask_fuzz_takes_a_target_and_seconds() {
+        let request = parse_fuzz_args(&args(&["mountinfo", "--seconds", "60"])).unwrap();
+        assert_eq!(
+            request,
+            FuzzRequest {
+                targets: vec!["mountinfo"],
+                seconds: 60
+            }
+        );
+        assert!(parse_fuzz_args(&args(&["nope"])).is_err());
+        assert!(parse_fuzz_args(&args(&["--seconds"])).is_err());
+        assert!(parse_fuzz_args(&args(&["--seconds", "x"])).is_err());
+    }
+
+    /// Run by cargo (`cargo test`, as `cargo xtask` runs under `cargo run`), the environment has
+    /// `CARGO_MANIFEST_DIR`; the fuzz build must not see it, or ring's build script runs again.
+    #[test]
+    fn xtask_fuzz_builds_without_the_variables_cargo_run_set() {
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let command = fuzz_command(Path::new("/r"), "mountinfo", 60);
+        let removed: Vec<String> = command
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            removed.iter().any(|k| k == "CARGO_MANIFEST_DIR"),
+            "{removed:?}"
+        );
+        assert!(removed.iter().any(|k| k == "CARGO_PKG_NAME"), "{removed:?}");
+        assert!(!removed.iter().any(|k| k == "CARGO_HOME"), "{removed:?}");
+        assert!(shown_args(&command).contains(
+            "mountinfo /r/fuzz/corpus/mountinfo /r/fuzz/seeds/mountinfo -- -max_total_time=60"
+        ));
+    }
+
+    /// Every target `cargo xtask fuzz` knows is a `[[bin]]` of `fuzz/Cargo.toml` with seeds.
+    #[test]
+    fn xtask_fuzz_targets_are_the_fuzz_crates_targets() {
+        let fuzz = workspace_root().join("fuzz");
+        let manifest = std::fs::read_to_string(fuzz.join("Cargo.toml")).unwrap();
+        let bins: Vec<&str> = manifest
+            .lines()
+            .filter_map(|l| l.strip_prefix("name = \""))
+            .filter_map(|l| l.strip_suffix('"'))
+            .filter(|n| *n != "rustlet-fuzz")
+            .collect();
+        assert_eq!(bins, FUZZ_TARGETS);
+        for target in FUZZ_TARGETS {
+            let seeds = fuzz.join("seeds").join(target);
+            assert!(
+                std::fs::read_dir(&seeds).is_ok_and(|mut d| d.next().is_some()),
+                "{} has no seeds",
+                seeds.display()
+            );
+        }
+    }
 }

@@ -106,7 +106,7 @@ pub fn check_all(root: &Path) -> Result<Vec<String>> {
 /// Every `.rs` file of ours, relative to the root.
 fn rust_files(root: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for top in ["crates", "xtask", "tests"] {
+    for top in ["crates", "xtask", "tests", "fuzz"] {
         walk(&root.join(top), &mut out)?;
     }
     out.sort();

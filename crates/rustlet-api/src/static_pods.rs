@@ -182,6 +182,13 @@ fn invalid(path: &Path, message: String) -> ManifestError {
     }
 }
 
+/// W29 for one decoded document, for the fuzz targets (`fuzz/`): the static pod a manifest
+/// file's one document `object` at `path` gives on the node `node_name`.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_static_pod(path: &Path, object: Value, node_name: &str) -> Result<Pod, ManifestError> {
+    static_pod(path, object, node_name)
+}
+
 /// W29 for one decoded document.
 fn static_pod(path: &Path, mut object: Value, node_name: &str) -> Result<Pod, ManifestError> {
     if object["kind"] != "Pod" {

@@ -373,6 +373,33 @@ struct Leaf<'a> {
 }
 
 /// Writes the cluster CA, every certificate and the service-account key pair into `pki/`.
+/// Removes `node-*.kubeconfig` and `pki/node-*.{crt,key}`, the files an earlier `up` wrote for
+/// its nodes.
+fn remove_stale_node_files(layout: &Layout) -> Result<()> {
+    for dir in [layout.dir.clone(), layout.dir.join("pki")] {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry
+                .with_context(|| format!("reading {}", dir.display()))?
+                .path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let ours = name.starts_with("node-")
+                && [".kubeconfig", ".crt", ".key"]
+                    .iter()
+                    .any(|e| name.ends_with(e));
+            if ours {
+                fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn write_pki(layout: &Layout, nodes: &[String]) -> Result<()> {
     fs::create_dir_all(layout.dir.join("pki")).context("creating pki/")?;
     let ca_key = KeyPair::generate().context("generating the CA key")?;
@@ -687,6 +714,9 @@ fn up(bin: &Path, opts: &Options) -> Result<()> {
     if data.exists() {
         fs::remove_dir_all(&data).with_context(|| format!("removing {}", data.display()))?;
     }
+    // A new CA and new ports every time: node files of an earlier `up` (other `--nodes`) would
+    // name a port nothing listens on and a CA nothing trusts, so they go.
+    remove_stale_node_files(&layout)?;
     write_pki(&layout, &opts.nodes)?;
     let ports = Ports::pick()?;
     for (user, stem) in [
@@ -1032,6 +1062,35 @@ fn smoke_checks(bin: &Path, dir: &Path, node: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An `up` without the nodes of an earlier one leaves none of their kubeconfigs or
+    /// certificates (they named the earlier port and CA: rustlet's first try against the
+    /// cluster met `client error (Connect)` through such a kubeconfig); others stay.
+    #[test]
+    fn an_earlier_ups_node_files_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout {
+            dir: dir.path().to_owned(),
+        };
+        fs::create_dir_all(dir.path().join("pki")).unwrap();
+        for file in [
+            "node-a.kubeconfig",
+            "pki/node-a.crt",
+            "pki/node-a.key",
+            "admin.kubeconfig",
+            "pki/ca.crt",
+            "node-notes.txt",
+        ] {
+            fs::write(dir.path().join(file), "x").unwrap();
+        }
+        remove_stale_node_files(&layout).unwrap();
+        for gone in ["node-a.kubeconfig", "pki/node-a.crt", "pki/node-a.key"] {
+            assert!(!dir.path().join(gone).exists(), "{gone}");
+        }
+        for kept in ["admin.kubeconfig", "pki/ca.crt", "node-notes.txt"] {
+            assert!(dir.path().join(kept).exists(), "{kept}");
+        }
+    }
 
     /// The pinned Kubernetes is the release the workspace's k8s-openapi version feature names.
     #[test]

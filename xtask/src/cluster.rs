@@ -52,6 +52,10 @@ const SERVERS: &[&str] = &[
 /// The service network (the API server's `kubernetes` Service takes its first address).
 const SERVICE_CIDR: &str = "10.96.0.0/24";
 const FIRST_SERVICE_IP: [u8; 4] = [10, 96, 0, 1];
+/// The audit policy of `--audit`: every request's metadata (user, verb, resource, user agent,
+/// code), once, when its response is complete.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
+
 /// The service-account token issuer (kubeadm's default).
 const SA_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
@@ -68,7 +72,7 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
         "build" => build(root).map(|bin| println!("{}", bin.display())),
         "up" => {
             let bin = build(root)?;
-            up(&bin, &opts)?;
+            up(&bin, &opts).map(drop)?;
             print_usage(&bin, &opts.dir);
             Ok(())
         }
@@ -85,22 +89,36 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
 
 /// The options of `up`, `down`, `env` and `smoke`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Options {
+pub struct Options {
     /// The cluster's own directory: PKI, kubeconfigs, etcd data, logs, pid files.
-    dir: PathBuf,
+    pub dir: PathBuf,
     /// A node client certificate and kubeconfig is written for each of these node names.
-    nodes: Vec<String>,
+    pub nodes: Vec<String>,
     /// kube-controller-manager's `--node-monitor-grace-period` (short, for tests).
-    node_monitor_grace_period: String,
+    pub node_monitor_grace_period: String,
+    /// More IP addresses the API server's serving certificate names besides 127.0.0.1 and
+    /// the first service IP (`--apiserver-ip`): where a test forwards the API server to, such
+    /// as a pod network's gateway, so that a pod verifies it with the cluster CA.
+    pub extra_apiserver_ips: Vec<[u8; 4]>,
+    /// The API server's audit log, every request at `Metadata` level, to `logs/audit.log`
+    /// (`--audit`): who asked what, with its user agent, for the request-rate figures.
+    pub audit: bool,
 }
 
 impl Options {
-    fn parse(args: &[String]) -> Result<Self> {
-        let mut opts = Options {
-            dir: std::env::temp_dir().join("rustlet-cluster"),
-            nodes: Vec::new(),
+    /// The defaults for a cluster in `dir`, with certificates for `nodes`.
+    pub fn new(dir: impl Into<PathBuf>, nodes: &[&str]) -> Self {
+        Options {
+            dir: dir.into(),
+            nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
             node_monitor_grace_period: "20s".to_owned(),
-        };
+            extra_apiserver_ips: Vec::new(),
+            audit: false,
+        }
+    }
+
+    fn parse(args: &[String]) -> Result<Self> {
+        let mut opts = Options::new(std::env::temp_dir().join("rustlet-cluster"), &[]);
         let mut it = args.iter();
         while let Some(arg) = it.next() {
             let (flag, inline) = match arg.split_once('=') {
@@ -126,6 +144,13 @@ impl Options {
                         .collect();
                 }
                 "--node-monitor-grace-period" => opts.node_monitor_grace_period = value()?,
+                "--apiserver-ip" => {
+                    let ip: std::net::Ipv4Addr = value()?
+                        .parse()
+                        .context("--apiserver-ip needs an IPv4 address")?;
+                    opts.extra_apiserver_ips.push(ip.octets());
+                }
+                "--audit" => opts.audit = true,
                 other => bail!("unknown option {other:?}"),
             }
         }
@@ -254,7 +279,7 @@ fn ldflags(v: &Versions) -> Result<String> {
 }
 
 /// Builds the binaries into the cache unless all are there already; returns the cache's `bin`.
-fn build(root: &Path) -> Result<PathBuf> {
+pub fn build(root: &Path) -> Result<PathBuf> {
     let versions = pinned_versions(root)?;
     let bin = bin_dir(&versions)?;
     if BINARIES.iter().all(|b| bin.join(b).is_file()) {
@@ -400,7 +425,7 @@ fn remove_stale_node_files(layout: &Layout) -> Result<()> {
     Ok(())
 }
 
-fn write_pki(layout: &Layout, nodes: &[String]) -> Result<()> {
+fn write_pki(layout: &Layout, nodes: &[String], extra_apiserver_ips: &[[u8; 4]]) -> Result<()> {
     fs::create_dir_all(layout.dir.join("pki")).context("creating pki/")?;
     let ca_key = KeyPair::generate().context("generating the CA key")?;
     let mut ca = CertificateParams::default();
@@ -434,7 +459,10 @@ fn write_pki(layout: &Layout, nodes: &[String]) -> Result<()> {
             ]
             .map(str::to_owned)
             .to_vec(),
-            ips: vec![[127, 0, 0, 1], FIRST_SERVICE_IP],
+            ips: [[127, 0, 0, 1], FIRST_SERVICE_IP]
+                .into_iter()
+                .chain(extra_apiserver_ips.iter().copied())
+                .collect(),
         },
         client_leaf(
             "apiserver-kubelet-client",
@@ -606,7 +634,21 @@ fn server_args(server: &str, layout: &Layout, ports: Ports, opts: &Options) -> V
             "--endpoint-reconciler-type=none".into(),
             format!("--cert-dir={dir}/pki/generated"),
             "--profiling=false".into(),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            opts.audit
+                .then(|| {
+                    [
+                        format!("--audit-policy-file={dir}/audit-policy.yaml"),
+                        format!("--audit-log-path={dir}/logs/audit.log"),
+                        "--audit-log-format=json".to_owned(),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
+        .collect(),
         "kube-controller-manager" => {
             let kc = layout
                 .kubeconfig("kube-controller-manager")
@@ -692,7 +734,8 @@ fn alive(pid: u32) -> bool {
     }
 }
 
-fn up(bin: &Path, opts: &Options) -> Result<()> {
+/// Starts the cluster `opts` describes; returns the API server's port.
+fn up(bin: &Path, opts: &Options) -> Result<u16> {
     let layout = Layout {
         dir: opts.dir.clone(),
     };
@@ -717,7 +760,10 @@ fn up(bin: &Path, opts: &Options) -> Result<()> {
     // A new CA and new ports every time: node files of an earlier `up` (other `--nodes`) would
     // name a port nothing listens on and a CA nothing trusts, so they go.
     remove_stale_node_files(&layout)?;
-    write_pki(&layout, &opts.nodes)?;
+    write_pki(&layout, &opts.nodes, &opts.extra_apiserver_ips)?;
+    if opts.audit {
+        write_file(&layout.dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
+    }
     let ports = Ports::pick()?;
     for (user, stem) in [
         ("kubernetes-admin", "admin"),
@@ -746,7 +792,7 @@ fn up(bin: &Path, opts: &Options) -> Result<()> {
         eprintln!("xtask: cluster: start failed; stopping what was started");
         let _ = down(&layout.dir);
     }
-    result
+    result.map(|()| ports.apiserver)
 }
 
 fn start_all(bin: &Path, layout: &Layout, ports: Ports, opts: &Options) -> Result<()> {
@@ -934,7 +980,7 @@ fn smoke(root: &Path, opts: &Options) -> Result<()> {
         ..opts.clone()
     };
     let bin = build(root)?;
-    up(&bin, &opts)?;
+    up(&bin, &opts).map(drop)?;
     let checks = smoke_checks(&bin, &opts.dir, node);
     let pids: Vec<u32> = SERVERS
         .iter()
@@ -1057,6 +1103,103 @@ fn smoke_checks(bin: &Path, dir: &Path, node: &str) -> Result<()> {
         bail!("the node created another node's Node (NodeRestriction is off)");
     }
     Ok(())
+}
+
+/// The cached binaries of the pinned versions, when `build` has made them; `None` otherwise
+/// (nothing is built here: a test must not start a 20-minute Go build).
+pub fn cached_binaries(root: &Path) -> Result<Option<PathBuf>> {
+    let bin = bin_dir(&pinned_versions(root)?)?;
+    Ok(BINARIES
+        .iter()
+        .all(|b| bin.join(b).is_file())
+        .then_some(bin))
+}
+
+/// A control plane started for one test, as `cargo xtask cluster up` starts it, and stopped
+/// (every process it started, as `down`) when dropped, also when the test panics.
+pub struct TestCluster {
+    bin: PathBuf,
+    dir: PathBuf,
+    apiserver_port: u16,
+}
+
+impl TestCluster {
+    /// Starts a cluster in `opts.dir` with the binaries in `bin` (see [`cached_binaries`]).
+    pub fn up(bin: &Path, opts: &Options) -> Result<Self> {
+        let apiserver_port = up(bin, opts)?;
+        Ok(Self {
+            bin: bin.to_owned(),
+            dir: opts.dir.clone(),
+            apiserver_port,
+        })
+    }
+
+    /// The directory of its PKI, kubeconfigs, logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where `kubectl` and the servers are.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    /// The API server's port on 127.0.0.1.
+    pub fn apiserver_port(&self) -> u16 {
+        self.apiserver_port
+    }
+
+    /// The kubeconfig of `kubernetes-admin` (`system:masters`).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    /// The kubeconfig of `system:node:<node>` (one of `Options::nodes`).
+    pub fn node_kubeconfig(&self, node: &str) -> PathBuf {
+        self.dir.join(format!("node-{node}.kubeconfig"))
+    }
+
+    /// A file of the cluster's PKI (`ca.crt`, `node-<name>.crt`...).
+    pub fn pki(&self, file: &str) -> PathBuf {
+        self.dir.join("pki").join(file)
+    }
+
+    /// `kubectl` as the admin, with `stdin` when given; its output whatever its exit status.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
+        let mut cmd = Command::new(self.bin.join("kubectl"));
+        cmd.arg("--kubeconfig")
+            .arg(self.admin_kubeconfig())
+            .arg("--request-timeout=30s")
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().context("running kubectl")?;
+        if let Some(text) = stdin {
+            child
+                .stdin
+                .take()
+                .context("kubectl's stdin")?
+                .write_all(text.as_bytes())
+                .context("writing kubectl's stdin")?;
+        }
+        child.wait_with_output().context("waiting for kubectl")
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if let Err(e) = down(&self.dir) {
+            eprintln!(
+                "xtask: cluster: stopping the test cluster in {}: {e:#}",
+                self.dir.display()
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1222,7 +1365,7 @@ mod tests {
     fn pki_certificates_chain_to_the_ca_with_their_identities() {
         let dir = std::env::temp_dir().join(format!("xtask-pki-{}", std::process::id()));
         let layout = Layout { dir: dir.clone() };
-        write_pki(&layout, &["n1".to_owned()]).unwrap();
+        write_pki(&layout, &["n1".to_owned()], &[[10, 88, 0, 1]]).unwrap();
         let ca = layout.pki("ca.crt");
         for (stem, subject) in [
             ("admin", "CN=kubernetes-admin, O=system:masters"),
@@ -1263,8 +1406,10 @@ mod tests {
             .unwrap();
         let san = String::from_utf8_lossy(&san.stdout);
         assert!(
-            san.contains("IP Address:127.0.0.1") && san.contains("DNS:localhost"),
-            "{san}"
+            san.contains("IP Address:127.0.0.1")
+                && san.contains("IP Address:10.88.0.1")
+                && san.contains("DNS:localhost"),
+            "{san} (with --apiserver-ip 10.88.0.1)"
         );
         fs::remove_dir_all(&dir).unwrap();
     }

@@ -10,16 +10,18 @@
 //!   namespace).
 //! * `cargo xtask cluster build|up|down|env|smoke`: a real control plane (upstream's etcd,
 //!   kube-apiserver, kube-controller-manager, kube-scheduler, built from `tools/k8s/`) on
-//!   loopback for tests; see the `cluster` module. Not part of `ci`.
+//!   loopback for tests; see the `cluster` module. `ci` builds it (cached) before the tests,
+//!   whose `cluster` test binary starts one per test.
 //! * `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets of `fuzz/` (nightly and
 //!   `cargo-fuzz` needed), each for N seconds (default [`FUZZ_SECONDS`]), all in turn by default.
 //!
 //! xtask may use anyhow; it never depends on a workspace crate.
 
-mod cluster;
 mod tidy;
 
-use std::path::{Path, PathBuf};
+use xtask::{cluster, workspace_root};
+
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -42,14 +44,6 @@ fn main() -> Result<()> {
             bail!("unknown task {task:?}")
         }
     }
-}
-
-/// The workspace root: the parent of this crate's manifest directory.
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
 }
 
 fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
@@ -88,6 +82,10 @@ fn ci(root: &Path) -> Result<()> {
     )?;
     tidy_report(root)?;
     doc(root)?;
+    // The real control plane of the `cluster` tests (tests/cluster): built once per pinned
+    // version into a cache outside the repository; a warm machine builds nothing.
+    let bin = cluster::build(root)?;
+    eprintln!("xtask: the control plane's binaries: {}", bin.display());
     test(root)
 }
 

@@ -1,0 +1,19 @@
+//! The library half of `cargo xtask`: what the binary's tasks and the end-to-end tests share.
+//! Today that is [`cluster`], the real control plane on loopback, which `cargo xtask cluster`
+//! drives from the command line and the real-cluster tests (`tests/cluster`) start per test
+//! through [`cluster::TestCluster`].
+//!
+//! Test tooling only: nothing here is linked into Rustlet's product crates, and it never
+//! depends on a workspace crate.
+
+pub mod cluster;
+
+use std::path::{Path, PathBuf};
+
+/// The workspace root: the parent of this crate's manifest directory.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}

@@ -39,9 +39,11 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "rustlet-pods",
         ],
     ),
+    ("rustlet-server", &["rustlet-core"]),
     (
         "rustlet",
         &[
+            "rustlet-server",
             "rustlet-core",
             "rustlet-status",
             "rustlet-volume",

@@ -11,3 +11,5 @@
 //!
 //! Layer: above `rustlet-core`; never imports `rustlet` (the binary) nor `tonic` (the CRI
 //! calls it needs come through traits the binary implements over `rustlet-cri`).
+
+pub mod streaming;

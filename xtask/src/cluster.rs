@@ -103,6 +103,11 @@ pub struct Options {
     /// The API server's audit log, every request at `Metadata` level, to `logs/audit.log`
     /// (`--audit`): who asked what, with its user agent, for the request-rate figures.
     pub audit: bool,
+    /// Runs every server (and `kubectl`) inside this network namespace (a `/proc/<pid>/ns/net`
+    /// or a bind-mounted namespace file; `nsenter` needs root): its loopback instead of the
+    /// host's, so that a node agent in that namespace and the API server reach each other
+    /// (`logs`/`exec` go from the API server to the node), and nothing listens on the host.
+    pub netns: Option<PathBuf>,
 }
 
 impl Options {
@@ -114,6 +119,7 @@ impl Options {
             node_monitor_grace_period: "20s".to_owned(),
             extra_apiserver_ips: Vec::new(),
             audit: false,
+            netns: None,
         }
     }
 
@@ -607,7 +613,16 @@ fn server_args(server: &str, layout: &Layout, ports: Ports, opts: &Options) -> V
         ],
         "kube-apiserver" => vec![
             format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
+            // In a namespace of its own the API server listens on all of that namespace's
+            // addresses (its pods reach it at their gateway); else on the host's loopback only.
+            format!(
+                "--bind-address={}",
+                if opts.netns.is_some() {
+                    "0.0.0.0"
+                } else {
+                    "127.0.0.1"
+                }
+            ),
             "--advertise-address=127.0.0.1".into(),
             format!("--secure-port={}", ports.apiserver),
             format!("--tls-cert-file={}", p("apiserver.crt")),
@@ -802,7 +817,13 @@ fn start_all(bin: &Path, layout: &Layout, ports: Ports, opts: &Options) -> Resul
     }
     let admin = layout.kubeconfig("admin");
     wait_for("the API server's /readyz", &mut children, layout, || {
-        kubectl(bin, &admin, &["get", "--raw", "/readyz"]).is_ok_and(|o| o.status.success())
+        kubectl(
+            bin,
+            opts.netns.as_deref(),
+            &admin,
+            &["get", "--raw", "/readyz"],
+        )
+        .is_ok_and(|o| o.status.success())
     })?;
     for server in &SERVERS[2..] {
         children.push(start(bin, layout, server, ports, opts)?);
@@ -814,6 +835,7 @@ fn start_all(bin: &Path, layout: &Layout, ports: Ports, opts: &Options) -> Resul
         || {
             kubectl(
                 bin,
+                opts.netns.as_deref(),
                 &admin,
                 &[
                     "-n",
@@ -842,7 +864,7 @@ fn start(
     let log =
         fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
     let log2 = log.try_clone().context("duplicating a log file")?;
-    let child = Command::new(bin.join(server))
+    let child = command_in(opts.netns.as_deref(), bin.join(server))
         .args(server_args(server, layout, ports, opts))
         .stdin(Stdio::null())
         .stdout(log)
@@ -897,8 +919,23 @@ fn log_tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
-fn kubectl(bin: &Path, kubeconfig: &Path, args: &[&str]) -> Result<Output> {
-    Command::new(bin.join("kubectl"))
+/// `program`, run inside the network namespace `netns` when one is given (through `nsenter`,
+/// which execs it: the pid is the program's).
+fn command_in(netns: Option<&Path>, program: PathBuf) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net={}", ns.display()))
+                .arg("--")
+                .arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
+fn kubectl(bin: &Path, netns: Option<&Path>, kubeconfig: &Path, args: &[&str]) -> Result<Output> {
+    command_in(netns, bin.join("kubectl"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
@@ -1121,6 +1158,7 @@ pub struct TestCluster {
     bin: PathBuf,
     dir: PathBuf,
     apiserver_port: u16,
+    netns: Option<PathBuf>,
 }
 
 impl TestCluster {
@@ -1131,6 +1169,7 @@ impl TestCluster {
             bin: bin.to_owned(),
             dir: opts.dir.clone(),
             apiserver_port,
+            netns: opts.netns.clone(),
         })
     }
 
@@ -1144,7 +1183,12 @@ impl TestCluster {
         &self.bin
     }
 
-    /// The API server's port on 127.0.0.1.
+    /// The network namespace it runs in, if not this process's.
+    pub fn netns(&self) -> Option<&Path> {
+        self.netns.as_deref()
+    }
+
+    /// The API server's port on 127.0.0.1 (of [`Self::netns`] when it has one).
     pub fn apiserver_port(&self) -> u16 {
         self.apiserver_port
     }
@@ -1166,7 +1210,7 @@ impl TestCluster {
 
     /// `kubectl` as the admin, with `stdin` when given; its output whatever its exit status.
     pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
-        let mut cmd = Command::new(self.bin.join("kubectl"));
+        let mut cmd = command_in(self.netns.as_deref(), self.bin.join("kubectl"));
         cmd.arg("--kubeconfig")
             .arg(self.admin_kubeconfig())
             .arg("--request-timeout=30s")

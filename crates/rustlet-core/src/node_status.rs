@@ -636,6 +636,55 @@ fn set_ready_condition(
     }
 }
 
+/// upstream: `reconcileHugePageResource` with `updateDefaultResources`, at the registration
+/// of a Node that already exists: a missing capacity or allocatable taken from the new Node,
+/// each huge page size set as the new Node has it, sizes it no longer has removed. Returns
+/// whether anything changed. (Upstream's `reconcileExtendedResource` zeroes device plugin
+/// resources; this agent has no device plugins.)
+pub fn reconcile_node_resources(initial: &NodeStatus, existing: &mut NodeStatus) -> bool {
+    let mut changed = false;
+    let is_hugepages = |name: &str| name.starts_with("hugepages-");
+    let initial_capacity = initial.capacity.clone().unwrap_or_default();
+    let initial_allocatable = initial.allocatable.clone().unwrap_or_default();
+    if existing.capacity.is_none() && initial.capacity.is_some() {
+        existing.capacity = initial.capacity.clone();
+        changed = true;
+    }
+    if existing.allocatable.is_none() && initial.allocatable.is_some() {
+        existing.allocatable = initial.allocatable.clone();
+        changed = true;
+    }
+    let capacity = existing.capacity.get_or_insert_with(BTreeMap::new);
+    let allocatable = existing.allocatable.get_or_insert_with(BTreeMap::new);
+    let same = |a: Option<&Quantity>, b: &Quantity| a.is_some_and(|a| crate::quantity::quantity_eq(a, b));
+    for (name, wanted) in initial_capacity.iter().filter(|(n, _)| is_hugepages(n)) {
+        let supported = capacity.contains_key(name);
+        if !supported || !same(capacity.get(name), wanted) {
+            capacity.insert(name.clone(), wanted.clone());
+            changed = true;
+        }
+        let wanted = initial_allocatable
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Quantity("0".into()));
+        if !supported || !same(allocatable.get(name), &wanted) {
+            allocatable.insert(name.clone(), wanted);
+            changed = true;
+        }
+    }
+    let gone: Vec<String> = capacity
+        .keys()
+        .filter(|n| is_hugepages(n) && !initial_capacity.contains_key(*n))
+        .cloned()
+        .collect();
+    for name in gone {
+        capacity.remove(&name);
+        allocatable.remove(&name);
+        changed = true;
+    }
+    changed
+}
+
 /// upstream: `nodeStatusHasChanged`: whether anything but the conditions' heartbeat times
 /// differs (conditions compared in type order; quantities by value).
 pub fn node_status_has_changed(old: &NodeStatus, new: &NodeStatus) -> bool {

@@ -192,6 +192,9 @@ pub struct NodeRegistrar {
     machine: Arc<dyn Machine>,
     runtime: Arc<dyn NodeRuntime>,
     state: Mutex<LoopState>,
+    /// Whether the Node is registered: `volumesInUse` is written only then (upstream writes it
+    /// in the node status, after registration).
+    registered: tokio::sync::watch::Sender<bool>,
 }
 
 impl NodeRegistrar {
@@ -218,6 +221,7 @@ impl NodeRegistrar {
                 },
                 pressure_seen: [None; 3],
             }),
+            registered: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -353,6 +357,12 @@ impl NodeRegistrar {
     /// reconcile the attach-detach annotation, the default labels and the huge page resources,
     /// patching the status subresource when any changed. Returns the API's Node.
     pub async fn register(&self) -> Result<Node, ClientError> {
+        let registered = self.try_register().await?;
+        self.registered.send_replace(true);
+        Ok(registered)
+    }
+
+    async fn try_register(&self) -> Result<Node, ClientError> {
         let node = self.initial_node().await;
         match self.nodes.create(&PostParams::default(), &node).await {
             Ok(created) => return Ok(created),
@@ -577,7 +587,11 @@ impl NodeRegistrar {
 
 #[async_trait::async_trait]
 impl VolumesInUseWriter for NodeRegistrar {
+    /// Waits until the Node is registered, then writes.
     async fn write_volumes_in_use(&self, volumes: &[String]) -> Result<(), WriteError> {
+        let mut registered = self.registered.subscribe();
+        // The sender lives as long as `self`.
+        let _ = registered.wait_for(|r| *r).await;
         Ok(self.set_volumes_in_use(volumes).await?)
     }
 }

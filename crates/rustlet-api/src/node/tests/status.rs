@@ -568,3 +568,29 @@ fn kubelet_version_is_the_release_tools_k8s_pins() {
         .unwrap();
     assert_eq!(pinned, KUBELET_VERSION);
 }
+
+/// `volumesInUse` is written only once the Node is registered (upstream writes it with the
+/// node status), so the volume manager's first report never meets a 404.
+#[tokio::test(start_paused = true)]
+async fn volumes_in_use_waits_for_the_registration() {
+    use rustlet_volume::node::VolumesInUseWriter;
+
+    let s = setup(config()).await;
+    let write = {
+        let registrar = s.registrar.clone();
+        tokio::spawn(async move {
+            registrar
+                .write_volumes_in_use(&["kubernetes.io/csi/d^v1".into()])
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!write.is_finished());
+    assert_eq!(s.server.requests().len(), 0);
+    s.registrar.register().await.unwrap();
+    write.await.unwrap().unwrap();
+    assert_eq!(
+        stored(&s.server)["status"]["volumesInUse"],
+        json!(["kubernetes.io/csi/d^v1"])
+    );
+}

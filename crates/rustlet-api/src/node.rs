@@ -371,12 +371,22 @@ impl NodeRegistrar {
             }
             Err(e) => return Err(client_error(e)),
         }
-        let existing = self.nodes.get(&self.config.name).await.map_err(client_error)?;
+        let existing = self
+            .nodes
+            .get(&self.config.name)
+            .await
+            .map_err(client_error)?;
         let mut reconciled = existing.clone();
         let initial_meta = &node.metadata;
         let mut changed = reconcile_attach_detach_annotation(
-            initial_meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
-            reconciled.metadata.annotations.get_or_insert_with(BTreeMap::new),
+            initial_meta
+                .annotations
+                .as_ref()
+                .unwrap_or(&BTreeMap::new()),
+            reconciled
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new),
         );
         changed |= reconcile_default_labels(
             initial_meta.labels.as_ref().unwrap_or(&BTreeMap::new()),
@@ -432,7 +442,10 @@ impl NodeRegistrar {
     /// Deviation: upstream spreads the first and each changed report's next deadline by a
     /// random ±50% of the report frequency (`calculateDelay`); here an unchanged status is
     /// reported exactly `nodeStatusReportFrequency` after the last report.
-    pub async fn try_update_node_status(&self, attempt: usize) -> Result<StatusUpdate, ClientError> {
+    pub async fn try_update_node_status(
+        &self,
+        attempt: usize,
+    ) -> Result<StatusUpdate, ClientError> {
         let params = if attempt == 0 {
             GetParams::any()
         } else {
@@ -484,7 +497,10 @@ impl NodeRegistrar {
             match self.try_update_node_status(attempt).await {
                 Ok(update) => return Ok(update),
                 Err(e) => {
-                    warn!("updating the status of node {}, will retry: {e}", self.config.name);
+                    warn!(
+                        "updating the status of node {}, will retry: {e}",
+                        self.config.name
+                    );
                     last = Some(e);
                 }
             }
@@ -563,7 +579,10 @@ impl NodeRegistrar {
     async fn status_loop(&self) {
         loop {
             if let Err(e) = self.update_node_status().await {
-                warn!("unable to update the status of node {}: {e}", self.config.name);
+                warn!(
+                    "unable to update the status of node {}: {e}",
+                    self.config.name
+                );
             }
             tokio::time::sleep(self.config.status_update_frequency).await;
         }

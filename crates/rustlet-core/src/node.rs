@@ -101,7 +101,8 @@ pub fn is_kubelet_label(key: &str) -> bool {
 /// The `--node-labels` that the NodeRestriction admission plugin would refuse (a `kubernetes.io`
 /// or `k8s.io` label that is not a kubelet label; `node-restriction.kubernetes.io/` is one),
 /// sorted; and upstream's startup error naming them (`ValidateKubeletFlags`), `None` when all
-/// may be set.
+/// may be set. Deviation: one line (upstream breaks it after the list), as every startup
+/// error of the agent.
 pub fn forbidden_node_labels<'a>(keys: impl IntoIterator<Item = &'a str>) -> Option<String> {
     let mut unknown: Vec<&str> = keys
         .into_iter()
@@ -213,7 +214,10 @@ mod tests {
             ),
             "{err}"
         );
-        assert!(err.contains("(kubelet.kubernetes.io, node.kubernetes.io)"), "{err}");
+        assert!(
+            err.contains("(kubelet.kubernetes.io, node.kubernetes.io)"),
+            "{err}"
+        );
     }
 
     /// upstream: `TestUpdateDefaultLabels` (a subset of its cases).

@@ -23,7 +23,8 @@ use serde_json::{Map, Value};
 use crate::patch::{MergeKeys, PATCH_DIRECTIVE, apply_with_keys, diff_with_keys};
 
 /// The node status lists that merge by key (the Node schema's `x-kubernetes-patch-merge-key`).
-pub const NODE_STATUS_MERGE_KEYS: [(&str, &str); 2] = [("conditions", "type"), ("addresses", "type")];
+pub const NODE_STATUS_MERGE_KEYS: [(&str, &str); 2] =
+    [("conditions", "type"), ("addresses", "type")];
 
 /// A filesystem's size and use (statfs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -289,7 +290,7 @@ pub fn decimal_si(value: u64) -> String {
         return "0".into();
     }
     let (mut mantissa, mut exponent) = (value, 0usize);
-    while exponent < SUFFIXES.len() && mantissa % 1000 == 0 {
+    while exponent < SUFFIXES.len() && mantissa.is_multiple_of(1000) {
         mantissa /= 1000;
         exponent += 1;
     }
@@ -304,11 +305,11 @@ pub fn decimal_si(value: u64) -> String {
 /// `CanonicalizeBytes`).
 pub fn binary_si(value: u64) -> String {
     const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
-    if value < 1024 || value % 1024 != 0 {
+    if value < 1024 || !value.is_multiple_of(1024) {
         return decimal_si(value);
     }
     let (mut mantissa, mut exponent) = (value, 0usize);
-    while exponent < SUFFIXES.len() && mantissa % 1024 == 0 {
+    while exponent < SUFFIXES.len() && mantissa.is_multiple_of(1024) {
         mantissa /= 1024;
         exponent += 1;
     }
@@ -380,8 +381,12 @@ pub fn set_node_status(status: &mut NodeStatus, inputs: &StatusInputs<'_>) -> Ve
     info.architecture = arch.to_owned();
     let mut events = Vec::new();
     let now = Time(inputs.now);
-    for (type_, under, (reason_true, message_true, event_true), (reason_false, message_false, event_false)) in
-        PRESSURE_CONDITIONS
+    for (
+        type_,
+        under,
+        (reason_true, message_true, event_true),
+        (reason_false, message_false, event_false),
+    ) in PRESSURE_CONDITIONS
     {
         let holds = under(inputs.pressure);
         let event = set_pressure_condition(
@@ -402,8 +407,17 @@ pub fn set_node_status(status: &mut NodeStatus, inputs: &StatusInputs<'_>) -> Ve
 
 type ConditionText = (&'static str, &'static str, NodeEvent);
 
+/// A pressure condition: its type, the signal, its reason, message and event when it holds,
+/// and when it does not.
+type PressureCondition = (
+    &'static str,
+    fn(Pressure) -> bool,
+    ConditionText,
+    ConditionText,
+);
+
 /// upstream: `MemoryPressureCondition`, `DiskPressureCondition`, `PIDPressureCondition`.
-const PRESSURE_CONDITIONS: [(&str, fn(Pressure) -> bool, ConditionText, ConditionText); 3] = [
+const PRESSURE_CONDITIONS: [PressureCondition; 3] = [
     (
         "MemoryPressure",
         |p| p.memory,
@@ -532,7 +546,8 @@ fn set_machine_info(status: &mut NodeStatus, inputs: &StatusInputs<'_>) {
 /// `kubeProxyVersion` cleared (`DisableNodeKubeProxyVersion`, on by default).
 fn set_version_info(status: &mut NodeStatus, inputs: &StatusInputs<'_>) {
     let info = status.node_info.get_or_insert_with(NodeSystemInfo::default);
-    info.kernel_version.clone_from(&inputs.machine.kernel_version);
+    info.kernel_version
+        .clone_from(&inputs.machine.kernel_version);
     info.os_image.clone_from(&inputs.machine.os_image);
     inputs
         .container_runtime_version
@@ -656,7 +671,8 @@ pub fn reconcile_node_resources(initial: &NodeStatus, existing: &mut NodeStatus)
     }
     let capacity = existing.capacity.get_or_insert_with(BTreeMap::new);
     let allocatable = existing.allocatable.get_or_insert_with(BTreeMap::new);
-    let same = |a: Option<&Quantity>, b: &Quantity| a.is_some_and(|a| crate::quantity::quantity_eq(a, b));
+    let same =
+        |a: Option<&Quantity>, b: &Quantity| a.is_some_and(|a| crate::quantity::quantity_eq(a, b));
     for (name, wanted) in initial_capacity.iter().filter(|(n, _)| is_hugepages(n)) {
         let supported = capacity.contains_key(name);
         if !supported || !same(capacity.get(name), wanted) {
@@ -724,7 +740,10 @@ fn resources_changed(
     old: Option<&BTreeMap<String, Quantity>>,
     new: Option<&BTreeMap<String, Quantity>>,
 ) -> bool {
-    let (old, new) = (old.cloned().unwrap_or_default(), new.cloned().unwrap_or_default());
+    let (old, new) = (
+        old.cloned().unwrap_or_default(),
+        new.cloned().unwrap_or_default(),
+    );
     old.len() != new.len()
         || old.iter().any(|(name, q)| {
             new.get(name)

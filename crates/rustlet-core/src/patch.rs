@@ -232,9 +232,9 @@ fn apply_object(target: &mut Value, patch: &Value, keys: Option<&MergeKeys>) {
         }
         match (keys.and_then(|k| merge_key(k, key)), value) {
             (Some(_), Value::Array(items))
-                if items.iter().any(|i| {
-                    i.get(PATCH_DIRECTIVE).and_then(Value::as_str) == Some("replace")
-                }) =>
+                if items
+                    .iter()
+                    .any(|i| i.get(PATCH_DIRECTIVE).and_then(Value::as_str) == Some("replace")) =>
             {
                 let kept = items
                     .iter()
@@ -286,8 +286,7 @@ fn apply_object(target: &mut Value, patch: &Value, keys: Option<&MergeKeys>) {
             keys.and_then(|k| merge_key(k, key)),
             object.get_mut(key),
             order,
-        )
-        else {
+        ) else {
             continue;
         };
         let rank = |item: &Value| {

@@ -215,7 +215,9 @@ impl CriClient {
     pub async fn status(&self) -> Result<Vec<cri::RuntimeCondition>, CriError> {
         let mut rt = self.runtime.clone();
         let request = cri::StatusRequest { verbose: false };
-        let r = self.call("Status", self.timeout, rt.status(request)).await?;
+        let r = self
+            .call("Status", self.timeout, rt.status(request))
+            .await?;
         Ok(r.status.map(|s| s.conditions).unwrap_or_default())
     }
 

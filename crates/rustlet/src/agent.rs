@@ -16,12 +16,12 @@ use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::{Store, StoreConfig};
 use rustlet_api::node::machine::HostMachine;
 use rustlet_api::node::{NodeConfig, NodeRegistrar, NodeRuntime};
-use rustlet_core::node_status::RuntimeCondition;
 use rustlet_api::static_pods::{MirrorPods, StaticPodSource};
 use rustlet_api::{
     ApiObjects, Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries,
     NodeCache, PodCache, build_clients,
 };
+use rustlet_core::node_status::RuntimeCondition;
 use rustlet_cri::{CriConfig, CriRuntime};
 use rustlet_pods::{
     PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps, Runtime, SimulatedConfig,
@@ -284,9 +284,10 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     };
 
     // The node status asks the runtime for its version and conditions.
-    let registrar = api.registrar.take().map(|r| {
-        Arc::new(r.with_runtime(Arc::new(RuntimeForNode(runtime.clone()))))
-    });
+    let registrar = api
+        .registrar
+        .take()
+        .map(|r| Arc::new(r.with_runtime(Arc::new(RuntimeForNode(runtime.clone())))));
 
     let volumes = Arc::new(VolumeManager::new(
         VolumeManagerDeps {

@@ -320,9 +320,9 @@ pub fn go_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
 fn parse_node_labels(text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut labels = BTreeMap::new();
     for item in text.split(',').filter(|i| !i.is_empty()) {
-        let (key, value) = item.split_once('=').ok_or_else(|| {
-            bad(format!("--node-labels: {item:?} is not key=value"))
-        })?;
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| bad(format!("--node-labels: {item:?} is not key=value")))?;
         labels.insert(key.trim().to_owned(), value.trim().to_owned());
     }
     Ok(labels)
@@ -331,7 +331,9 @@ fn parse_node_labels(text: &str) -> Result<BTreeMap<String, String>, ConfigError
 /// Upstream's check of `--node-labels` (`ValidateKubeletFlags`): no label the NodeRestriction
 /// admission plugin would refuse (the Node could not be registered), and valid keys and values.
 fn check_node_labels(labels: &BTreeMap<String, String>) -> Result<(), ConfigError> {
-    if let Some(message) = rustlet_core::node::forbidden_node_labels(labels.keys().map(String::as_str)) {
+    if let Some(message) =
+        rustlet_core::node::forbidden_node_labels(labels.keys().map(String::as_str))
+    {
         return Err(bad(message));
     }
     let mut errors = rustlet_api::local::validation::FieldErrors::default();
@@ -522,7 +524,14 @@ impl AgentConfig {
             (Some(text), _) => parse_taints(text)?,
             (None, Some(list)) => list
                 .iter()
-                .map(|t| taint("config key registerWithTaints", &t.key, t.value.as_deref(), &t.effect))
+                .map(|t| {
+                    taint(
+                        "config key registerWithTaints",
+                        &t.key,
+                        t.value.as_deref(),
+                        &t.effect,
+                    )
+                })
                 .collect::<Result<_, _>>()?,
             (None, None) => Vec::new(),
         };
@@ -548,10 +557,14 @@ impl AgentConfig {
                 })
                 .transpose()
         };
-        let update_frequency =
-            positive("nodeStatusUpdateFrequency", &file.node_status_update_frequency)?;
-        let report_frequency =
-            positive("nodeStatusReportFrequency", &file.node_status_report_frequency)?;
+        let update_frequency = positive(
+            "nodeStatusUpdateFrequency",
+            &file.node_status_update_frequency,
+        )?;
+        let report_frequency = positive(
+            "nodeStatusReportFrequency",
+            &file.node_status_report_frequency,
+        )?;
         // upstream's defaulting: with only the update frequency set, the report frequency is
         // the same.
         let node_status_report_frequency = match (report_frequency, update_frequency) {
@@ -780,10 +793,18 @@ mod tests {
         assert_eq!(set.register_with_taints[0].value.as_deref(), Some("x"));
         let both = resolve(
             "nodeStatusUpdateFrequency: 500ms\nnodeStatusReportFrequency: 1h\n",
-            &["--register-with-taints", "a=b:NoExecute,c:PreferNoSchedule", "--port", "9"],
+            &[
+                "--register-with-taints",
+                "a=b:NoExecute,c:PreferNoSchedule",
+                "--port",
+                "9",
+            ],
         )
         .unwrap();
-        assert_eq!(both.node_status_update_frequency, Duration::from_millis(500));
+        assert_eq!(
+            both.node_status_update_frequency,
+            Duration::from_millis(500)
+        );
         assert_eq!(both.node_status_report_frequency, Duration::from_secs(3600));
         assert_eq!(both.port, 9);
         let taints: Vec<(String, Option<String>, String)> = both
@@ -799,11 +820,27 @@ mod tests {
             ]
         );
         for (text, flags, expected) in [
-            ("nodeStatusUpdateFrequency: 10\n", &[][..], "nodeStatusUpdateFrequency"),
-            ("nodeStatusReportFrequency: 0s\n", &[][..], "nodeStatusReportFrequency"),
+            (
+                "nodeStatusUpdateFrequency: 10\n",
+                &[][..],
+                "nodeStatusUpdateFrequency",
+            ),
+            (
+                "nodeStatusReportFrequency: 0s\n",
+                &[][..],
+                "nodeStatusReportFrequency",
+            ),
             ("maxPods: 0\n", &[][..], "maxPods"),
-            ("nodeLeaseDurationSeconds: 0\n", &[][..], "nodeLeaseDurationSeconds"),
-            ("", &["--register-with-taints", "a=b:Sometimes"][..], "effect"),
+            (
+                "nodeLeaseDurationSeconds: 0\n",
+                &[][..],
+                "nodeLeaseDurationSeconds",
+            ),
+            (
+                "",
+                &["--register-with-taints", "a=b:Sometimes"][..],
+                "effect",
+            ),
             ("", &["--node-ip", "x"][..], "--node-ip"),
         ] {
             let err = resolve(text, flags).unwrap_err();

@@ -38,9 +38,7 @@ fn trimmed(path: &str) -> String {
 
 /// `/proc/meminfo`'s fields in bytes.
 fn meminfo(text: &str, field: &str) -> Option<u64> {
-    let line = text
-        .lines()
-        .find(|l| l.split(':').next() == Some(field))?;
+    let line = text.lines().find(|l| l.split(':').next() == Some(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
@@ -74,7 +72,11 @@ fn hugepages(dir: &Path) -> Vec<HugePages> {
         .filter_map(Result::ok)
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let kib: u64 = name.strip_prefix("hugepages-")?.strip_suffix("kB")?.parse().ok()?;
+            let kib: u64 = name
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
             let pages = std::fs::read_to_string(e.path().join("nr_hugepages"))
                 .ok()?
                 .trim()
@@ -110,7 +112,13 @@ impl Machine for HostMachine {
         let mem = read("/proc/meminfo").unwrap_or_default();
         let pids = (|| {
             let loadavg = read("/proc/loadavg")?;
-            let running = loadavg.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok()?;
+            let running = loadavg
+                .split_whitespace()
+                .nth(3)?
+                .split_once('/')?
+                .1
+                .parse()
+                .ok()?;
             let max = trimmed("/proc/sys/kernel/pid_max").parse().ok()?;
             Some(PidFigures { running, max })
         })();

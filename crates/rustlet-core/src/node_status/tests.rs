@@ -384,7 +384,10 @@ fn pressure_follows_the_hard_eviction_thresholds() {
         }),
         ..machine()
     };
-    assert!(!pressure(&few_pids, &defaults).pid, "no default pid threshold");
+    assert!(
+        !pressure(&few_pids, &defaults).pid,
+        "no default pid threshold"
+    );
     let with_pid = EvictionThresholds {
         pid_available: Some(Threshold::Percentage(0.05)),
         ..defaults
@@ -594,15 +597,16 @@ fn the_node_status_patch_merges_conditions_and_replaces_addresses() {
         .unwrap()
         .insert("kubernetes.io/os".into(), "linux".into());
     let patch = node_status_patch(&old, &new).unwrap();
-    assert_eq!(patch["metadata"], json!({"labels":{"kubernetes.io/os":"linux"}}));
+    assert_eq!(
+        patch["metadata"],
+        json!({"labels":{"kubernetes.io/os":"linux"}})
+    );
     let status = &patch["status"];
     assert!(status.get("volumesInUse").is_none());
     assert!(status.get("capacity").is_none(), "{status}");
     let conditions = status["conditions"].as_array().unwrap();
     assert!(
-        conditions
-            .iter()
-            .all(|c| c["type"] != "NetworkUnavailable"),
+        conditions.iter().all(|c| c["type"] != "NetworkUnavailable"),
         "{status}"
     );
     assert_eq!(conditions.len(), 4, "{status}");

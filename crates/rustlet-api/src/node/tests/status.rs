@@ -227,8 +227,10 @@ async fn registration_reconciles_an_existing_nodes_labels_and_annotation() {
     let s = setup(config()).await;
     s.server
         .store()
-        .create(json!({"apiVersion":"v1","kind":"Node","metadata":{"name":"node-a",
-            "labels":{"kubernetes.io/hostname":"old-name","team":"blue"}}}))
+        .create(
+            json!({"apiVersion":"v1","kind":"Node","metadata":{"name":"node-a",
+            "labels":{"kubernetes.io/hostname":"old-name","team":"blue"}}}),
+        )
         .unwrap();
     let node = s.registrar.register().await.unwrap();
     let methods: Vec<(Method, String)> = s
@@ -249,13 +251,19 @@ async fn registration_reconciles_an_existing_nodes_labels_and_annotation() {
     let labels = &stored["metadata"]["labels"];
     assert_eq!(labels["kubernetes.io/hostname"], "node-a");
     assert_eq!(labels["kubernetes.io/os"], "linux");
-    assert_eq!(labels["beta.kubernetes.io/arch"], rustlet_core::node::go_arch());
+    assert_eq!(
+        labels["beta.kubernetes.io/arch"],
+        rustlet_core::node::go_arch()
+    );
     assert_eq!(labels["team"], "blue");
     assert_eq!(
         stored["metadata"]["annotations"]["volumes.kubernetes.io/controller-managed-attach-detach"],
         "true"
     );
-    assert_eq!(node.metadata.labels.unwrap()["kubernetes.io/hostname"], "node-a");
+    assert_eq!(
+        node.metadata.labels.unwrap()["kubernetes.io/hostname"],
+        "node-a"
+    );
     // Registered again (a restart): it matches, so POST and GET only.
     s.registrar.register().await.unwrap();
     assert_eq!(s.server.count(&Method::PATCH, "/nodes/node-a/status"), 1);
@@ -279,15 +287,24 @@ async fn registration_backs_off_from_100ms_doubling_to_7s() {
     let attempts_ms = [100, 300, 700, 1500, 3100, 6300, 12_700, 19_700];
     for (n, at) in attempts_ms.into_iter().enumerate() {
         tokio::time::sleep_until(s.start + Duration::from_millis(at - 50)).await;
-        assert_eq!(s.server.count(&Method::POST, "/api/v1/nodes"), n, "before {at} ms");
+        assert_eq!(
+            s.server.count(&Method::POST, "/api/v1/nodes"),
+            n,
+            "before {at} ms"
+        );
         tokio::time::sleep_until(s.start + Duration::from_millis(at + 50)).await;
-        assert_eq!(s.server.count(&Method::POST, "/api/v1/nodes"), n + 1, "after {at} ms");
+        assert_eq!(
+            s.server.count(&Method::POST, "/api/v1/nodes"),
+            n + 1,
+            "after {at} ms"
+        );
     }
     task.await.unwrap();
 }
 
 fn patches(s: &Setup) -> usize {
-    s.server.count(&Method::PATCH, "/api/v1/nodes/node-a/status")
+    s.server
+        .count(&Method::PATCH, "/api/v1/nodes/node-a/status")
 }
 
 /// upstream: `TestUpdateNodeStatusWithLease`: the status is computed every 10 s but patched
@@ -549,9 +566,16 @@ async fn every_request_is_one_the_node_authorizer_allows() {
         .map(|r| r.query)
         .collect();
     assert!(gets[0].contains("resourceVersion=0"), "{gets:?}");
-    let retries = gets.iter().filter(|q| !q.contains("resourceVersion")).count();
+    let retries = gets
+        .iter()
+        .filter(|q| !q.contains("resourceVersion"))
+        .count();
     assert_eq!(retries, 2, "{gets:?}");
-    assert_eq!(patches(&s), 2 + 2, "two failures, then the reports at 5 and 10 min");
+    assert_eq!(
+        patches(&s),
+        2 + 2,
+        "two failures, then the reports at 5 and 10 min"
+    );
 }
 
 /// `nodeInfo.kubeletVersion` is the release `tools/k8s` pins for the real control plane.

@@ -11,7 +11,7 @@
 //! | [`node_cache::NodeCache`] | `rustlet_volume::node::NodeStatus` |
 //! | [`objects::ApiObjects`] (with [`content::ObjectSource`]) | `rustlet_volume::objects::VolumeObjects` |
 //! | [`events::KubeEventRecorder`] / [`local::events::LocalEventRecorder`] | `rustlet_volume::events::EventRecorder` |
-//! | [`node::NodeRegistrar`] | the Node object, `status.volumesInUse`, the node Lease |
+//! | [`node::NodeRegistrar`] | the Node object and its status, `status.volumesInUse`, the node Lease |
 //!
 //! * The status client: GET; strategic merge PATCH of the status subresource with the UID,
 //!   and optionally the resourceVersion, as preconditions in the body; DELETE with
@@ -32,8 +32,11 @@
 //!   static pod source read a change at once (a periodic scan stays as the safety net).
 //! * [`static_pods`]: static pods from a manifest directory (`--pod-manifest-path`) into the
 //!   pod cache, and their mirror pods in the API.
-//! * [`node::NodeRegistrar`]: registers the Node when absent, writes `status.volumesInUse`, and
-//!   renews the `kube-node-lease` Lease every 10 s.
+//! * [`node::NodeRegistrar`]: registers the Node as the kubelet does (labels, annotation,
+//!   taints; an existing Node reconciled), keeps its status (upstream's setters over the
+//!   [`node::machine::Machine`] and [`node::NodeRuntime`] seams, patched on a change or every
+//!   `nodeStatusReportFrequency`), writes `status.volumesInUse`, and renews the
+//!   `kube-node-lease` Lease every 10 s.
 //! * [`local`]: local mode. [`local::store::Store`] keeps objects with the API server's
 //!   semantics (UIDs, resourceVersions, the status subresource, preconditions, graceful pod
 //!   deletion, resumable watches) and admits objects as the API server does

@@ -43,6 +43,7 @@ pub mod generate;
 pub mod ids;
 pub mod merge;
 pub mod node;
+pub mod node_status;
 pub mod normalize;
 pub mod patch;
 pub mod pod;

@@ -6,7 +6,10 @@
 //! `null`), the lists with a patch merge key in the Pod schema merge by that key
 //! (`conditions` by `type`, `hostIPs` and `podIPs` by `ip`, `resourceClaimStatuses` by `name`)
 //! with upstream's `$setElementOrder/<list>` and `$patch: delete` directives, and every other list
-//! (the container statuses) is replaced whole.
+//! (the container statuses) is replaced whole. The node status uses the same two functions with
+//! its own merge keys ([`diff_with_keys`], [`apply_with_keys`]; `crate::node_status`), and a list
+//! whose items include `{"$patch": "replace"}` replaces the stored one (upstream's fix-up of
+//! `status.addresses` in `PatchNodeStatus`).
 //!
 //! Deviation: k8s-openapi omits unset structs where Go writes `{}` (`"state":{}`), so a patch that
 //! replaces a container status list is shorter than upstream's; the server stores the same object.
@@ -24,13 +27,15 @@ pub const MERGE_KEYS: [(&str, &str); 4] = [
 ];
 
 const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
-const PATCH_DIRECTIVE: &str = "$patch";
+/// The strategic merge patch directive key (`$patch: delete`, `$patch: replace`).
+pub const PATCH_DIRECTIVE: &str = "$patch";
 
-fn merge_key(field: &str) -> Option<&'static str> {
-    MERGE_KEYS
-        .iter()
-        .find(|(f, _)| *f == field)
-        .map(|(_, k)| *k)
+/// A table of list fields and their merge keys (the schema's `x-kubernetes-patch-merge-key`),
+/// for the top level of the object a patch is made of.
+pub type MergeKeys = [(&'static str, &'static str)];
+
+fn merge_key(keys: &MergeKeys, field: &str) -> Option<&'static str> {
+    keys.iter().find(|(f, _)| *f == field).map(|(_, k)| *k)
 }
 
 /// A status as Go's `json.Marshal` writes it: a list field tagged `omitempty` (every list of a
@@ -71,7 +76,7 @@ pub fn status_patch(
     old: &PodStatus,
     new: &PodStatus,
 ) -> Option<Value> {
-    let diff = diff_objects(&to_object(old), &to_object(new), true);
+    let diff = diff_with_keys(&to_object(old), &to_object(new), &MERGE_KEYS);
     if diff.is_empty() {
         return None;
     }
@@ -83,10 +88,21 @@ pub fn status_patch(
     Some(json!({ "metadata": metadata, "status": diff }))
 }
 
+/// The two-way strategic merge patch from `old` to `new` (upstream `CreateTwoWayMergePatch`):
+/// the lists named in `keys` (at this top level) merge by their key, every other list is
+/// replaced, objects merge key by key and a removed key becomes `null`.
+pub fn diff_with_keys(
+    old: &Map<String, Value>,
+    new: &Map<String, Value>,
+    keys: &MergeKeys,
+) -> Map<String, Value> {
+    diff_objects(old, new, Some(keys))
+}
+
 fn diff_objects(
     old: &Map<String, Value>,
     new: &Map<String, Value>,
-    top: bool,
+    keys: Option<&MergeKeys>,
 ) -> Map<String, Value> {
     let mut patch = Map::new();
     for key in old.keys() {
@@ -104,12 +120,12 @@ fn diff_objects(
         }
         match (old_value, new_value) {
             (Value::Object(o), Value::Object(n)) => {
-                let sub = diff_objects(o, n, false);
+                let sub = diff_objects(o, n, None);
                 if !sub.is_empty() {
                     patch.insert(key.clone(), Value::Object(sub));
                 }
             }
-            (Value::Array(o), Value::Array(n)) => match merge_key(key).filter(|_| top) {
+            (Value::Array(o), Value::Array(n)) => match keys.and_then(|k| merge_key(k, key)) {
                 Some(merge_key) => diff_merge_list(&mut patch, key, merge_key, o, n),
                 None => {
                     patch.insert(key.clone(), new_value.clone());
@@ -145,7 +161,7 @@ fn diff_merge_list(
                     items.push(n.clone());
                     continue;
                 };
-                let mut sub = diff_objects(om, nm, false);
+                let mut sub = diff_objects(om, nm, None);
                 if let Some(k) = key {
                     sub.insert(merge_key.to_owned(), k.clone());
                 }
@@ -186,10 +202,16 @@ fn diff_merge_list(
 /// Applies a status patch (the `status` part of what [`status_patch`] builds) to a status in
 /// JSON form, as the API server's strategic merge does for the fields of a pod status.
 pub fn apply_status_patch(status: &mut Value, patch: &Value) {
-    apply_object(status, patch, true);
+    apply_with_keys(status, patch, &MERGE_KEYS);
 }
 
-fn apply_object(target: &mut Value, patch: &Value, top: bool) {
+/// Applies a strategic merge patch to `target` as the API server does, the lists named in
+/// `keys` (at this top level) merging by their key.
+pub fn apply_with_keys(target: &mut Value, patch: &Value, keys: &MergeKeys) {
+    apply_object(target, patch, Some(keys));
+}
+
+fn apply_object(target: &mut Value, patch: &Value, keys: Option<&MergeKeys>) {
     let Value::Object(patch) = patch else {
         *target = patch.clone();
         return;
@@ -208,7 +230,19 @@ fn apply_object(target: &mut Value, patch: &Value, top: bool) {
             object.remove(key);
             continue;
         }
-        match (merge_key(key).filter(|_| top), value) {
+        match (keys.and_then(|k| merge_key(k, key)), value) {
+            (Some(_), Value::Array(items))
+                if items
+                    .iter()
+                    .any(|i| i.get(PATCH_DIRECTIVE).and_then(Value::as_str) == Some("replace")) =>
+            {
+                let kept = items
+                    .iter()
+                    .filter(|i| i.get(PATCH_DIRECTIVE).is_none())
+                    .cloned()
+                    .collect();
+                object.insert(key.clone(), Value::Array(kept));
+            }
             (Some(merge_key), Value::Array(items)) => {
                 let list = object
                     .entry(key.clone())
@@ -229,14 +263,14 @@ fn apply_object(target: &mut Value, patch: &Value, top: bool) {
                             list.remove(i);
                         }
                         (None, true) => {}
-                        (Some(i), false) => apply_object(&mut list[i], item, false),
+                        (Some(i), false) => apply_object(&mut list[i], item, None),
                         (None, false) => list.push(item.clone()),
                     }
                 }
             }
             (_, Value::Object(_)) => {
                 let slot = object.entry(key.clone()).or_insert(Value::Null);
-                apply_object(slot, value, false);
+                apply_object(slot, value, None);
             }
             _ => {
                 object.insert(key.clone(), value.clone());
@@ -248,9 +282,11 @@ fn apply_object(target: &mut Value, patch: &Value, top: bool) {
         .iter()
         .filter_map(|(k, v)| Some((k.strip_prefix(SET_ELEMENT_ORDER)?, v)))
     {
-        let (Some(merge_key), Some(Value::Array(list)), Value::Array(order)) =
-            (merge_key(key), object.get_mut(key), order)
-        else {
+        let (Some(merge_key), Some(Value::Array(list)), Value::Array(order)) = (
+            keys.and_then(|k| merge_key(k, key)),
+            object.get_mut(key),
+            order,
+        ) else {
             continue;
         };
         let rank = |item: &Value| {
@@ -263,8 +299,8 @@ fn apply_object(target: &mut Value, patch: &Value, top: bool) {
     }
     // A merge list emptied by deletions is omitted, as Go's `omitempty` does when the server
     // stores the result.
-    if top {
-        for (field, _) in MERGE_KEYS {
+    if let Some(keys) = keys {
+        for &(field, _) in keys {
             if object
                 .get(field)
                 .is_some_and(|c| c.as_array().is_some_and(Vec::is_empty))

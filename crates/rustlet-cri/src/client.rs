@@ -210,6 +210,17 @@ impl CriClient {
         })
     }
 
+    /// `Status`: the runtime's conditions (`RuntimeReady`, `NetworkReady`), as the node status
+    /// reads them (upstream `updateRuntimeUp`).
+    pub async fn status(&self) -> Result<Vec<cri::RuntimeCondition>, CriError> {
+        let mut rt = self.runtime.clone();
+        let request = cri::StatusRequest { verbose: false };
+        let r = self
+            .call("Status", self.timeout, rt.status(request))
+            .await?;
+        Ok(r.status.map(|s| s.conditions).unwrap_or_default())
+    }
+
     /// `RunPodSandbox`: the new sandbox's ID.
     pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
         let mut rt = self.runtime.clone();

@@ -23,6 +23,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
+use rustlet_core::node_status::RuntimeCondition;
 use rustlet_pods::runtime::{
     ContainerInstance, ContainerKind, ExecOutput, InstanceState, Runtime, RuntimeError,
     RuntimePodStatus, Sandbox, full_name,
@@ -818,6 +819,46 @@ fn garbage(pods: &HashMap<PodUid, PodRecord>) -> Garbage {
 impl Runtime for CriRuntime {
     fn name(&self) -> &str {
         "cri"
+    }
+
+    /// CRI `Version`'s `runtime_name` at connection (`containerd`).
+    fn type_name(&self) -> String {
+        self.scheme.clone()
+    }
+
+    /// CRI `Version`'s `runtime_version` (upstream `containerRuntime.Version`).
+    async fn version(&self) -> Result<String, RuntimeError> {
+        self.client
+            .version()
+            .await
+            .map(|v| v.version)
+            .map_err(|e| RuntimeError::Query {
+                runtime: self.scheme.clone(),
+                operation: "version".into(),
+                message: e.to_string(),
+            })
+    }
+
+    /// CRI `Status`'s conditions (upstream `containerRuntime.Status`).
+    async fn status(&self) -> Result<Vec<RuntimeCondition>, RuntimeError> {
+        let conditions = self
+            .client
+            .status()
+            .await
+            .map_err(|e| RuntimeError::Query {
+                runtime: self.scheme.clone(),
+                operation: "status".into(),
+                message: e.to_string(),
+            })?;
+        Ok(conditions
+            .into_iter()
+            .map(|c| RuntimeCondition {
+                type_: c.r#type,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect())
     }
 
     async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError> {

@@ -614,3 +614,40 @@ async fn a_pod_with_run_as_group_alone_runs_with_the_images_user() {
     assert_eq!(out["root"], ["uid=0(root) gid=3000 groups=3000"], "{out:?}");
     assert_eq!(out["numeric"], ["uid=1234 gid=3000 groups=3000"], "{out:?}");
 }
+
+/// Issue 25 item 2: the node's `containerRuntimeVersion` and Ready come from CRI `Version` and
+/// `Status` (upstream `VersionInfo`, `updateRuntimeUp`): containerd names itself and its
+/// version, and says whether it and its network are ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_reports_its_type_version_and_conditions() {
+    use rustlet_core::node_status::{NETWORK_READY, RUNTIME_READY};
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+
+    let Some(containerd) =
+        PrivateContainerd::start("the_runtime_reports_its_type_version_and_conditions").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    assert_eq!(runtime.type_name(), "containerd");
+    let version = runtime.version().await.unwrap();
+    let client = CriClient::connect(containerd.endpoint(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(version, client.version().await.unwrap().version);
+    assert!(!version.is_empty());
+    let conditions = runtime.status().await.unwrap();
+    let runtime_ready = conditions
+        .iter()
+        .find(|c| c.type_ == RUNTIME_READY)
+        .unwrap_or_else(|| panic!("{conditions:?}"));
+    assert!(runtime_ready.status, "{conditions:?}");
+    assert!(
+        conditions.iter().any(|c| c.type_ == NETWORK_READY),
+        "{conditions:?}"
+    );
+}

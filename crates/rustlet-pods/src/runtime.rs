@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
+use rustlet_core::node_status::{NETWORK_READY, RUNTIME_READY, RuntimeCondition};
 use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
 
@@ -209,6 +210,16 @@ pub enum RuntimeError {
         /// Why.
         message: String,
     },
+    /// `Version` or `Status` failed.
+    #[error("asking the {runtime} runtime for its {operation}: {message}")]
+    Query {
+        /// The runtime's name.
+        runtime: String,
+        /// `version`, `status`.
+        operation: String,
+        /// Why.
+        message: String,
+    },
     /// StopContainer / StopPodSandbox failed.
     #[error("killing pod {pod}: {message}")]
     KillPod {
@@ -237,6 +248,29 @@ pub trait Runtime: Send + Sync {
                 k8s_openapi::jiff::SignedDuration::try_from(since_epoch).unwrap_or_default(),
             )
             .unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    /// The runtime's type as the node reports it (upstream `containerRuntime.Type`: CRI
+    /// `Version`'s `runtime_name`, `containerd`). Default: [`Self::name`].
+    fn type_name(&self) -> String {
+        self.name().to_owned()
+    }
+
+    /// The runtime's version (upstream `containerRuntime.Version`: CRI `Version`'s
+    /// `runtime_version`); the node reports `<name>://<version>`. Default: the agent's own
+    /// version (the simulated runtime is part of it).
+    async fn version(&self) -> Result<String, RuntimeError> {
+        Ok(env!("CARGO_PKG_VERSION").to_owned())
+    }
+
+    /// The runtime's conditions (upstream `containerRuntime.Status`: CRI `Status`'s
+    /// `RuntimeReady` and `NetworkReady`), which make the node Ready or not. Default: both hold
+    /// (a runtime without processes needs no daemon and no pod network).
+    async fn status(&self) -> Result<Vec<RuntimeCondition>, RuntimeError> {
+        Ok(vec![
+            RuntimeCondition::ready(RUNTIME_READY),
+            RuntimeCondition::ready(NETWORK_READY),
+        ])
     }
 
     /// Creates the pod's sandbox if it has no ready one; returns it.

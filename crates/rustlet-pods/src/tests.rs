@@ -636,3 +636,16 @@ fn test_compute_pod_actions_an_unknown_container_is_killed_and_restarted() {
         "Container is in \"Unknown\" state, try killing it before restart"
     );
 }
+
+/// Issue 25 item 2: the simulated runtime is ready, its network too, and it reports the
+/// agent's version (the node's `containerRuntimeVersion` is `simulated://<version>`).
+#[tokio::test]
+async fn the_simulated_runtime_is_ready_and_names_its_version() {
+    use rustlet_core::node_status::{RuntimeReadiness, runtime_readiness};
+
+    let runtime = SimulatedRuntime::new(SimulatedConfig::default());
+    assert_eq!(runtime.name(), "simulated");
+    assert_eq!(runtime.version().await.unwrap(), env!("CARGO_PKG_VERSION"));
+    let conditions = runtime.status().await.unwrap();
+    assert_eq!(runtime_readiness(&conditions), RuntimeReadiness::default());
+}

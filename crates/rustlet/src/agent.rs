@@ -14,12 +14,14 @@ use rustlet_api::local::LocalPodStatusClient;
 use rustlet_api::local::events::LocalEventRecorder;
 use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::{Store, StoreConfig};
-use rustlet_api::node::{NodeConfig, NodeRegistrar};
+use rustlet_api::node::machine::HostMachine;
+use rustlet_api::node::{NodeConfig, NodeRegistrar, NodeRuntime};
 use rustlet_api::static_pods::{MirrorPods, StaticPodSource};
 use rustlet_api::{
     ApiObjects, Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries,
     NodeCache, PodCache, build_clients,
 };
+use rustlet_core::node_status::RuntimeCondition;
 use rustlet_cri::{CriConfig, CriRuntime};
 use rustlet_pods::{
     PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps, Runtime, SimulatedConfig,
@@ -75,8 +77,9 @@ struct Api {
     backend: Backend,
     status_client: Arc<dyn PodStatusClient>,
     events: Arc<dyn EventRecorder>,
-    /// Cluster mode: registers the Node, renews its Lease, reports `volumesInUse`.
-    registrar: Option<Arc<NodeRegistrar>>,
+    /// Cluster mode: registers the Node, keeps its status, renews its Lease, reports
+    /// `volumesInUse`.
+    registrar: Option<NodeRegistrar>,
     /// Cluster mode: the client mirror pods are written with.
     client: Option<kube::Client>,
     /// Local mode: the manifest intake, stopped after the statuses' last flush (its last act
@@ -131,15 +134,18 @@ async fn connect(config: &AgentConfig, registry: &mut Registry) -> Result<Api> {
         }
         Mode::InCluster => kube::Config::incluster().context("in-cluster configuration")?,
     };
-    let mut node = NodeConfig::for_host(&config.node_name);
-    node.renew_interval = config.node_lease_renew_interval;
-    node.addresses.insert(
-        0,
-        k8s_openapi::api::core::v1::NodeAddress {
-            type_: "InternalIP".into(),
-            address: config.node_ip.clone(),
-        },
-    );
+    let node = NodeConfig {
+        node_ip: Some(config.node_ip.clone()),
+        labels: config.node_labels.clone(),
+        taints: config.register_with_taints.clone(),
+        max_pods: config.max_pods,
+        kubelet_port: i32::from(config.port),
+        lease_duration_seconds: config.node_lease_duration_seconds,
+        renew_interval: config.node_lease_renew_interval,
+        status_update_frequency: config.node_status_update_frequency,
+        status_report_frequency: config.node_status_report_frequency,
+        ..NodeConfig::for_host(&config.node_name)
+    };
     let lease_duration =
         Duration::from_secs(u64::try_from(node.lease_duration_seconds).unwrap_or(40));
     // upstream: the kubelet's kube, event and heartbeat clients: events have their own
@@ -158,7 +164,9 @@ async fn connect(config: &AgentConfig, registry: &mut Registry) -> Result<Api> {
     )
     .context("building the API clients")?;
     let client = clients.main.clone();
-    let registrar = Arc::new(NodeRegistrar::new(clients.heartbeat.clone(), node));
+    // The runtime is set once it is built (`run`).
+    let registrar = NodeRegistrar::new(clients.heartbeat.clone(), node)
+        .with_machine(Arc::new(HostMachine::new(&config.root_dir)));
     let events = KubeEventRecorder::new(clients.events.clone(), "kubelet", &config.node_name);
     events.register_metrics(registry);
     Ok(Api {
@@ -169,6 +177,25 @@ async fn connect(config: &AgentConfig, registry: &mut Registry) -> Result<Api> {
         client: Some(client),
         intake: None,
     })
+}
+
+/// The pod workers' runtime as the node status asks it (`rustlet-api` cannot name
+/// `rustlet-pods`).
+struct RuntimeForNode(Arc<dyn Runtime>);
+
+#[async_trait::async_trait]
+impl NodeRuntime for RuntimeForNode {
+    fn type_name(&self) -> String {
+        self.0.type_name()
+    }
+
+    async fn version(&self) -> Result<String, String> {
+        self.0.version().await.map_err(|e| e.to_string())
+    }
+
+    async fn status(&self) -> Result<Vec<RuntimeCondition>, String> {
+        self.0.status().await.map_err(|e| e.to_string())
+    }
 }
 
 /// Spawns a long-running task; if it ends while the agent runs, health says so.
@@ -211,7 +238,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
                 .with_context(|| format!("--listen {addr}"))?,
         ),
     };
-    let api = connect(&config, &mut registry).await?;
+    let mut api = connect(&config, &mut registry).await?;
 
     let pods = Arc::new(match config.pod_manifest_path {
         Some(_) => PodCache::with_static_source(),
@@ -255,6 +282,12 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             (cri.clone() as Arc<dyn Runtime>, Some(cri))
         }
     };
+
+    // The node status asks the runtime for its version and conditions.
+    let registrar = api
+        .registrar
+        .take()
+        .map(|r| Arc::new(r.with_runtime(Arc::new(RuntimeForNode(runtime.clone())))));
 
     let volumes = Arc::new(VolumeManager::new(
         VolumeManagerDeps {
@@ -329,7 +362,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             tasks.push(supervise("the mirror pods", &health, &cancel, task));
         }
     }
-    if let Some(registrar) = &api.registrar {
+    if let Some(registrar) = &registrar {
         let (lease, c) = (registrar.clone(), cancel.clone());
         let task = tokio::spawn(async move { lease.run(c).await });
         tasks.push(supervise("node registration", &health, &cancel, task));

@@ -5,7 +5,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use clap::{Parser, ValueEnum};
+use k8s_openapi::api::core::v1::Taint;
 use serde::Deserialize;
 
 /// rustlet: a Kubernetes node agent (status and volume managers of the kubelet, in Rust).
@@ -51,6 +54,23 @@ pub struct Cli {
     /// Log format on stderr.
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
+    /// The node's address: `status.addresses` InternalIP, the pods' hostIP (the kubelet's
+    /// flag; config key `nodeIP`; default 127.0.0.1).
+    #[arg(long, value_name = "IP")]
+    pub node_ip: Option<String>,
+    /// Labels to add when registering the Node (`key=value,...`, the kubelet's flag). Labels in
+    /// the `kubernetes.io` and `k8s.io` namespaces the NodeRestriction admission plugin would
+    /// refuse are refused at start.
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    pub node_labels: Option<String>,
+    /// Taints to register the Node with (`key=value:Effect,...`, the kubelet's flag; config key
+    /// `registerWithTaints`).
+    #[arg(long, value_name = "KEY=VALUE:EFFECT,...")]
+    pub register_with_taints: Option<String>,
+    /// The kubelet port the Node reports in `daemonEndpoints.kubeletEndpoint.port` (the
+    /// kubelet's flag; config key `port`; default 10250).
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
     /// Static pods: one pod per manifest file in DIR, run on this node whatever the API says
     /// (as the kubelet's); in kube mode each gets a mirror pod in the API that carries its status.
     #[arg(long, value_name = "DIR")]
@@ -115,13 +135,38 @@ pub struct FileConfig {
     status_sync_concurrency: Option<usize>,
     /// Deadline of each API call of the status manager, in seconds (10).
     api_request_timeout_seconds: Option<f64>,
-    /// Kube mode: how often the node Lease is renewed, in seconds (kubelet 10).
+    /// Kube mode: how often the node Lease is renewed, in seconds (upstream: a quarter of
+    /// `nodeLeaseDurationSeconds`, 10).
     node_lease_renew_interval_seconds: Option<f64>,
+    /// Kube mode: the Lease's duration in seconds (kubelet `nodeLeaseDurationSeconds`, 40).
+    node_lease_duration_seconds: Option<i32>,
+    /// Kube mode: how often the node status is computed (kubelet `nodeStatusUpdateFrequency`,
+    /// a Go duration, `10s`).
+    node_status_update_frequency: Option<String>,
+    /// Kube mode: how long an unchanged node status goes unreported at most (kubelet
+    /// `nodeStatusReportFrequency`, `5m`; the update frequency when only that is set).
+    node_status_report_frequency: Option<String>,
+    /// `status.capacity.pods` (kubelet `maxPods`, 110).
+    max_pods: Option<u32>,
+    /// The kubelet port reported in the Node's daemon endpoints (kubelet `port`, 10250).
+    port: Option<u16>,
+    /// Taints to register the Node with (kubelet `registerWithTaints`).
+    register_with_taints: Option<Vec<FileTaint>>,
     /// How long a simulated container takes to start, in milliseconds (0).
     simulated_start_delay_millis: Option<u64>,
     /// First simulated pod IP (10.88.0.2).
     #[serde(rename = "simulatedPodIPBase")]
     simulated_pod_ip_base: Option<String>,
+}
+
+/// A taint of `registerWithTaints`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FileTaint {
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+    effect: String,
 }
 
 /// Where pods come from.
@@ -181,6 +226,20 @@ pub struct AgentConfig {
     pub api_request_timeout: Duration,
     /// How often the node Lease is renewed.
     pub node_lease_renew_interval: Duration,
+    /// The node Lease's duration in seconds.
+    pub node_lease_duration_seconds: i32,
+    /// How often the node status is computed.
+    pub node_status_update_frequency: Duration,
+    /// How long an unchanged node status goes unreported at most.
+    pub node_status_report_frequency: Duration,
+    /// `--node-labels`.
+    pub node_labels: BTreeMap<String, String>,
+    /// `--register-with-taints` / `registerWithTaints`.
+    pub register_with_taints: Vec<Taint>,
+    /// `maxPods`.
+    pub max_pods: u32,
+    /// `port`: the kubelet port the Node reports.
+    pub port: u16,
     /// Simulated container start delay.
     pub simulated_start_delay: Duration,
     /// First simulated pod IP.
@@ -211,6 +270,123 @@ fn seconds(key: &str, value: Option<f64>, default: Duration) -> Result<Duration,
             "config key {key}: {s} is not a positive number of seconds"
         ))),
     }
+}
+
+/// A Go duration (`10s`, `5m`, `1m30s`, `500ms`, `1.5h`), as the kubelet's configuration file
+/// writes one.
+pub fn go_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    let refuse = || {
+        bad(format!(
+            "config key {key}: {text:?} is not a duration (such as 10s, 5m, 1m30s)"
+        ))
+    };
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(refuse());
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(refuse)?;
+        let (number, tail) = rest.split_at(number_len);
+        let value: f64 = number.parse().map_err(|_| refuse())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(refuse()),
+        };
+        total += value * scale;
+        rest = tail;
+    }
+    if !total.is_finite() || total >= 1e9 {
+        return Err(refuse());
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// `--node-labels`: `key=value,...`.
+fn parse_node_labels(text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut labels = BTreeMap::new();
+    for item in text.split(',').filter(|i| !i.is_empty()) {
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| bad(format!("--node-labels: {item:?} is not key=value")))?;
+        labels.insert(key.trim().to_owned(), value.trim().to_owned());
+    }
+    Ok(labels)
+}
+
+/// Upstream's check of `--node-labels` (`ValidateKubeletFlags`): no label the NodeRestriction
+/// admission plugin would refuse (the Node could not be registered), and valid keys and values.
+fn check_node_labels(labels: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    if let Some(message) =
+        rustlet_core::node::forbidden_node_labels(labels.keys().map(String::as_str))
+    {
+        return Err(bad(message));
+    }
+    let mut errors = rustlet_api::local::validation::FieldErrors::default();
+    rustlet_api::local::validation::validate_metadata(
+        &serde_json::json!({ "labels": labels }),
+        &mut errors,
+    );
+    if !errors.0.is_empty() {
+        return Err(bad(format!(
+            "--node-labels: invalid node labels: {}",
+            errors.0.join("; ")
+        )));
+    }
+    Ok(())
+}
+
+const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+fn taint(source: &str, key: &str, value: Option<&str>, effect: &str) -> Result<Taint, ConfigError> {
+    if key.is_empty() {
+        return Err(bad(format!("{source}: a taint needs a key")));
+    }
+    if !TAINT_EFFECTS.contains(&effect) {
+        return Err(bad(format!(
+            "{source}: taint {key:?}: effect {effect:?} is not one of {}",
+            TAINT_EFFECTS.join(", ")
+        )));
+    }
+    Ok(Taint {
+        key: key.to_owned(),
+        value: value.filter(|v| !v.is_empty()).map(str::to_owned),
+        effect: effect.to_owned(),
+        time_added: None,
+    })
+}
+
+/// `--register-with-taints`: `key=value:Effect,...` (or `key:Effect`).
+fn parse_taints(text: &str) -> Result<Vec<Taint>, ConfigError> {
+    text.split(',')
+        .filter(|i| !i.is_empty())
+        .map(|item| {
+            let (key_value, effect) = item.rsplit_once(':').ok_or_else(|| {
+                bad(format!(
+                    "--register-with-taints: {item:?} is not key=value:Effect"
+                ))
+            })?;
+            let (key, value) = match key_value.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (key_value, None),
+            };
+            taint("--register-with-taints", key, value, effect)
+        })
+        .collect()
 }
 
 /// Reads and checks `--config`.
@@ -326,12 +502,77 @@ impl AgentConfig {
                 ReadOnlyEndpoints::Listen(SocketAddr::new(ip, port))
             }
         };
-        let node_ip = file.node_ip.unwrap_or_else(|| "127.0.0.1".into());
+        let node_ip_flag = cli.node_ip.is_some();
+        let node_ip = cli
+            .node_ip
+            .or(file.node_ip)
+            .unwrap_or_else(|| "127.0.0.1".into());
         if node_ip.parse::<std::net::IpAddr>().is_err() {
-            return Err(bad(format!(
-                "config key nodeIP: {node_ip:?} is not an IP address"
-            )));
+            let name = if node_ip_flag {
+                "--node-ip"
+            } else {
+                "config key nodeIP"
+            };
+            return Err(bad(format!("{name}: {node_ip:?} is not an IP address")));
         }
+        let node_labels = match &cli.node_labels {
+            Some(text) => parse_node_labels(text)?,
+            None => BTreeMap::new(),
+        };
+        check_node_labels(&node_labels)?;
+        let register_with_taints = match (&cli.register_with_taints, file.register_with_taints) {
+            (Some(text), _) => parse_taints(text)?,
+            (None, Some(list)) => list
+                .iter()
+                .map(|t| {
+                    taint(
+                        "config key registerWithTaints",
+                        &t.key,
+                        t.value.as_deref(),
+                        &t.effect,
+                    )
+                })
+                .collect::<Result<_, _>>()?,
+            (None, None) => Vec::new(),
+        };
+        let max_pods = file.max_pods.unwrap_or(110);
+        if max_pods == 0 {
+            return Err(bad("config key maxPods: must be at least 1"));
+        }
+        let port = cli.port.or(file.port).unwrap_or(10250);
+        if port == 0 {
+            return Err(bad("--port: must be 1-65535"));
+        }
+        let node_lease_duration_seconds = file.node_lease_duration_seconds.unwrap_or(40);
+        if node_lease_duration_seconds <= 0 {
+            return Err(bad(
+                "config key nodeLeaseDurationSeconds: must be a positive number of seconds",
+            ));
+        }
+        let positive = |key: &str, text: &Option<String>| {
+            text.as_deref()
+                .map(|t| match go_duration(key, t)? {
+                    d if d.is_zero() => Err(bad(format!("config key {key}: must be positive"))),
+                    d => Ok(d),
+                })
+                .transpose()
+        };
+        let update_frequency = positive(
+            "nodeStatusUpdateFrequency",
+            &file.node_status_update_frequency,
+        )?;
+        let report_frequency = positive(
+            "nodeStatusReportFrequency",
+            &file.node_status_report_frequency,
+        )?;
+        // upstream's defaulting: with only the update frequency set, the report frequency is
+        // the same.
+        let node_status_report_frequency = match (report_frequency, update_frequency) {
+            (Some(report), _) => report,
+            (None, Some(update)) => update,
+            (None, None) => Duration::from_secs(5 * 60),
+        };
+        let node_status_update_frequency = update_frequency.unwrap_or(Duration::from_secs(10));
         let api_qps = match (file.api_qps, &mode) {
             (Some(qps), _) => qps,
             (None, Mode::Local(_)) => f64::INFINITY,
@@ -400,11 +641,19 @@ impl AgentConfig {
                 file.api_request_timeout_seconds,
                 Duration::from_secs(10),
             )?,
+            // upstream: a quarter of the lease duration (NodeLeaseRenewIntervalFraction).
             node_lease_renew_interval: seconds(
                 "nodeLeaseRenewIntervalSeconds",
                 file.node_lease_renew_interval_seconds,
-                Duration::from_secs(10),
+                Duration::from_secs(node_lease_duration_seconds.unsigned_abs().into()) / 4,
             )?,
+            node_lease_duration_seconds,
+            node_status_update_frequency,
+            node_status_report_frequency,
+            node_labels,
+            register_with_taints,
+            max_pods,
+            port,
             simulated_start_delay: Duration::from_millis(
                 file.simulated_start_delay_millis.unwrap_or(0),
             ),
@@ -484,6 +733,175 @@ mod tests {
             resolve("listen: 0.0.0.0:1\n", &["--read-only-port", "8"]),
             at("0.0.0.0:8")
         );
+    }
+
+    /// Issue 25 item 2: the node keys take the kubelet's names and defaults
+    /// (`nodeStatusUpdateFrequency` 10s, `nodeStatusReportFrequency` 5m or the update frequency
+    /// when only that is set, `nodeLeaseDurationSeconds` 40 renewed every quarter of it,
+    /// `maxPods` 110, `port` 10250, `registerWithTaints`), flags over the file.
+    #[test]
+    fn the_node_keys_take_the_kubelets_names_and_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        let local = dir.path().to_str().unwrap();
+        let resolve = |text: &str, flags: &[&str]| {
+            std::fs::write(&file, text).unwrap();
+            let mut args = vec!["--node-name", "n", "--root-dir", "/r", "--local", local];
+            args.extend(["--config", file.to_str().unwrap()]);
+            args.extend(flags);
+            parse(&args)
+        };
+        let defaults = resolve("", &[]).unwrap();
+        assert_eq!(
+            (
+                defaults.node_status_update_frequency,
+                defaults.node_status_report_frequency,
+                defaults.node_lease_duration_seconds,
+                defaults.node_lease_renew_interval,
+                defaults.max_pods,
+                defaults.port,
+                defaults.node_ip.as_str(),
+            ),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(300),
+                40,
+                Duration::from_secs(10),
+                110,
+                10250,
+                "127.0.0.1"
+            )
+        );
+        assert!(defaults.register_with_taints.is_empty() && defaults.node_labels.is_empty());
+        let set = resolve(
+            "nodeStatusUpdateFrequency: 1m30s\nnodeLeaseDurationSeconds: 20\nmaxPods: 30\n\
+             port: 10251\nnodeIP: 10.0.0.1\nregisterWithTaints:\n\
+             - {key: dedicated, value: x, effect: NoSchedule}\n",
+            &["--node-ip", "10.0.0.2"],
+        )
+        .unwrap();
+        assert_eq!(set.node_status_update_frequency, Duration::from_secs(90));
+        assert_eq!(
+            set.node_status_report_frequency,
+            Duration::from_secs(90),
+            "only the update frequency set: the report frequency follows it"
+        );
+        assert_eq!(set.node_lease_renew_interval, Duration::from_secs(5));
+        assert_eq!((set.max_pods, set.port), (30, 10251));
+        assert_eq!(set.node_ip, "10.0.0.2", "the flag wins");
+        assert_eq!(set.register_with_taints[0].key, "dedicated");
+        assert_eq!(set.register_with_taints[0].value.as_deref(), Some("x"));
+        let both = resolve(
+            "nodeStatusUpdateFrequency: 500ms\nnodeStatusReportFrequency: 1h\n",
+            &[
+                "--register-with-taints",
+                "a=b:NoExecute,c:PreferNoSchedule",
+                "--port",
+                "9",
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            both.node_status_update_frequency,
+            Duration::from_millis(500)
+        );
+        assert_eq!(both.node_status_report_frequency, Duration::from_secs(3600));
+        assert_eq!(both.port, 9);
+        let taints: Vec<(String, Option<String>, String)> = both
+            .register_with_taints
+            .into_iter()
+            .map(|t| (t.key, t.value, t.effect))
+            .collect();
+        assert_eq!(
+            taints,
+            [
+                ("a".into(), Some("b".into()), "NoExecute".into()),
+                ("c".into(), None, "PreferNoSchedule".into())
+            ]
+        );
+        for (text, flags, expected) in [
+            (
+                "nodeStatusUpdateFrequency: 10\n",
+                &[][..],
+                "nodeStatusUpdateFrequency",
+            ),
+            (
+                "nodeStatusReportFrequency: 0s\n",
+                &[][..],
+                "nodeStatusReportFrequency",
+            ),
+            ("maxPods: 0\n", &[][..], "maxPods"),
+            (
+                "nodeLeaseDurationSeconds: 0\n",
+                &[][..],
+                "nodeLeaseDurationSeconds",
+            ),
+            (
+                "",
+                &["--register-with-taints", "a=b:Sometimes"][..],
+                "effect",
+            ),
+            ("", &["--node-ip", "x"][..], "--node-ip"),
+        ] {
+            let err = resolve(text, flags).unwrap_err();
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+
+    /// Issue 25 item 2 (upstream `ValidateKubeletFlags`): a `--node-labels` label that the
+    /// NodeRestriction admission plugin would refuse stops the agent at start with upstream's
+    /// message; allowed labels go to the Node.
+    #[test]
+    fn node_labels_that_node_restriction_refuses_are_refused_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path().to_str().unwrap();
+        let with = |labels: &str| {
+            parse(&[
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--local",
+                local,
+                "--node-labels",
+                labels,
+            ])
+        };
+        let ok = with("node.kubernetes.io/pool=a,example.com/team=blue").unwrap();
+        assert_eq!(ok.node_labels["node.kubernetes.io/pool"], "a");
+        assert_eq!(ok.node_labels["example.com/team"], "blue");
+        let err = with("node-role.kubernetes.io/worker=,example.com/team=blue").unwrap_err();
+        assert!(
+            err.starts_with(
+                "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: \
+                 [node-role.kubernetes.io/worker]"
+            ),
+            "{err}"
+        );
+        let err = with("node-restriction.kubernetes.io/pool=a").unwrap_err();
+        assert!(err.contains("node-restriction.kubernetes.io/pool"), "{err}");
+        let err = with("bad key=a").unwrap_err();
+        assert!(err.contains("invalid node labels"), "{err}");
+        let err = with("novalue").unwrap_err();
+        assert!(err.contains("key=value"), "{err}");
+    }
+
+    #[test]
+    fn go_durations_parse_as_go_does() {
+        for (text, expected) in [
+            ("10s", Duration::from_secs(10)),
+            ("5m", Duration::from_secs(300)),
+            ("5m0s", Duration::from_secs(300)),
+            ("1h1m1s", Duration::from_secs(3661)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("250ms", Duration::from_millis(250)),
+            ("0", Duration::ZERO),
+        ] {
+            assert_eq!(go_duration("k", text).unwrap(), expected, "{text}");
+        }
+        for text in ["", "10", "s", "1x", "1s2"] {
+            assert!(go_duration("k", text).is_err(), "{text}");
+        }
     }
 
     #[test]

@@ -957,6 +957,12 @@ impl Store {
                     .map_err(|e| StoreError::Invalid(format!("the JSON patch failed: {e}")))?;
                 set_status(&mut object, patched.get("status"));
             }
+            // As the API server's node status strategy: only the spec is reset, so a node's
+            // status patch may also set its labels and annotations (upstream's kubelet
+            // reconciles them so at registration), and the status lists merge by key.
+            PatchKind::StrategicMerge if reference.kind == Kind::Node => {
+                rustlet_core::node_status::apply_node_status_patch(&mut object, patch);
+            }
             PatchKind::StrategicMerge | PatchKind::Merge => {
                 if let Some(status_patch) = patch.get("status") {
                     let status = object

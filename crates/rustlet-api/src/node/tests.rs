@@ -1,4 +1,6 @@
-//! HTTP shapes of registration, lease renewal and `volumesInUse`.
+//! HTTP shapes of registration, lease renewal and `volumesInUse`; the registration, the node
+//! status and its cadence over the test API server in paused time (upstream
+//! `kubelet_node_status_test.go`).
 
 use futures::pin_mut;
 use http::{Method, Request, Response, StatusCode};
@@ -8,14 +10,14 @@ use tower_test::mock::pair;
 
 use super::{NodeConfig, NodeRegistrar};
 
+mod status;
+
 fn registrar() -> (
     NodeRegistrar,
     tower_test::mock::Handle<Request<Body>, Response<Body>>,
 ) {
     let (service, handle) = pair::<Request<Body>, Response<Body>>();
-    let mut config = NodeConfig::for_host("node-a");
-    config.cpus = 2;
-    config.memory_bytes = 4 << 30;
+    let config = NodeConfig::for_host("node-a");
     (
         NodeRegistrar::new(kube::Client::new(service, "default"), config),
         handle,
@@ -36,62 +38,6 @@ fn json_reply(v: &Value) -> Response<Body> {
 
 async fn body(req: Request<Body>) -> Value {
     serde_json::from_slice(&req.into_body().collect_bytes().await.unwrap()).unwrap()
-}
-
-#[tokio::test]
-async fn an_absent_node_is_created_with_kubelet_capacity_and_a_ready_condition() {
-    let (r, handle) = registrar();
-    let server = tokio::spawn(async move {
-        pin_mut!(handle);
-        let (req, send) = handle.next_request().await.unwrap();
-        assert_eq!(
-            (req.method().clone(), req.uri().path().to_owned()),
-            (Method::GET, "/api/v1/nodes/node-a".to_owned())
-        );
-        send.send_response(not_found());
-        let (req, send) = handle.next_request().await.unwrap();
-        assert_eq!(
-            (req.method().clone(), req.uri().path().to_owned()),
-            (Method::POST, "/api/v1/nodes".to_owned())
-        );
-        let node = body(req).await;
-        assert_eq!(node["metadata"]["name"], "node-a");
-        assert_eq!(
-            node["status"]["capacity"],
-            json!({"cpu":"2","memory":"4194304Ki","pods":"110"})
-        );
-        assert_eq!(node["status"]["conditions"][0]["type"], "Ready");
-        assert_eq!(node["status"]["conditions"][0]["reason"], "KubeletReady");
-        assert_eq!(
-            node["status"]["addresses"],
-            json!([{"type":"Hostname","address":"node-a"}])
-        );
-        assert_eq!(
-            node["metadata"]["labels"]["kubernetes.io/hostname"],
-            "node-a"
-        );
-        let mut created = node.clone();
-        created["metadata"]["uid"] = json!("node-uid");
-        send.send_response(json_reply(&created));
-    });
-    let node = r.register().await.unwrap();
-    assert_eq!(node.metadata.uid.as_deref(), Some("node-uid"));
-    server.await.unwrap();
-}
-
-#[tokio::test]
-async fn a_present_node_is_left_alone() {
-    let (r, handle) = registrar();
-    let server = tokio::spawn(async move {
-        pin_mut!(handle);
-        let (req, send) = handle.next_request().await.unwrap();
-        assert_eq!(req.method(), Method::GET);
-        send.send_response(json_reply(
-            &json!({"apiVersion":"v1","kind":"Node","metadata":{"name":"node-a","uid":"u"}}),
-        ));
-    });
-    r.register().await.unwrap();
-    server.await.unwrap();
 }
 
 #[tokio::test]

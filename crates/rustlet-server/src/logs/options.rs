@@ -326,10 +326,10 @@ impl LogOptions {
             now.checked_sub(SignedDuration::from_secs(s))
                 .unwrap_or(Timestamp::MIN)
         });
-        if let Some(Time(t)) = api.since_time {
-            if since.is_none_or(|s| t > s) {
-                since = Some(t);
-            }
+        if let Some(Time(t)) = api.since_time
+            && since.is_none_or(|s| t > s)
+        {
+            since = Some(t);
         }
         let stream = match api.stream.as_deref() {
             Some(LOG_STREAM_STDOUT) => StreamSelection::Stdout,

@@ -451,35 +451,38 @@ impl LogReader {
             // open file's at every wake (upstream: an inotify `Create` of the same name), so a
             // missed event costs one re-check period, and the old file is read to its end
             // before the switch (upstream switches at once).
-            if let Ok(meta) = tokio::fs::metadata(path).await {
-                if (meta.dev(), meta.ino()) != src.inode {
-                    match Source::open(path, self.config.buffer_size).await {
-                        Ok(new) => {
-                            if let Some((a, b)) = src.take_pending() {
-                                if let Flow::Done = pump
-                                    .piece(Piece {
-                                        bytes: &src.buf[a..b],
-                                        ends_line: true,
-                                    })
-                                    .await?
-                                {
-                                    return Ok(());
-                                }
-                            }
-                            stats.peak_buffered = stats.peak_buffered.max(src.peak);
-                            *src = new;
-                            stats.reopened += 1;
-                            tracing::debug!(path = %path.display(), "opened the re-created log file");
-                            continue;
+            if let Ok(meta) = tokio::fs::metadata(path).await
+                && (meta.dev(), meta.ino()) != src.inode
+            {
+                match Source::open(path, self.config.buffer_size).await {
+                    Ok(new) => {
+                        let ends = Piece {
+                            bytes: &[],
+                            ends_line: true,
+                        };
+                        if let Some((a, b)) = src.take_pending()
+                            && let Flow::Done = pump
+                                .piece(Piece {
+                                    bytes: &src.buf[a..b],
+                                    ..ends
+                                })
+                                .await?
+                        {
+                            return Ok(());
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(source) => {
-                            return Err(ReadLogsError::File {
-                                operation: "reopening",
-                                path: path.into(),
-                                source,
-                            });
-                        }
+                        stats.peak_buffered = stats.peak_buffered.max(src.peak);
+                        *src = new;
+                        stats.reopened += 1;
+                        tracing::debug!(path = %path.display(), "opened the re-created log file");
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(source) => {
+                        return Err(ReadLogsError::File {
+                            operation: "reopening",
+                            path: path.into(),
+                            source,
+                        });
                     }
                 }
             }

@@ -340,9 +340,14 @@ async fn a_file_far_larger_than_the_buffer_is_read_in_bounded_memory() {
     assert_eq!(stats.buffer_capacity, MIN_BUFFER_SIZE);
 }
 
+/// Reads exactly `want` from the follow's output; a follow that never sends it fails the test
+/// after a minute of (paused, so instant) time instead of hanging.
 async fn expect(rx: &mut tokio::io::DuplexStream, want: &str) {
     let mut got = vec![0u8; want.len()];
-    rx.read_exact(&mut got).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), rx.read_exact(&mut got))
+        .await
+        .unwrap_or_else(|_| panic!("no {want:?} within a minute"))
+        .unwrap();
     assert_eq!(String::from_utf8(got).unwrap(), want);
 }
 
@@ -388,7 +393,11 @@ async fn follow_reopens_the_rotated_file_and_ends_when_the_container_stops() {
     // The container stops after one more line: it is still sent, then the follow ends.
     append(&path, b"2016-10-06T00:17:14Z stdout F D\n");
     running.0.store(false, Ordering::SeqCst);
-    let stats = task.await.unwrap().unwrap();
+    let stats = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the follow ends")
+        .unwrap()
+        .unwrap();
     let mut rest = String::new();
     rx.read_to_string(&mut rest).await.unwrap();
     assert_eq!(rest, "2016-10-06T00:17:14.000000000Z D\n");
@@ -409,7 +418,11 @@ async fn follow_ends_at_the_byte_limit() {
     let task = tokio::spawn(async move { reader.read_logs(check.as_ref(), &mut tx).await });
     expect(&mut rx, "abc\n").await;
     append(&path, b"2016-10-06T00:17:10Z stdout F defg\n");
-    task.await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the follow ends")
+        .unwrap()
+        .unwrap();
     let mut rest = String::new();
     rx.read_to_string(&mut rest).await.unwrap();
     assert_eq!(rest, "de");

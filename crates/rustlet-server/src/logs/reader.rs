@@ -429,6 +429,8 @@ impl LogReader {
         let mut watcher: Option<EventStream<Vec<u8>>> = None;
         // upstream: `found`: whether the container was running at the last check.
         let mut found = true;
+        // upstream: waitLogs' `errRetry`: five watch errors are retried, the sixth ends the read.
+        let mut watch_errors_left = 5u32;
         loop {
             if let Pass::Done = pump.pass(src).await? {
                 return Ok(());
@@ -518,8 +520,18 @@ impl LogReader {
             let events = watcher.as_mut().expect("set above");
             tokio::select! {
                 event = events.next() => {
-                    if let Some(Err(e)) = event {
-                        tracing::warn!(error = %e, path = %path.display(), "inotify error; re-reading");
+                    match event {
+                        Some(Ok(_)) => {}
+                        Some(Err(source)) if watch_errors_left == 0 => {
+                            let dir = path.parent().unwrap_or(Path::new("/")).into();
+                            return Err(ReadLogsError::Watch { dir, source });
+                        }
+                        Some(Err(error)) => {
+                            watch_errors_left -= 1;
+                            tracing::warn!(%error, path = %path.display(), "inotify error; retrying");
+                        }
+                        // The stream never ends while the watch is held; the re-check still runs.
+                        None => tokio::time::sleep(self.config.recheck_period).await,
                     }
                     // Take whatever else is queued, so a burst of writes is one re-read.
                     while let Some(Some(_)) = futures::FutureExt::now_or_never(events.next()) {}

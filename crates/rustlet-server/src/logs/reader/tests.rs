@@ -86,10 +86,10 @@ async fn test_read_logs() {
     assert_eq!(read(&link, "tailLines=1").await, "line3\n");
 }
 
-/// upstream: `TestReadLogsLimitsWithTimestamps`: the prefix counts against `limitBytes`, and
-/// the cut is exact.
+/// upstream: `TestWriteLogsWithBytesLimit`, through the whole reader: the timestamp prefix
+/// counts against `limitBytes`, and the cut is exact wherever it falls.
 #[tokio::test]
-async fn test_read_logs_limits_with_timestamps() {
+async fn test_write_logs_with_bytes_limit() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("0.log");
     write_file(&path, THREE_LINES);
@@ -109,6 +109,79 @@ async fn test_read_logs_limits_with_timestamps() {
         read(&path, "timestamps=1").await,
         "2016-10-06T02:17:09.500000000+02:00 x\n"
     );
+}
+
+/// upstream: `TestReadLogsLimitsWithTimestamps`: 10,000 partial lines then a full one make one
+/// line, prefixed once with its (offset-kept) time; twice.
+#[tokio::test]
+async fn test_read_logs_limits_with_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("0.log");
+    let mut content = String::new();
+    for _ in 0..2 {
+        for i in 0..10_000 {
+            content.push_str(&format!(
+                "2022-10-29T16:10:22.592603036-05:00 stdout P {i}\n"
+            ));
+        }
+        content.push_str("2022-10-29T16:10:22.592603036-05:00 stdout F \n");
+    }
+    write_file(&path, content.as_bytes());
+    let out = read(&path, "timestamps=true").await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "should have two lines");
+    for line in lines {
+        let (ts, log) = line.split_once(' ').unwrap();
+        assert_eq!(ts, "2022-10-29T16:10:22.592603036-05:00");
+        assert!(
+            log.starts_with("0123") && log.ends_with("9999"),
+            "the complete log is found"
+        );
+        assert!(!log.contains(' '), "one prefix per line");
+    }
+}
+
+/// upstream: `TestReadLogs`' own cases, on its Docker JSON file (limit 0 reaches the reader
+/// only through `LogOptions`, since the query refuses it).
+#[tokio::test]
+async fn test_read_logs_upstream_cases() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("0.log");
+    write_file(
+        &path,
+        br#"{"log":"line1\n","stream":"stdout","time":"2020-09-27T11:18:01.00000000Z"}
+{"log":"line2\n","stream":"stdout","time":"2020-09-27T11:18:02.00000000Z"}
+{"log":"line3\n","stream":"stdout","time":"2020-09-27T11:18:03.00000000Z"}
+"#,
+    );
+    for (query, want) in [
+        ("", "line1\nline2\nline3\n"),
+        ("tailLines=2", "line2\nline3\n"),
+        ("tailLines=4", "line1\nline2\nline3\n"),
+        ("tailLines=0", ""),
+        ("limitBytes=9", "line1\nlin"),
+        ("limitBytes=100", "line1\nline2\nline3\n"),
+        ("sinceTime=2020-09-27T11:18:02Z", "line2\nline3\n"),
+        ("sinceTime=2030-01-01T00:00:00Z", ""),
+        ("follow=true", "line1\nline2\nline3\n"),
+        ("follow=true&tailLines=2", "line2\nline3\n"),
+        (
+            "follow=true&sinceTime=2020-09-27T11:18:02Z",
+            "line2\nline3\n",
+        ),
+    ] {
+        assert_eq!(read(&path, query).await, want, "{query}");
+    }
+    let mut out = Vec::new();
+    let zero = LogOptions {
+        bytes: Some(0),
+        ..LogOptions::default()
+    };
+    LogReader::new(&path, zero)
+        .read_logs(&stopped(), &mut out)
+        .await
+        .unwrap();
+    assert!(out.is_empty(), "limit 0 outputs nothing");
 }
 
 /// Partial (`P`) lines are joined with the next ones, and only a new line gets a timestamp.
@@ -351,12 +424,12 @@ async fn expect(rx: &mut tokio::io::DuplexStream, want: &str) {
     assert_eq!(String::from_utf8(got).unwrap(), want);
 }
 
-/// Follow: new lines stream as they are written, a partial line waits for its end, the live
+/// upstream: `TestReadRotatedLog`. Follow: new lines stream as they are written, a partial line waits for its end, the live
 /// file renamed by rotation is read to its end and the re-created one is reopened, and the
 /// follow ends (after a last read) once the container stops. Paused time: the 1 s re-checks
 /// cost nothing, and inotify only makes them sooner.
 #[tokio::test(start_paused = true)]
-async fn follow_reopens_the_rotated_file_and_ends_when_the_container_stops() {
+async fn test_read_rotated_log() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("0.log");
     write_file(&path, b"2016-10-06T00:17:09Z stdout F A\n");

@@ -14,5 +14,5 @@ pub mod rotation;
 pub mod time;
 
 pub use options::{LogOptions, LogQueryError, PodLogOptions, StreamSelection, parse_pod_log_query};
-pub use reader::{ContainerRunning, LogReader, ReadLogsError, ReadStats, ReaderConfig};
+pub use reader::{ContainerRunning, LogReader, ReadLogsError, ReadStats, ReaderConfig, WatchMode};
 pub use rotation::{ContainerLogManager, LogRotatePolicy, LogRuntime};

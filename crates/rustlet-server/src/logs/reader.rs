@@ -40,6 +40,22 @@ pub struct ReaderConfig {
     /// A follow re-reads this often even without an inotify event (upstream:
     /// `logForceCheckPeriod`, 1 s).
     pub recheck_period: Duration,
+    /// Whether a follow also watches the directory with inotify.
+    pub watch: WatchMode,
+}
+
+/// How a follow waits for new bytes.
+///
+/// Deviation: upstream fails the read when it cannot create its fsnotify watcher or after five
+/// watch errors; here the follow goes on with the re-check alone (a node past its inotify
+/// instance limit still serves `kubectl logs -f`, one second late at most).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WatchMode {
+    /// inotify on the log's directory, plus the re-check (upstream's way).
+    #[default]
+    Inotify,
+    /// The re-check alone (for file systems without inotify).
+    PollOnly,
 }
 
 impl Default for ReaderConfig {
@@ -47,6 +63,7 @@ impl Default for ReaderConfig {
         Self {
             buffer_size: 64 * 1024,
             recheck_period: Duration::from_secs(1),
+            watch: WatchMode::Inotify,
         }
     }
 }
@@ -108,15 +125,6 @@ pub enum ReadLogsError {
     Write {
         /// The path.
         path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Setting up inotify on the log directory.
-    #[error("watching log directory {dir:?}")]
-    Watch {
-        /// The directory.
-        dir: PathBuf,
         /// The cause.
         #[source]
         source: std::io::Error,
@@ -426,10 +434,10 @@ impl LogReader {
         running: &dyn ContainerRunning,
         stats: &mut ReadStats,
     ) -> Result<(), ReadLogsError> {
-        let mut watcher: Option<EventStream<Vec<u8>>> = None;
+        let mut wakeup = Wakeup::NotYet;
         // upstream: `found`: whether the container was running at the last check.
         let mut found = true;
-        // upstream: waitLogs' `errRetry`: five watch errors are retried, the sixth ends the read.
+        // upstream: waitLogs' `errRetry`: five watch errors are retried.
         let mut watch_errors_left = 5u32;
         loop {
             if let Pass::Done = pump.pass(src).await? {
@@ -496,12 +504,20 @@ impl LogReader {
                     path: path.into(),
                     source,
                 })?;
-            if watcher.is_none() {
-                let dir = path.parent().unwrap_or(Path::new("/"));
-                watcher = Some(watch(dir).map_err(|source| ReadLogsError::Watch {
-                    dir: dir.into(),
-                    source,
-                })?);
+            if let Wakeup::NotYet = wakeup {
+                wakeup = match self.config.watch {
+                    WatchMode::PollOnly => Wakeup::Polling,
+                    WatchMode::Inotify => {
+                        let dir = path.parent().unwrap_or(Path::new("/"));
+                        match watch(dir) {
+                            Ok(events) => Wakeup::Inotify(events),
+                            Err(error) => {
+                                tracing::warn!(%error, dir = %dir.display(), "no inotify watch; re-reading every re-check period");
+                                Wakeup::Polling
+                            }
+                        }
+                    }
+                };
                 // upstream: "try again to read as we might have missed the event".
                 continue;
             }
@@ -517,29 +533,42 @@ impl LogReader {
             if !found {
                 continue;
             }
-            let events = watcher.as_mut().expect("set above");
+            let recheck = tokio::time::sleep(self.config.recheck_period);
+            let Wakeup::Inotify(events) = &mut wakeup else {
+                recheck.await;
+                continue;
+            };
             tokio::select! {
-                event = events.next() => {
-                    match event {
-                        Some(Ok(_)) => {}
-                        Some(Err(source)) if watch_errors_left == 0 => {
-                            let dir = path.parent().unwrap_or(Path::new("/")).into();
-                            return Err(ReadLogsError::Watch { dir, source });
-                        }
-                        Some(Err(error)) => {
-                            watch_errors_left -= 1;
-                            tracing::warn!(%error, path = %path.display(), "inotify error; retrying");
-                        }
-                        // The stream never ends while the watch is held; the re-check still runs.
-                        None => tokio::time::sleep(self.config.recheck_period).await,
+                event = events.next() => match event {
+                    Some(Ok(_)) => {
+                        // Take whatever else is queued, so a burst of writes is one re-read.
+                        while let Some(Some(Ok(_))) = futures::FutureExt::now_or_never(events.next()) {}
                     }
-                    // Take whatever else is queued, so a burst of writes is one re-read.
-                    while let Some(Some(_)) = futures::FutureExt::now_or_never(events.next()) {}
-                }
-                () = tokio::time::sleep(self.config.recheck_period) => {}
+                    Some(Err(error)) if watch_errors_left > 0 => {
+                        watch_errors_left -= 1;
+                        tracing::warn!(%error, path = %path.display(), "inotify error; retrying");
+                    }
+                    // upstream ends the read after its retries; here the re-check goes on alone.
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, path = %path.display(), "inotify errors; re-reading every re-check period");
+                        wakeup = Wakeup::Polling;
+                    }
+                    None => wakeup = Wakeup::Polling,
+                },
+                () = recheck => {}
             }
         }
     }
+}
+
+/// How a follow learns that the file may have changed.
+enum Wakeup {
+    /// Not set up yet (upstream creates its watcher at the first end of file).
+    NotYet,
+    /// An inotify watch on the directory, and the re-check.
+    Inotify(EventStream<Vec<u8>>),
+    /// The re-check alone.
+    Polling,
 }
 
 /// Watches `dir` for anything that may mean new bytes or a new file.

@@ -500,3 +500,39 @@ async fn follow_ends_at_the_byte_limit() {
     rx.read_to_string(&mut rest).await.unwrap();
     assert_eq!(rest, "de");
 }
+
+/// `WatchMode::PollOnly` (and upstream's behaviour when no event comes): the re-check alone
+/// finds new lines and the new file, one (paused) period at a time.
+#[tokio::test(start_paused = true)]
+async fn follow_without_inotify_re_reads_every_recheck_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("0.log");
+    write_file(&path, b"2016-10-06T00:17:09Z stdout F A\n");
+    let running = Arc::new(Running(AtomicBool::new(true)));
+    let (mut tx, mut rx) = tokio::io::duplex(1 << 16);
+    let config = ReaderConfig {
+        watch: WatchMode::PollOnly,
+        ..ReaderConfig::default()
+    };
+    let reader = LogReader::new(&path, options("follow=true")).with_config(config);
+    let check = Arc::clone(&running);
+    let task = tokio::spawn(async move { reader.read_logs(check.as_ref(), &mut tx).await });
+    expect(&mut rx, "A\n").await;
+    append(&path, b"2016-10-06T00:17:10Z stdout F B\n");
+    let before = tokio::time::Instant::now();
+    expect(&mut rx, "B\n").await;
+    assert!(
+        before.elapsed() <= Duration::from_secs(1),
+        "found by the next re-check"
+    );
+    std::fs::rename(&path, dir.path().join("0.log.1")).unwrap();
+    write_file(&path, b"2016-10-06T00:17:11Z stdout F C\n");
+    expect(&mut rx, "C\n").await;
+    running.0.store(false, Ordering::SeqCst);
+    let stats = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the follow ends")
+        .unwrap()
+        .unwrap();
+    assert_eq!(stats.reopened, 1);
+}

@@ -359,7 +359,9 @@ impl LogReader {
 
     /// Writes the log to `out` as the options ask; with `follow`, keeps writing as the file
     /// grows (and after it is re-created) until `running` says the container stopped. The
-    /// output is flushed before every wait, so a chunked HTTP body sends what it has.
+    /// output is flushed before every wait, so a chunked HTTP body sends what it has. Dropping
+    /// the future ends the read (the HTTP layer drops it when the client goes away; upstream
+    /// watches its context).
     pub async fn read_logs<W: AsyncWrite + Unpin>(
         &self,
         running: &dyn ContainerRunning,

@@ -1,0 +1,565 @@
+//! TLS for the kubelet server: the serving certificate, the client CA, the rustls server
+//! configuration, and the accept loop that hands each request its connection's client
+//! certificates.
+//!
+//! Upstream: `cmd/kubelet/app/server.go` `InitializeTLS` and `client-go/util/cert`
+//! `GenerateSelfSignedCertKey`. Without `tlsCertFile`/`tlsPrivateKeyFile` the kubelet uses
+//! `<certDir>/kubelet.crt|key`, generating a self-signed pair when they cannot be read and
+//! reusing them after. With `clientCAFile` it *requests* a client certificate
+//! (`tls.RequestClientCert`) and names the CA's subjects in the handshake, but verifies
+//! nothing there: the x509 authenticator verifies the chain per request, so a certificate from
+//! another CA gets `401 Unauthorized`, not a failed handshake. [`DeferredClientCertVerifier`]
+//! does the same with rustls (it still checks that the client holds the certificate's key).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use http::Request;
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+};
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+/// The file names upstream gives the self-signed pair under the certificate directory.
+pub const SELF_SIGNED_CERT_FILE: &str = "kubelet.crt";
+/// See [`SELF_SIGNED_CERT_FILE`].
+pub const SELF_SIGNED_KEY_FILE: &str = "kubelet.key";
+
+/// Upstream's `maxAge` of a self-signed serving certificate (one year).
+const SELF_SIGNED_VALIDITY: time::Duration = time::Duration::days(365);
+
+/// What went wrong setting TLS up; each names the operation and the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// Only one of `tlsCertFile` and `tlsPrivateKeyFile` was given.
+    #[error("tlsCertFile and tlsPrivateKeyFile go together: only {given} was given")]
+    HalfConfigured {
+        /// The one that was given.
+        given: &'static str,
+    },
+    /// A file could not be read.
+    #[error("reading {what} {path}")]
+    Read {
+        /// What the file is (`tlsCertFile`, `clientCAFile`, ...).
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A PEM file held nothing usable.
+    #[error("parsing {what} {path}")]
+    Pem {
+        /// What the file is.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A certificate file held no certificate.
+    #[error("{what} {path} holds no certificate")]
+    NoCertificate {
+        /// What the file is.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The self-signed pair could not be generated.
+    #[error("generating the self-signed serving certificate for {host}")]
+    Generate {
+        /// The host it was for.
+        host: String,
+        /// The cause.
+        #[source]
+        source: rcgen::Error,
+    },
+    /// The self-signed pair could not be written.
+    #[error("writing {path}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// rustls refused the client CA bundle.
+    #[error("building the client certificate verifier from {path}")]
+    ClientCa {
+        /// The `clientCAFile`.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: rustls::server::VerifierBuilderError,
+    },
+    /// A certificate of the client CA bundle is not a usable trust anchor.
+    #[error("adding a CA of {path}")]
+    BadCa {
+        /// The `clientCAFile`.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: rustls::Error,
+    },
+    /// rustls refused the configuration (a key that does not match the certificate, ...).
+    #[error("building the TLS server configuration")]
+    Config(#[source] rustls::Error),
+}
+
+/// The TLS settings, with the kubelet's configuration names.
+#[derive(Debug, Clone, Default)]
+pub struct TlsSettings {
+    /// `tlsCertFile` (`--tls-cert-file`): the serving certificate, then its intermediates.
+    pub tls_cert_file: Option<PathBuf>,
+    /// `tlsPrivateKeyFile` (`--tls-private-key-file`).
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Where the self-signed pair lives without the two files above (upstream's `--cert-dir`,
+    /// `<root>/pki`).
+    pub cert_dir: PathBuf,
+    /// The host the self-signed certificate is for (upstream: the hostname; here the node name).
+    pub host: String,
+    /// More subject alternative names for the self-signed certificate (the node's IPs).
+    pub extra_ips: Vec<IpAddr>,
+}
+
+/// Where the serving certificate came from (logged, and what a test asserts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertificateSource {
+    /// `tlsCertFile`/`tlsPrivateKeyFile`.
+    Configured,
+    /// The self-signed pair under the certificate directory, generated by an earlier start.
+    SelfSignedReused,
+    /// The self-signed pair, generated now.
+    SelfSignedGenerated,
+}
+
+/// A certificate chain and its key, ready for rustls.
+#[derive(Debug)]
+pub struct ServingCertificate {
+    /// The leaf, then what the file holds after it.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// The leaf's key.
+    pub key: PrivateKeyDer<'static>,
+    /// The files it was read from.
+    pub cert_file: PathBuf,
+    /// See `cert_file`.
+    pub key_file: PathBuf,
+    /// Where it came from.
+    pub source: CertificateSource,
+}
+
+impl ServingCertificate {
+    /// The configured pair, or the self-signed one (generated when it cannot be read).
+    /// Upstream: `InitializeTLS` (without `serverTLSBootstrap`).
+    pub fn resolve(settings: &TlsSettings) -> Result<Self, TlsError> {
+        let (cert_file, key_file, source) =
+            match (&settings.tls_cert_file, &settings.tls_private_key_file) {
+                (Some(cert), Some(key)) => {
+                    (cert.clone(), key.clone(), CertificateSource::Configured)
+                }
+                (Some(_), None) => {
+                    return Err(TlsError::HalfConfigured {
+                        given: "tlsCertFile",
+                    });
+                }
+                (None, Some(_)) => {
+                    return Err(TlsError::HalfConfigured {
+                        given: "tlsPrivateKeyFile",
+                    });
+                }
+                (None, None) => {
+                    let (cert, key, source) = ensure_self_signed(settings)?;
+                    (cert, key, source)
+                }
+            };
+        let chain = read_certificates("tlsCertFile", &cert_file)?;
+        let key = PrivateKeyDer::from_pem_file(&key_file).map_err(|source| match source {
+            rustls::pki_types::pem::Error::Io(source) => TlsError::Read {
+                what: "tlsPrivateKeyFile",
+                path: key_file.clone(),
+                source,
+            },
+            source => TlsError::Pem {
+                what: "tlsPrivateKeyFile",
+                path: key_file.clone(),
+                source,
+            },
+        })?;
+        Ok(Self {
+            chain,
+            key,
+            cert_file,
+            key_file,
+            source,
+        })
+    }
+}
+
+/// `<cert_dir>/kubelet.crt|key`: reused when both can be read (upstream's `canReadCertAndKey`;
+/// no check of their dates or names, as upstream), else generated and written (the key 0600).
+fn ensure_self_signed(
+    settings: &TlsSettings,
+) -> Result<(PathBuf, PathBuf, CertificateSource), TlsError> {
+    let cert_file = settings.cert_dir.join(SELF_SIGNED_CERT_FILE);
+    let key_file = settings.cert_dir.join(SELF_SIGNED_KEY_FILE);
+    if std::fs::File::open(&cert_file).is_ok() && std::fs::File::open(&key_file).is_ok() {
+        return Ok((cert_file, key_file, CertificateSource::SelfSignedReused));
+    }
+    let (cert_pem, key_pem) = generate_self_signed(&settings.host, &settings.extra_ips)?;
+    std::fs::create_dir_all(&settings.cert_dir).map_err(|source| TlsError::Write {
+        path: settings.cert_dir.clone(),
+        source,
+    })?;
+    write_atomically(&cert_file, cert_pem.as_bytes(), 0o644)?;
+    write_atomically(&key_file, key_pem.as_bytes(), 0o600)?;
+    tracing::info!(cert = %cert_file.display(), "generated a self-signed serving certificate");
+    Ok((cert_file, key_file, CertificateSource::SelfSignedGenerated))
+}
+
+/// A serving certificate for `host` signed by a CA made for it, as PEM (the leaf then the CA)
+/// and its key. Upstream: `GenerateSelfSignedCertKeyWithFixtures`: CA `<host>-ca@<unix>`,
+/// leaf `<host>@<unix>`, valid from an hour ago for a year, `serverAuth`, the host as an IP or
+/// DNS SAN. Deviations: ECDSA P-256 keys, not RSA 2048 (ring generates no RSA keys); the leaf
+/// also names `localhost`, `127.0.0.1` and `extra_ips` (the node's addresses), so that a client
+/// given the CA can verify it by any of them (upstream names the host only).
+pub fn generate_self_signed(
+    host: &str,
+    extra_ips: &[IpAddr],
+) -> Result<(String, String), TlsError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose, SanType,
+    };
+    let fail = |source| TlsError::Generate {
+        host: host.to_owned(),
+        source,
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let unix = now.unix_timestamp();
+    let not_before = now - time::Duration::hours(1);
+    let not_after = now + SELF_SIGNED_VALIDITY;
+
+    let ca_key = KeyPair::generate().map_err(fail)?;
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("{host}-ca@{unix}"));
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::KeyEncipherment,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca.not_before = not_before;
+    ca.not_after = not_after;
+    let ca_cert = ca.self_signed(&ca_key).map_err(fail)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let key = KeyPair::generate().map_err(fail)?;
+    let mut leaf = CertificateParams::default();
+    leaf.distinguished_name
+        .push(DnType::CommonName, format!("{host}@{unix}"));
+    leaf.key_usages = vec![
+        KeyUsagePurpose::KeyEncipherment,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.not_before = not_before;
+    leaf.not_after = not_after;
+    let mut ips: Vec<IpAddr> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    match host.parse::<IpAddr>() {
+        Ok(ip) => ips.push(ip),
+        Err(_) => names.push(host.to_owned()),
+    }
+    names.push("localhost".to_owned());
+    ips.push(IpAddr::from([127, 0, 0, 1]));
+    ips.extend(extra_ips.iter().copied());
+    names.dedup();
+    let mut seen = Vec::new();
+    ips.retain(|ip| {
+        let new = !seen.contains(ip);
+        seen.push(*ip);
+        new
+    });
+    for name in names {
+        leaf.subject_alt_names
+            .push(SanType::DnsName(name.try_into().map_err(fail)?));
+    }
+    for ip in ips {
+        leaf.subject_alt_names.push(SanType::IpAddress(ip));
+    }
+    let cert = leaf.signed_by(&key, &issuer).map_err(fail)?;
+    Ok((
+        format!("{}{}", cert.pem(), ca_cert.pem()),
+        key.serialize_pem(),
+    ))
+}
+
+fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> Result<(), TlsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |source| TlsError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(fail)?;
+    file.write_all(contents).map_err(fail)?;
+    file.sync_all().map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(fail)
+}
+
+fn read_certificates(
+    what: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem_error = |source| match source {
+        rustls::pki_types::pem::Error::Io(source) => TlsError::Read {
+            what,
+            path: path.to_owned(),
+            source,
+        },
+        source => TlsError::Pem {
+            what,
+            path: path.to_owned(),
+            source,
+        },
+    };
+    let chain = CertificateDer::pem_file_iter(path)
+        .map_err(pem_error)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(pem_error)?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            what,
+            path: path.to_owned(),
+        });
+    }
+    Ok(chain)
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The CAs of `clientCAFile`: what the handshake names, and what the x509 authenticator
+/// verifies a client's chain against (for client authentication, at the time of the request).
+#[derive(Debug, Clone)]
+pub struct ClientCa {
+    verifier: Arc<dyn ClientCertVerifier>,
+    path: PathBuf,
+}
+
+impl ClientCa {
+    /// Reads the bundle. Upstream: `certutil.NewPool(clientCAFile)`.
+    pub fn load(path: &Path) -> Result<Self, TlsError> {
+        let mut roots = RootCertStore::empty();
+        for cert in read_certificates("clientCAFile", path)? {
+            roots.add(cert).map_err(|source| TlsError::BadCa {
+                path: path.to_owned(),
+                source,
+            })?;
+        }
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|source| TlsError::ClientCa {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            verifier,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The file it was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Verifies `chain` (the leaf first) for client authentication now. Upstream:
+    /// `x509.Authenticator.AuthenticateRequest` (`Verify` with `ExtKeyUsageClientAuth`; the
+    /// rest of the chain as intermediates).
+    pub fn verify(&self, chain: &[CertificateDer<'_>]) -> Result<(), rustls::Error> {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return Err(rustls::Error::NoCertificatesPresented);
+        };
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map(|_| ())
+    }
+}
+
+/// Requests a client certificate (naming the CA's subjects), checks that the client holds its
+/// key, and leaves the chain's verification to the x509 authenticator, per request, as
+/// upstream's `tls.RequestClientCert` does.
+#[derive(Debug)]
+pub struct DeferredClientCertVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for DeferredClientCertVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        // Deferred: `ClientCa::verify` runs in the authenticator (a 401, not a failed handshake).
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// The rustls server configuration: the serving certificate; with a client CA, a client
+/// certificate requested (not required, verified per request). ALPN offers `http/1.1` only
+/// (deviation: upstream also offers h2; the streaming endpoints need HTTP/1.1 upgrades).
+pub fn server_config(
+    cert: ServingCertificate,
+    client_ca: Option<&ClientCa>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(TlsError::Config)?;
+    let builder = match client_ca {
+        Some(ca) => builder.with_client_cert_verifier(Arc::new(DeferredClientCertVerifier {
+            inner: ca.verifier.clone(),
+        })),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(cert.chain, cert.key)
+        .map_err(TlsError::Config)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The client certificates of the request's connection (the leaf first; empty without one),
+/// put in every request's extensions by [`serve`].
+#[derive(Debug, Clone, Default)]
+pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+
+/// Upstream's `MaxHeaderBytes` (1 MiB).
+const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// Accepts TLS connections on `listener` and serves `service` on each (HTTP/1.1, with
+/// upgrades), each request carrying its connection's [`PeerCertificates`], until `shutdown`
+/// completes; connections already accepted run to their end. A failed handshake or connection
+/// is logged and dropped.
+pub async fn serve<S>(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()>
+where
+    S: tower::Service<Request<Body>, Response = Response, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, remote) = tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // EMFILE and friends: keep serving the connections we have.
+                    tracing::warn!(%error, "accepting a connection on the kubelet server");
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let service = service.clone();
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(tls) => tls,
+                Err(error) => {
+                    tracing::debug!(%remote, %error, "TLS handshake on the kubelet server");
+                    return;
+                }
+            };
+            let peer = PeerCertificates(Arc::new(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect())
+                    .unwrap_or_default(),
+            ));
+            let per_request =
+                hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let mut request = request.map(Body::new);
+                    request.extensions_mut().insert(peer.clone());
+                    service.clone().oneshot(request)
+                });
+            if let Err(error) = hyper::server::conn::http1::Builder::new()
+                .max_buf_size(MAX_HEADER_BYTES)
+                .serve_connection(TokioIo::new(tls), per_request)
+                .with_upgrades()
+                .await
+            {
+                tracing::debug!(%remote, %error, "serving a kubelet server connection");
+            }
+        });
+    }
+}

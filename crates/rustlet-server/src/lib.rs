@@ -23,3 +23,6 @@
 
 pub mod auth;
 pub mod tls;
+
+#[cfg(test)]
+mod test_pki;

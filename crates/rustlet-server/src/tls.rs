@@ -563,3 +563,226 @@ where
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tower::Layer;
+
+    use super::*;
+    use crate::auth::fake::{FakeAccessReviewer, FakeTokenReviewer};
+    use crate::auth::{
+        Admitted, AuthLayer, AuthSettings, KubeletAuth, KubeletAuthentication,
+        KubeletAuthorization, Reviewers,
+    };
+    use crate::test_pki::{ClientCert, TestCa};
+
+    fn settings(dir: &Path) -> TlsSettings {
+        TlsSettings {
+            cert_dir: dir.join("pki"),
+            host: "node-a".to_owned(),
+            extra_ips: vec![IpAddr::from([10, 88, 0, 1])],
+            ..TlsSettings::default()
+        }
+    }
+
+    /// Upstream's `InitializeTLS` without the two files: `<certDir>/kubelet.crt|key`
+    /// generated once (the key 0600), then reused as they are.
+    #[test]
+    fn the_self_signed_certificate_is_generated_under_the_cert_dir_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ServingCertificate::resolve(&settings(dir.path())).unwrap();
+        assert_eq!(first.source, CertificateSource::SelfSignedGenerated);
+        assert_eq!(first.cert_file, dir.path().join("pki/kubelet.crt"));
+        assert_eq!(first.key_file, dir.path().join("pki/kubelet.key"));
+        let mode = std::fs::metadata(&first.key_file)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(first.chain.len(), 2, "the leaf, then its CA");
+
+        use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+        let (_, leaf) = X509Certificate::from_der(first.chain[0].as_ref()).unwrap();
+        let cn = leaf
+            .subject()
+            .iter_common_name()
+            .next()
+            .unwrap()
+            .as_str()
+            .unwrap();
+        assert!(cn.starts_with("node-a@"), "{cn}");
+        let (_, ca) = X509Certificate::from_der(first.chain[1].as_ref()).unwrap();
+        let ca_cn = ca
+            .subject()
+            .iter_common_name()
+            .next()
+            .unwrap()
+            .as_str()
+            .unwrap();
+        assert!(ca_cn.starts_with("node-a-ca@"), "{ca_cn}");
+        assert_eq!(leaf.issuer(), ca.subject());
+        let sans: Vec<String> = leaf
+            .subject_alternative_name()
+            .unwrap()
+            .unwrap()
+            .value
+            .general_names
+            .iter()
+            .map(|n| match n {
+                GeneralName::DNSName(d) => d.to_string(),
+                GeneralName::IPAddress(ip) => format!("{ip:?}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            sans,
+            ["node-a", "localhost", "[127, 0, 0, 1]", "[10, 88, 0, 1]"]
+        );
+        let validity = leaf.validity();
+        let days = (validity.not_after.timestamp() - validity.not_before.timestamp()) / 86_400;
+        assert_eq!(days, 365, "a year (and the hour before now)");
+
+        let cert_pem = std::fs::read(&first.cert_file).unwrap();
+        let second = ServingCertificate::resolve(&settings(dir.path())).unwrap();
+        assert_eq!(second.source, CertificateSource::SelfSignedReused);
+        assert_eq!(second.chain, first.chain);
+        assert_eq!(std::fs::read(&second.cert_file).unwrap(), cert_pem);
+    }
+
+    #[test]
+    fn the_configured_files_are_used_and_one_alone_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = generate_self_signed("elsewhere", &[]).unwrap();
+        std::fs::write(dir.path().join("serving.crt"), cert).unwrap();
+        std::fs::write(dir.path().join("serving.key"), key).unwrap();
+        let mut configured = settings(dir.path());
+        configured.tls_cert_file = Some(dir.path().join("serving.crt"));
+        configured.tls_private_key_file = Some(dir.path().join("serving.key"));
+        let resolved = ServingCertificate::resolve(&configured).unwrap();
+        assert_eq!(resolved.source, CertificateSource::Configured);
+        assert!(!dir.path().join("pki").exists(), "nothing generated");
+
+        configured.tls_private_key_file = None;
+        assert!(matches!(
+            ServingCertificate::resolve(&configured),
+            Err(TlsError::HalfConfigured {
+                given: "tlsCertFile"
+            })
+        ));
+        configured.tls_cert_file = Some(dir.path().join("missing.crt"));
+        configured.tls_private_key_file = Some(dir.path().join("serving.key"));
+        let error = ServingCertificate::resolve(&configured).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                TlsError::Read {
+                    what: "tlsCertFile",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+    }
+
+    /// One GET over a real TLS connection on loopback; the status line and the body.
+    async fn get(
+        addr: std::net::SocketAddr,
+        server_ca: &[CertificateDer<'static>],
+        client: Option<&ClientCert>,
+    ) -> (String, String) {
+        let mut roots = RootCertStore::empty();
+        for cert in server_ca {
+            roots.add(cert.clone()).unwrap();
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let config = match client {
+            Some(client) => builder
+                .with_client_auth_cert(client.chain.clone(), client.key.clone_key())
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = connector.connect(name, tcp).await.unwrap();
+        tls.write_all(b"GET /pods HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        tls.read_to_string(&mut response).await.unwrap();
+        let status = response.lines().next().unwrap_or_default().to_owned();
+        let body = response
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        (status, body)
+    }
+
+    /// Through a real TLS connection on loopback: the self-signed serving certificate
+    /// verifies for `localhost` against its CA; a client certificate of the client CA is its
+    /// user; one of another CA, or none, is `401 Unauthorized` after a completed handshake.
+    #[tokio::test]
+    async fn a_client_certificate_over_a_real_tls_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let client_ca = TestCa::new("client-ca");
+        let ca_file = client_ca.write(dir.path(), "client-ca.crt");
+        let serving = ServingCertificate::resolve(&settings(dir.path())).unwrap();
+        let server_ca = vec![serving.chain[1].clone()];
+        let config = server_config(serving, Some(&ClientCa::load(&ca_file).unwrap())).unwrap();
+
+        let access = Arc::new(FakeAccessReviewer::default());
+        access.allow("alice", "get", "pods");
+        let auth = KubeletAuth::new(AuthSettings {
+            node_name: "node-a".to_owned(),
+            authentication: KubeletAuthentication {
+                x509: crate::auth::X509Authentication {
+                    client_ca_file: Some(ca_file),
+                },
+                ..KubeletAuthentication::default()
+            },
+            authorization: KubeletAuthorization::default(),
+            reviewers: Reviewers::Api {
+                tokens: Arc::new(FakeTokenReviewer::default()),
+                access: access.clone(),
+            },
+        })
+        .unwrap();
+        let app = AuthLayer::new(Arc::new(auth)).layer(axum::Router::new().route(
+            "/pods",
+            axum::routing::get(
+                |axum::Extension(admitted): axum::Extension<Admitted>| async move {
+                    format!("pods for {}", admitted.user.name)
+                },
+            ),
+        ));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, config, app, async {
+            stopped.await.ok();
+        }));
+
+        let alice = client_ca.client("alice", Some("devs"));
+        let (status, body) = get(addr, &server_ca, Some(&alice)).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert!(body.contains("pods for alice"), "{body}");
+
+        let other = TestCa::new("other-ca").client("alice", Some("devs"));
+        let (status, body) = get(addr, &server_ca, Some(&other)).await;
+        assert_eq!(status, "HTTP/1.1 401 Unauthorized");
+        assert!(body.contains("Unauthorized"), "{body}");
+
+        let (status, _) = get(addr, &server_ca, None).await;
+        assert_eq!(status, "HTTP/1.1 401 Unauthorized");
+
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+}

@@ -118,7 +118,7 @@ pub fn decode_path(raw: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use http::Method;
 

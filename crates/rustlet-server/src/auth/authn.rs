@@ -6,8 +6,8 @@
 //! authenticator (`request/bearertoken` over the cached `TokenReview` webhook), wrapped by
 //! `AuthenticatedGroupAdder` (adds `system:authenticated`); with anonymous enabled,
 //! `unionauth.NewFailOnError(that, anonymous)`: a request whose credentials fail is refused, not
-//! taken as anonymous. Not ported: the WebSocket `base64url.bearer.authorization.k8s.io.`
-//! protocol authenticator (browsers' tokens; the API server sends a client certificate).
+//! taken as anonymous. The bearer token also comes, in a WebSocket upgrade, as the
+//! `base64url.bearer.authorization.k8s.io.<token>` subprotocol (`request/websocket`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -59,6 +59,9 @@ pub enum Method {
     /// A bearer token the API server reviewed (the `Authorization` header is then removed, as
     /// upstream removes it).
     BearerToken,
+    /// A bearer token in a WebSocket subprotocol (that subprotocol is then removed from
+    /// `Sec-WebSocket-Protocol`, as upstream removes it).
+    WebSocketProtocolToken,
     /// No credentials, anonymous enabled.
     Anonymous,
 }
@@ -87,6 +90,9 @@ pub enum AuthnError {
     /// The `TokenReview` did not come back.
     #[error("reviewing a bearer token")]
     TokenReview(#[source] ReviewError),
+    /// A WebSocket upgrade's token subprotocol is malformed (upstream's messages).
+    #[error("{0}")]
+    WebSocketProtocol(&'static str),
     /// Every method that had an opinion failed (upstream's aggregate).
     #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", "))]
     All(Vec<AuthnError>),
@@ -95,8 +101,8 @@ pub enum AuthnError {
 /// What the request presents.
 #[derive(Debug, Clone, Copy)]
 pub struct Credentials<'a> {
-    /// The `Authorization` header, if any.
-    pub authorization: Option<&'a str>,
+    /// The request's headers (`Authorization`; `Sec-WebSocket-Protocol` of an upgrade).
+    pub headers: &'a http::HeaderMap,
     /// The connection's client certificates (the leaf first).
     pub peer_certificates: &'a [CertificateDer<'static>],
 }
@@ -178,6 +184,83 @@ pub fn bearer_token(authorization: &str) -> Option<&str> {
         return None;
     }
     Some(token)
+}
+
+/// The subprotocol prefix that carries a bearer token in a WebSocket upgrade.
+pub const BEARER_PROTOCOL_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
+
+/// A bearer token found among a WebSocket upgrade's subprotocols.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebSocketToken {
+    /// The decoded token.
+    pub token: String,
+    /// The other subprotocols, joined with `,` (what `Sec-WebSocket-Protocol` becomes once the
+    /// token authenticated).
+    pub other_protocols: String,
+}
+
+/// Upstream's `wsstream.IsWebSocketRequest`: `Upgrade: websocket` and a `Connection` header
+/// that mentions `upgrade`.
+pub fn is_websocket_request(headers: &http::HeaderMap) -> bool {
+    let upgrade = headers
+        .get(http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    upgrade
+        && headers.get_all(http::header::CONNECTION).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.to_ascii_lowercase().contains("upgrade"))
+        })
+}
+
+/// The token of a WebSocket upgrade's `base64url.bearer.authorization.k8s.io.` subprotocol,
+/// `None` when there is none. Upstream: `websocket.ProtocolAuthenticator.AuthenticateRequest`
+/// (one such subprotocol at most, raw base64url of UTF-8, and another subprotocol beside it).
+pub fn websocket_token(headers: &http::HeaderMap) -> Result<Option<WebSocketToken>, AuthnError> {
+    use base64::Engine;
+    if !is_websocket_request(headers) {
+        return Ok(None);
+    }
+    let mut token: Option<String> = None;
+    let mut others = Vec::new();
+    for value in headers.get_all(http::header::SEC_WEBSOCKET_PROTOCOL) {
+        let Ok(value) = value.to_str() else { continue };
+        for protocol in value.split(',').map(str::trim) {
+            let Some(encoded) = protocol.strip_prefix(BEARER_PROTOCOL_PREFIX) else {
+                others.push(protocol);
+                continue;
+            };
+            if token.is_some() {
+                return Err(AuthnError::WebSocketProtocol(
+                    "multiple base64.bearer.authorization tokens specified",
+                ));
+            }
+            let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(encoded)
+                .map_err(|_| {
+                    AuthnError::WebSocketProtocol(
+                        "invalid base64.bearer.authorization token encoding",
+                    )
+                })?;
+            token = Some(String::from_utf8(decoded).map_err(|_| {
+                AuthnError::WebSocketProtocol("invalid base64.bearer.authorization token")
+            })?);
+        }
+    }
+    match token {
+        Some(token) if !token.is_empty() => {
+            if others.is_empty() {
+                return Err(AuthnError::WebSocketProtocol(
+                    "missing additional subprotocol",
+                ));
+            }
+            Ok(Some(WebSocketToken {
+                token,
+                other_protocols: others.join(","),
+            }))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// What a token's review said, as cached.
@@ -301,11 +384,28 @@ impl Authenticator {
                 Err(error) => errors.push(error),
             }
         }
-        if let Some(tokens) = &self.token
-            && let Some(token) = credentials.authorization.and_then(bearer_token)
-        {
-            match tokens.authenticate(token).await {
-                Ok(user) => return Ok(Some((add_authenticated_group(user), Method::BearerToken))),
+        if let Some(tokens) = &self.token {
+            let header = credentials
+                .headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            if let Some(token) = header.and_then(bearer_token) {
+                match tokens.authenticate(token).await {
+                    Ok(user) => {
+                        return Ok(Some((add_authenticated_group(user), Method::BearerToken)));
+                    }
+                    Err(error) => errors.push(error),
+                }
+            }
+            match websocket_token(credentials.headers) {
+                Ok(Some(found)) => match tokens.authenticate(&found.token).await {
+                    Ok(user) => {
+                        let user = add_authenticated_group(user);
+                        return Ok(Some((user, Method::WebSocketProtocolToken)));
+                    }
+                    Err(error) => errors.push(error),
+                },
+                Ok(None) => {}
                 Err(error) => errors.push(error),
             }
         }
@@ -356,6 +456,58 @@ mod tests {
         assert_eq!(bearer_token("Bearer"), None);
         assert_eq!(bearer_token("Basic abc"), None);
         assert_eq!(bearer_token(""), None);
+    }
+
+    fn upgrade(protocols: &[&str]) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("connection", "Upgrade".parse().unwrap());
+        headers.insert("upgrade", "websocket".parse().unwrap());
+        for p in protocols {
+            headers.append("sec-websocket-protocol", p.parse().unwrap());
+        }
+        headers
+    }
+
+    /// Upstream: `TestAuthenticateRequest*` of `request/websocket/protocol_test.go`.
+    #[test]
+    fn websocket_token_reads_the_subprotocols_as_upstream() {
+        // base64url("token") = dG9rZW4
+        let found = websocket_token(&upgrade(&[
+            "base64url.bearer.authorization.k8s.io.dG9rZW4,dummy",
+            "v5.channel.k8s.io",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(found.token, "token");
+        assert_eq!(found.other_protocols, "dummy,v5.channel.k8s.io");
+
+        assert_eq!(websocket_token(&upgrade(&["dummy"])).unwrap(), None);
+        let mut plain = upgrade(&["base64url.bearer.authorization.k8s.io.dG9rZW4,dummy"]);
+        plain.remove("upgrade");
+        assert_eq!(
+            websocket_token(&plain).unwrap(),
+            None,
+            "not a WebSocket upgrade"
+        );
+        let token = "base64url.bearer.authorization.k8s.io.dG9rZW4";
+        for (protocols, message) in [
+            (token.to_owned(), "missing additional subprotocol"),
+            (
+                format!("{token},{token},dummy"),
+                "multiple base64.bearer.authorization tokens specified",
+            ),
+            (
+                "base64url.bearer.authorization.k8s.io.!!!,dummy".to_owned(),
+                "invalid base64.bearer.authorization token encoding",
+            ),
+            (
+                "base64url.bearer.authorization.k8s.io._w,dummy".to_owned(),
+                "invalid base64.bearer.authorization token",
+            ),
+        ] {
+            let error = websocket_token(&upgrade(&[&protocols])).unwrap_err();
+            assert_eq!(error.to_string(), message);
+        }
     }
 
     #[test]

@@ -23,6 +23,21 @@ pub enum FakeMode {
     Answer,
     /// Fails every call with a permanent error (no retries).
     Fail,
+    /// Fails every call with a transient error (retried with backoff).
+    FailTransient,
+}
+
+fn failure(mode: FakeMode, kind: ReviewKind) -> Option<ReviewError> {
+    let retry = match mode {
+        FakeMode::Answer => return None,
+        FakeMode::Fail => Retry::Permanent,
+        FakeMode::FailTransient => Retry::Transient,
+    };
+    Some(ReviewError {
+        kind,
+        retry,
+        source: "the fake fails".into(),
+    })
 }
 
 /// A `TokenReview` fake: known tokens authenticate as their user; others do not.
@@ -59,12 +74,8 @@ impl FakeTokenReviewer {
 impl TokenReviewer for FakeTokenReviewer {
     async fn review_token(&self, spec: TokenReviewSpec) -> Result<TokenReviewStatus, ReviewError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        if *self.mode.lock().unwrap() == FakeMode::Fail {
-            return Err(ReviewError {
-                kind: ReviewKind::Token,
-                retry: Retry::Permanent,
-                source: "the fake fails".into(),
-            });
+        if let Some(error) = failure(*self.mode.lock().unwrap(), ReviewKind::Token) {
+            return Err(error);
         }
         let token = spec.token;
         Ok(match self.tokens.lock().unwrap().get(&token) {
@@ -127,12 +138,8 @@ impl AccessReviewer for FakeAccessReviewer {
         spec: SubjectAccessReviewSpec,
     ) -> Result<SubjectAccessReviewStatus, ReviewError> {
         self.reviews.lock().unwrap().push(spec.clone());
-        if *self.mode.lock().unwrap() == FakeMode::Fail {
-            return Err(ReviewError {
-                kind: ReviewKind::Access,
-                retry: Retry::Permanent,
-                source: "the fake fails".into(),
-            });
+        if let Some(error) = failure(*self.mode.lock().unwrap(), ReviewKind::Access) {
+            return Err(error);
         }
         let attrs = spec.resource_attributes.unwrap_or_default();
         let key = (

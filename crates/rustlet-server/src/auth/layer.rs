@@ -4,7 +4,7 @@
 //! connection's client certificates come from the request's [`PeerCertificates`] extension
 //! ([`crate::tls::serve`] puts them there); an admitted request carries [`Admitted`] in its
 //! extensions, and its `Authorization` header is gone when a bearer token authenticated it
-//! (upstream removes it too).
+//! (upstream removes it too), as is the token's subprotocol from `Sec-WebSocket-Protocol`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -87,13 +87,8 @@ where
                 .get::<PeerCertificates>()
                 .cloned()
                 .unwrap_or_default();
-            let authorization = parts
-                .headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
             let credentials = Credentials {
-                authorization: authorization.as_deref(),
+                headers: &parts.headers,
                 peer_certificates: &peer.0,
             };
             let admitted: Admitted = match auth
@@ -103,8 +98,18 @@ where
                 Ok(admitted) => admitted,
                 Err(refusal) => return Ok(refusal_response(&refusal)),
             };
-            if admitted.method == authn::Method::BearerToken {
-                parts.headers.remove(header::AUTHORIZATION);
+            match admitted.method {
+                authn::Method::BearerToken => {
+                    parts.headers.remove(header::AUTHORIZATION);
+                }
+                authn::Method::WebSocketProtocolToken => {
+                    if let Ok(Some(found)) = authn::websocket_token(&parts.headers)
+                        && let Ok(value) = HeaderValue::from_str(&found.other_protocols)
+                    {
+                        parts.headers.insert(header::SEC_WEBSOCKET_PROTOCOL, value);
+                    }
+                }
+                authn::Method::ClientCertificate | authn::Method::Anonymous => {}
             }
             parts.extensions.insert(admitted);
             inner.call(Request::from_parts(parts, body)).await

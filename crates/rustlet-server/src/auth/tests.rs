@@ -243,6 +243,59 @@ async fn the_authorization_header_is_removed_after_a_token_authenticated() {
     assert_eq!(body, "None");
 }
 
+/// A token in a WebSocket upgrade's subprotocols authenticates; the routes see the other
+/// subprotocols only. Upstream: `websocket.ProtocolAuthenticator`.
+#[tokio::test]
+async fn a_websocket_protocol_token_authenticates_and_is_removed() {
+    let h = harness(
+        KubeletAuthentication::default(),
+        KubeletAuthorization {
+            mode: AuthorizationMode::AlwaysAllow,
+            ..Default::default()
+        },
+    );
+    let app = AuthLayer::new(h.auth.clone()).layer(Router::new().fallback(
+        |Extension(admitted): Extension<Admitted>, headers: http::HeaderMap| async move {
+            format!(
+                "{} {:?}",
+                admitted.user.name,
+                headers.get("sec-websocket-protocol")
+            )
+        },
+    ));
+    // base64url("phibby-token") = cGhpYmJ5LXRva2Vu
+    let request = Request::builder()
+        .uri("/exec/ns/p/c?command=ls")
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header(
+            "sec-websocket-protocol",
+            "v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.cGhpYmJ5LXRva2Vu",
+        )
+        .body(Body::empty())
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(body, r#"phibby Some("v5.channel.k8s.io")"#);
+}
+
+/// Transient failures are retried with upstream's backoff (five tries: 0.5 s, then × 1.5),
+/// then the request fails; permanent ones are not retried.
+#[tokio::test(start_paused = true)]
+async fn transient_review_failures_are_retried_five_times() {
+    let h = defaults();
+    h.tokens.set_mode(FakeMode::FailTransient);
+    let (status, _) = send(&h.auth, with_token(Method::GET, "/pods", TOKEN)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(h.tokens.calls(), 5);
+    h.tokens.set_mode(FakeMode::Fail);
+    send(&h.auth, with_token(Method::GET, "/pods", TOKEN)).await;
+    assert_eq!(h.tokens.calls(), 6);
+}
+
 /// `authentication.webhook.cacheTTL` (2m): an answer, authenticated or not, stands for 2m.
 #[tokio::test(start_paused = true)]
 async fn token_reviews_are_cached_for_the_cache_ttl() {

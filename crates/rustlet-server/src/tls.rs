@@ -331,7 +331,8 @@ fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> Result<(), TlsEr
     std::fs::rename(&tmp, path).map_err(fail)
 }
 
-fn read_certificates(
+/// The certificates of a PEM file, in order (`what` names the file in errors).
+pub fn read_certificates(
     what: &'static str,
     path: &Path,
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {

@@ -17,11 +17,12 @@ use std::io;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
 use http::Request;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -499,13 +500,39 @@ pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
 /// Upstream's `MaxHeaderBytes` (1 MiB).
 const MAX_HEADER_BYTES: usize = 1 << 20;
 
+/// Upstream's `IdleTimeout` (90 s).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How [`serve`] serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The TLS configuration ([`server_config`]).
+    pub tls: Arc<ServerConfig>,
+    /// How long a connection may wait for (the whole head of) its next request; then it is
+    /// closed. Upstream's `IdleTimeout` is 90 s; its `ReadTimeout` (4 h) also bounds a head
+    /// read: here the idle timeout bounds both (deviation: hyper has one header-read timer,
+    /// started when the connection waits for a request). An upgraded connection (exec,
+    /// attach, port-forward) is no longer HTTP and has its own idle rule.
+    pub idle_timeout: Duration,
+}
+
+impl ServeOptions {
+    /// `tls` with upstream's idle timeout.
+    pub fn new(tls: Arc<ServerConfig>) -> Self {
+        Self {
+            tls,
+            idle_timeout: IDLE_TIMEOUT,
+        }
+    }
+}
+
 /// Accepts TLS connections on `listener` and serves `service` on each (HTTP/1.1, with
-/// upgrades), each request carrying its connection's [`PeerCertificates`], until `shutdown`
-/// completes; connections already accepted run to their end. A failed handshake or connection
-/// is logged and dropped.
+/// upgrades, heads of at most 1 MiB), each request carrying its connection's
+/// [`PeerCertificates`], until `shutdown` completes; connections already accepted run to
+/// their end. A failed handshake or connection is logged and dropped.
 pub async fn serve<S>(
     listener: TcpListener,
-    config: Arc<ServerConfig>,
+    options: ServeOptions,
     service: S,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()>
@@ -516,7 +543,8 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let acceptor = tokio_rustls::TlsAcceptor::from(options.tls);
+    let idle_timeout = options.idle_timeout;
     tokio::pin!(shutdown);
     loop {
         let (tcp, remote) = tokio::select! {
@@ -555,6 +583,8 @@ where
                 });
             if let Err(error) = hyper::server::conn::http1::Builder::new()
                 .max_buf_size(MAX_HEADER_BYTES)
+                .timer(TokioTimer::new())
+                .header_read_timeout(idle_timeout)
                 .serve_connection(TokioIo::new(tls), per_request)
                 .with_upgrades()
                 .await
@@ -766,7 +796,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, config, app, async {
+        let server = tokio::spawn(serve(listener, ServeOptions::new(config), app, async {
             stopped.await.ok();
         }));
 
@@ -785,5 +815,45 @@ mod tests {
 
         stop.send(()).unwrap();
         server.await.unwrap().unwrap();
+    }
+
+    /// A connection that sends no request is closed after the idle timeout (upstream's
+    /// `IdleTimeout`; 90 s by default, short here): the client reads the end of the stream.
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let serving = ServingCertificate::resolve(&settings(dir.path())).unwrap();
+        let server_ca = serving.chain[1].clone();
+        let options = ServeOptions {
+            tls: server_config(serving, None).unwrap(),
+            idle_timeout: Duration::from_millis(200),
+        };
+        assert_eq!(
+            ServeOptions::new(options.tls.clone()).idle_timeout,
+            Duration::from_secs(90)
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }));
+        let server = tokio::spawn(serve(listener, options, app, std::future::pending()));
+
+        let mut roots = RootCertStore::empty();
+        roots.add(server_ca).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        let mut rest = Vec::new();
+        // Ends (EOF or a reset) only when the server closes the connection.
+        let _ = tls.read_to_end(&mut rest).await;
+        assert!(rest.is_empty(), "nothing was asked, nothing answered");
+        server.abort();
     }
 }

@@ -366,17 +366,42 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// How often the client CA file is re-read (upstream's `DynamicFileCAContent` resyncs each
+/// minute; it also watches the file, which a minute's poll stands in for here).
+pub const CLIENT_CA_RELOAD_INTERVAL: Duration = Duration::from_secs(60);
+
 /// The CAs of `clientCAFile`: what the handshake names, and what the x509 authenticator
 /// verifies a client's chain against (for client authentication, at the time of the request).
+/// Clones share one bundle, which [`ClientCa::reload_if_changed`] replaces when the file
+/// changes (upstream: `dynamiccertificates.NewDynamicCAContentFromFile`; the handshake's
+/// names stay those read at start, as upstream's `tls.Config.ClientCAs`).
 #[derive(Debug, Clone)]
 pub struct ClientCa {
-    verifier: Arc<dyn ClientCertVerifier>,
+    loaded: Arc<std::sync::RwLock<LoadedCa>>,
     path: PathBuf,
+}
+
+#[derive(Debug)]
+struct LoadedCa {
+    verifier: Arc<dyn ClientCertVerifier>,
+    pem: Vec<u8>,
 }
 
 impl ClientCa {
     /// Reads the bundle. Upstream: `certutil.NewPool(clientCAFile)`.
     pub fn load(path: &Path) -> Result<Self, TlsError> {
+        Ok(Self {
+            loaded: Arc::new(std::sync::RwLock::new(Self::read(path)?)),
+            path: path.to_owned(),
+        })
+    }
+
+    fn read(path: &Path) -> Result<LoadedCa, TlsError> {
+        let pem = std::fs::read(path).map_err(|source| TlsError::Read {
+            what: "clientCAFile",
+            path: path.to_owned(),
+            source,
+        })?;
         let mut roots = RootCertStore::empty();
         for cert in read_certificates("clientCAFile", path)? {
             roots.add(cert).map_err(|source| TlsError::BadCa {
@@ -391,10 +416,7 @@ impl ClientCa {
                 path: path.to_owned(),
                 source,
             })?;
-        Ok(Self {
-            verifier,
-            path: path.to_owned(),
-        })
+        Ok(LoadedCa { verifier, pem })
     }
 
     /// The file it was read from.
@@ -402,14 +424,56 @@ impl ClientCa {
         &self.path
     }
 
-    /// Verifies `chain` (the leaf first) for client authentication now. Upstream:
-    /// `x509.Authenticator.AuthenticateRequest` (`Verify` with `ExtKeyUsageClientAuth`; the
-    /// rest of the chain as intermediates).
+    fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        self.loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .verifier
+            .clone()
+    }
+
+    /// Re-reads the file; `true` when its content changed and the new bundle is in use. A
+    /// file that cannot be read or parsed leaves the last good bundle in use (upstream keeps
+    /// it too) and is the error.
+    pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
+        let pem = std::fs::read(&self.path).map_err(|source| TlsError::Read {
+            what: "clientCAFile",
+            path: self.path.clone(),
+            source,
+        })?;
+        if pem == self.loaded.read().unwrap_or_else(|p| p.into_inner()).pem {
+            return Ok(false);
+        }
+        let fresh = Self::read(&self.path)?;
+        *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        tracing::info!(path = %self.path.display(), "reloaded the client CA bundle");
+        Ok(true)
+    }
+
+    /// Re-reads the file every `interval` from now, forever (spawn it; call it within a tokio
+    /// runtime).
+    pub fn reload_periodically(self, interval: Duration) -> impl Future<Output = ()> + Send {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        async move {
+            loop {
+                ticks.tick().await;
+                if let Err(error) = self.reload_if_changed() {
+                    tracing::warn!(error = %error, source = ?std::error::Error::source(&error),
+                    "reloading the client CA bundle; the last good one stays in use");
+                }
+            }
+        }
+    }
+
+    /// Verifies `chain` (the leaf first) for client authentication now, against the bundle in
+    /// use. Upstream: `x509.Authenticator.AuthenticateRequest` (`Verify` with
+    /// `ExtKeyUsageClientAuth`; the rest of the chain as intermediates).
     pub fn verify(&self, chain: &[CertificateDer<'_>]) -> Result<(), rustls::Error> {
         let Some((leaf, intermediates)) = chain.split_first() else {
             return Err(rustls::Error::NoCertificatesPresented);
         };
-        self.verifier
+        self.verifier()
             .verify_client_cert(leaf, intermediates, UnixTime::now())
             .map(|_| ())
     }
@@ -481,7 +545,7 @@ pub fn server_config(
         .map_err(TlsError::Config)?;
     let builder = match client_ca {
         Some(ca) => builder.with_client_cert_verifier(Arc::new(DeferredClientCertVerifier {
-            inner: ca.verifier.clone(),
+            inner: ca.verifier(),
         })),
         None => builder.with_no_client_auth(),
     };
@@ -817,6 +881,41 @@ mod tests {
         server.await.unwrap().unwrap();
     }
 
+    /// `clientCAFile` re-read each minute: a rotated bundle takes effect without a restart; a
+    /// broken one leaves the last good one in use.
+    #[tokio::test(start_paused = true)]
+    async fn the_client_ca_file_is_reloaded_when_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = (TestCa::new("old-ca"), TestCa::new("new-ca"));
+        let path = old.write(dir.path(), "client-ca.crt");
+        let ca = ClientCa::load(&path).unwrap();
+        let (by_old, by_new) = (old.client("alice", None), new.client("alice", None));
+        assert!(ca.verify(&by_old.chain).is_ok());
+        assert!(ca.verify(&by_new.chain).is_err());
+        assert!(!ca.reload_if_changed().unwrap(), "unchanged");
+
+        let task = tokio::spawn(ca.clone().reload_periodically(CLIENT_CA_RELOAD_INTERVAL));
+        new.write(dir.path(), "client-ca.crt");
+        tokio::time::advance(CLIENT_CA_RELOAD_INTERVAL - Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert!(ca.verify(&by_new.chain).is_err(), "not before the minute");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert!(
+            ca.verify(&by_new.chain).is_ok(),
+            "the new bundle after a minute"
+        );
+        assert!(ca.verify(&by_old.chain).is_err());
+
+        std::fs::write(&path, "not a certificate").unwrap();
+        assert!(ca.reload_if_changed().is_err());
+        assert!(
+            ca.verify(&by_new.chain).is_ok(),
+            "the last good bundle stays"
+        );
+        task.abort();
+    }
+
     /// A connection that sends no request is closed after the idle timeout (upstream's
     /// `IdleTimeout`; 90 s by default, short here): the client reads the end of the stream.
     #[tokio::test]
@@ -851,8 +950,10 @@ mod tests {
             .await
             .unwrap();
         let mut rest = Vec::new();
-        // Ends (EOF or a reset) only when the server closes the connection.
-        let _ = tls.read_to_end(&mut rest).await;
+        // Ends (EOF or a reset) only when the server closes the connection; the minute is a
+        // safety net against a hang, not a measure.
+        let read = tokio::time::timeout(Duration::from_secs(60), tls.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "the server closes the idle connection");
         assert!(rest.is_empty(), "nothing was asked, nothing answered");
         server.abort();
     }

@@ -830,7 +830,6 @@ mod tests {
         let ca_file = client_ca.write(dir.path(), "client-ca.crt");
         let serving = ServingCertificate::resolve(&settings(dir.path())).unwrap();
         let server_ca = vec![serving.chain[1].clone()];
-        let config = server_config(serving, Some(&ClientCa::load(&ca_file).unwrap())).unwrap();
 
         let access = Arc::new(FakeAccessReviewer::default());
         access.allow("alice", "get", "pods");
@@ -849,6 +848,7 @@ mod tests {
             },
         })
         .unwrap();
+        let config = server_config(serving, auth.client_ca()).unwrap();
         let app = AuthLayer::new(Arc::new(auth)).layer(axum::Router::new().route(
             "/pods",
             axum::routing::get(

@@ -120,6 +120,11 @@ impl X509Authenticator {
         Self { ca }
     }
 
+    /// The CA bundle it verifies against.
+    pub fn ca(&self) -> &ClientCa {
+        &self.ca
+    }
+
     /// No opinion without a certificate or with an empty CN; an error for a certificate that
     /// does not verify; else user = CN, groups = O.
     pub fn authenticate(

@@ -349,6 +349,16 @@ impl KubeletAuth {
         })
     }
 
+    /// The client CA bundle (with `clientCAFile`): give it to [`crate::tls::server_config`]
+    /// for the handshake's CA names, and spawn its
+    /// [`reload_periodically`](ClientCa::reload_periodically) so that a rotated bundle is used.
+    pub fn client_ca(&self) -> Option<&ClientCa> {
+        self.authenticator
+            .x509
+            .as_ref()
+            .map(authn::X509Authenticator::ca)
+    }
+
     /// The node's name.
     pub fn node_name(&self) -> &str {
         &self.node_name

@@ -158,6 +158,32 @@ fn node_lifecycle_controller_keeps_a_live_agent_ready_and_marks_a_killed_one_unk
     assert_nothing_refused(&cluster, &["node-a"]);
 }
 
+/// Item 2, a node that comes back (upstream: the kubelet's `tryUpdateNodeStatus` every
+/// `nodeStatusUpdateFrequency`, which patches the status whenever the Node in the API differs
+/// from what the kubelet sees, as a Ready condition the controller turned Unknown does): an
+/// agent stopped (SIGSTOP) until the controller marks its Node Unknown makes it Ready again
+/// when it continues, and the controller lifts its `unreachable` taints.
+#[test]
+fn a_paused_agent_that_resumes_makes_its_node_ready_again() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let Some(cluster) = cluster("resumes", &["node-a"], grace_option) else {
+        return;
+    };
+    let agent = start_simulated(&cluster, "node-a");
+    wait_ready_untainted(&cluster, "node-a");
+    let pid = Pid::from_raw(i32::try_from(agent.child.id()).unwrap());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let node = wait_ready(&cluster, "node-a", "Unknown");
+    assert_eq!(ready_condition(&node)["reason"], "NodeStatusUnknown");
+    kill(pid, Signal::SIGCONT).unwrap();
+    let node = wait_ready_untainted(&cluster, "node-a");
+    let ready = ready_condition(&node);
+    assert_eq!(ready["reason"], "KubeletReady", "{ready}");
+    assert_nothing_refused(&cluster, &["node-a"]);
+    drop(agent);
+}
+
 /// An agent on the simulated runtime in a network namespace of its own, reaching the API
 /// server through a [`Forwarder`] into it. Fields drop in order: the agent first.
 struct IsolatedNode {

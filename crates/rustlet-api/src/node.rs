@@ -1,5 +1,6 @@
 //! This node in the API, as a kubelet keeps it: the Node object registered when absent
-//! (capacity from the host, `pods: 110`, addresses, a Ready condition), `status.volumesInUse`
+//! (capacity from the host, `pods: 110`, addresses, a Ready condition, posted again when the
+//! node lifecycle controller has turned it Unknown), `status.volumesInUse`
 //! written from the volume manager, and the `coordination.k8s.io/v1` Lease in `kube-node-lease`
 //! renewed every 10 s.
 
@@ -11,7 +12,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
 use rustlet_status::{ClientError, Clock, SystemClock};
 use rustlet_volume::node::{VolumesInUseWriter, WriteError};
 use tokio_util::sync::CancellationToken;
@@ -156,6 +157,54 @@ impl NodeRegistrar {
             .map_err(client_error)
     }
 
+    /// Posts the Ready condition again when the Node in the API (read from the API server's
+    /// cache, as upstream's kubelet reads it every `nodeStatusUpdateFrequency`) has anything
+    /// but Ready=True: the node lifecycle controller marks it Unknown after a gap in the
+    /// heartbeats, and only the node turns it back (upstream: `tryUpdateNodeStatus` with the
+    /// `ReadyCondition` setter). A JSON merge patch of all the conditions read, the Ready one
+    /// replaced, under the read resourceVersion (a concurrent write by the controller makes it
+    /// a 409, tried again at the next renewal). Deviation, until the node status is written as
+    /// upstream writes it: only the Ready condition is posted, and only when it is not True.
+    /// Returns whether it posted.
+    pub async fn post_ready_unless_ready(&self) -> Result<bool, ClientError> {
+        let node = self
+            .nodes
+            .get_with(&self.config.name, &GetParams::any())
+            .await
+            .map_err(client_error)?;
+        let mut conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        if conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+        {
+            return Ok(false);
+        }
+        let ready = self
+            .config
+            .node(self.clock.now())
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .expect("NodeConfig::node has a Ready condition");
+        conditions.retain(|c| c.type_ != "Ready");
+        conditions.insert(0, ready);
+        let patch = serde_json::json!({
+            "metadata": { "resourceVersion": node.metadata.resource_version },
+            "status": { "conditions": conditions },
+        });
+        self.nodes
+            .patch_status(
+                &self.config.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(client_error)?;
+        Ok(true)
+    }
+
     /// Creates the Lease (owned by the Node) or renews it with an update that carries its
     /// resourceVersion.
     pub async fn renew_lease(&self, node_uid: &str) -> Result<Lease, ClientError> {
@@ -201,7 +250,8 @@ impl NodeRegistrar {
         }
     }
 
-    /// Registers, then renews the lease every `renew_interval` until `cancel` fires.
+    /// Registers, then renews the lease every `renew_interval` until `cancel` fires; before
+    /// each renewal after the first, posts Ready again if the Node lost it.
     pub async fn run(&self, cancel: CancellationToken) {
         let mut node_uid = None;
         loop {
@@ -210,6 +260,11 @@ impl NodeRegistrar {
                     Ok(node) => node_uid = node.metadata.uid,
                     Err(e) => warn!("registering node {}: {e}", self.config.name),
                 }
+            } else if let Err(e) = self.post_ready_unless_ready().await {
+                warn!(
+                    "posting the Ready condition of node {}: {e}",
+                    self.config.name
+                );
             }
             if let Some(uid) = &node_uid
                 && let Err(e) = self.renew_lease(uid).await

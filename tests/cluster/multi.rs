@@ -32,6 +32,7 @@ const NOT_READY_TAINTS: [&str; 2] = [
     "node.kubernetes.io/not-ready",
 ];
 
+/// Sets the controller's grace period to [`GRACE`].
 fn grace_option(o: &mut xtask::cluster::Options) {
     o.node_monitor_grace_period = format!("{}s", GRACE.as_secs());
 }
@@ -75,6 +76,8 @@ fn wait_ready_untainted(cluster: &Cluster, node: &str) -> Value {
     })
 }
 
+/// Fails when the API server refused any request of the agents of `nodes` (but for the
+/// TokenRequests its lagging caches refused, see `support::refusals_of_lagging_caches`).
 fn assert_nothing_refused(cluster: &Cluster, nodes: &[&str]) {
     for node in nodes {
         let refused = cluster.refused_requests_of_node(node);
@@ -97,7 +100,7 @@ fn assert_nothing_refused(cluster: &Cluster, nodes: &[&str]) {
 /// renewal (its `probeTimestamp`) at its next pass, at most one monitor period later; it marks
 /// the Node Unknown at its first pass after `probeTimestamp + grace`, at most one monitor period
 /// after that. So Unknown comes at most `grace + 2 × monitor period` after the kill, plus
-/// [`SLACK`] for a loaded machine (a late renewal before the kill only makes it sooner).
+/// [`SLACK`] for a loaded machine (a last renewal longer before the kill only makes it sooner).
 #[test]
 fn node_lifecycle_controller_keeps_a_live_agent_ready_and_marks_a_killed_one_unknown() {
     let Some(cluster) = cluster("lifecycle", &["node-a"], grace_option) else {

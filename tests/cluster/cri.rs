@@ -89,7 +89,7 @@ fn cri_a_deployment_scheduled_on_the_node_becomes_available_with_pod_ips() {
         let local = node.agent.pod(name).expect("the agent's /pods lists it");
         assert_eq!(local["status"]["podIP"], ip, "{local}");
     }
-    let refused = cluster.refused_requests_of("system:node:node-a");
+    let refused = cluster.refused_requests_of_node("node-a");
     assert!(
         refused.is_empty(),
         "refused requests of the agent: {refused:#?}"

@@ -167,7 +167,7 @@ fn kubelet_auth_reviews_tokens_and_access_through_the_real_api_server() {
     });
 
     assert_eq!(
-        cluster.refused_requests_of("system:node:node-a"),
+        cluster.refused_requests_of_node("node-a"),
         Vec::<String>::new()
     );
 }

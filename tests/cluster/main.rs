@@ -14,5 +14,6 @@ mod cri;
 #[path = "../agent/harness.rs"]
 mod harness;
 mod kubelet_auth;
+mod multi;
 mod node;
 mod support;

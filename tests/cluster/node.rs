@@ -148,7 +148,7 @@ fn a_node_with_only_its_certificate_joins_and_runs_a_deployment() {
             Err(format!("{left:?}"))
         }
     });
-    let refused = cluster.refused_requests_of("system:node:node-a");
+    let refused = cluster.refused_requests_of_node("node-a");
     assert!(
         refused.is_empty(),
         "refused requests of the agent: {refused:#?}"

@@ -7,11 +7,13 @@
 use std::io::Read as _;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use rustlet_mount::testing::{PrivilegedDir, privileged_dir};
 use serde_json::Value;
 use xtask::cluster::{Options, TestCluster, cached_binaries};
 
@@ -158,6 +160,19 @@ impl Cluster {
             .collect()
     }
 
+    /// [`Self::refused_requests_of`] `system:node:<node>` but for the TokenRequests the API
+    /// server refused only because its caches lagged behind its store (see
+    /// [`refusals_of_lagging_caches`]).
+    pub fn refused_requests_of_node(&self, node: &str) -> Vec<String> {
+        let mut refused = self.refused_requests_of(&format!("system:node:{node}"));
+        for explained in refusals_of_lagging_caches(&self.audit_events(), node) {
+            if let Some(i) = refused.iter().position(|r| *r == explained) {
+                refused.remove(i);
+            }
+        }
+        refused
+    }
+
     /// A copy of `node`'s kubeconfig whose server is `https://127.0.0.1:<port>` (a forwarder's
     /// port), written beside the original.
     pub fn node_kubeconfig_at(&self, node: &str, port: u16) -> PathBuf {
@@ -188,6 +203,67 @@ impl Cluster {
             }
         }
     }
+}
+
+/// Of the audit `events`, the TokenRequests of `system:node:<node>` that the API server
+/// refused only because its caches lagged behind its store, as [`Cluster::refused_requests_of`]
+/// words them: each names (in its audited body) a pod whose binding to `node` had completed
+/// before the request came, and a later TokenRequest of the node for that pod was granted.
+/// NodeRestriction reads the pod from the API server's informer and the Node authorizer its
+/// graph, both fed by a watch that can trail the node's own watch of its pods; upstream's
+/// kubelet meets the same refusal ("node requested token bound to a pod scheduled on a
+/// different node", or "no relationship found") and retries the mount, as the agent does. A
+/// refused token for a pod not bound to the node before it, or never granted, is not here.
+pub fn refusals_of_lagging_caches(events: &[Value], node: &str) -> Vec<String> {
+    let user = format!("system:node:{node}");
+    let bound_at = |pod_uid: &str| {
+        events
+            .iter()
+            .filter(|e| e["objectRef"]["subresource"] == "binding")
+            .filter(|e| e["responseStatus"]["code"] == 201)
+            .filter(|e| e["requestObject"]["metadata"]["uid"] == pod_uid)
+            .filter(|e| e["requestObject"]["target"]["name"] == node)
+            .filter_map(|e| e["stageTimestamp"].as_str())
+            .min()
+    };
+    let token_requests = |code: u64| -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|e| e["user"]["username"] == user.as_str())
+            .filter(|e| e["objectRef"]["subresource"] == "token")
+            .filter(|e| e["responseStatus"]["code"] == code)
+            .collect()
+    };
+    let granted = token_requests(201);
+    let mut explained = Vec::new();
+    for refused in token_requests(403) {
+        let pod = &refused["requestObject"]["spec"]["boundObjectRef"];
+        let (Some(uid), Some(at)) = (
+            pod["uid"].as_str(),
+            refused["requestReceivedTimestamp"].as_str(),
+        ) else {
+            continue;
+        };
+        // Audit timestamps are RFC 3339 in UTC with microseconds: their text sorts as time.
+        let bound_before = bound_at(uid).is_some_and(|bound| bound < at);
+        let granted_later = granted.iter().any(|g| {
+            g["requestObject"]["spec"]["boundObjectRef"]["uid"] == uid
+                && g["requestReceivedTimestamp"]
+                    .as_str()
+                    .is_some_and(|t| t > at)
+        });
+        if bound_before && granted_later {
+            explained.push(format!(
+                "403 {} {}: {}",
+                refused["verb"].as_str().unwrap_or_default(),
+                refused["requestURI"].as_str().unwrap_or_default(),
+                refused["responseStatus"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    explained
 }
 
 /// Accepts connections on `0.0.0.0:<port>` inside a network namespace and joins each to
@@ -260,4 +336,97 @@ fn splice(a: TcpStream, b: TcpStream) {
     };
     pump(a.try_clone().unwrap(), b.try_clone().unwrap());
     pump(b, a);
+}
+
+/// A network namespace of its own for one agent (only its loopback, up), kept by a bind mount
+/// on a file in a privileged temp dir as `rustlet_cri::testing::PrivateContainerd` keeps
+/// containerd's; the mount goes when it is dropped. `None` after saying why when the test
+/// cannot make one (it needs root in the test run's private mount namespace); under
+/// `RUSTLET_REQUIRE_PRIVILEGED=1` that fails instead.
+pub struct PrivateNetns {
+    dir: PrivilegedDir,
+}
+
+impl PrivateNetns {
+    pub fn new(test: &str) -> Option<Self> {
+        let dir = privileged_dir(test)?;
+        let path = dir.path().join("netns");
+        std::fs::write(&path, "").expect("the netns file");
+        let status = Command::new("unshare")
+            .arg(format!("--net={}", path.display()))
+            .args(["ip", "link", "set", "lo", "up"])
+            .status()
+            .expect("running unshare --net");
+        assert!(status.success(), "creating the network namespace: {status}");
+        Some(Self { dir })
+    }
+
+    /// The namespace: a path for `nsenter --net=`, `setns` or [`Forwarder::into_netns`].
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("netns")
+    }
+
+    /// The privileged temp dir the namespace's file is in; what is mounted beneath it is
+    /// unmounted when the namespace is dropped (a place for the agent's root dir).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// `kubectl get <args> --watch -o json` as the admin: every version of the objects the API
+/// server sends, each with the moment it arrived here. Stops kubectl when dropped.
+pub struct Watch {
+    child: Child,
+    seen: Receiver<(Instant, Value)>,
+}
+
+impl Cluster {
+    /// Starts a [`Watch`] of `kubectl get <args>`.
+    pub fn watch(&self, args: &[&str]) -> Watch {
+        let mut child = Command::new(self.inner.bin().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.inner.admin_kubeconfig())
+            .arg("get")
+            .args(args)
+            .args(["--watch", "-o", "json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("running kubectl get --watch");
+        let stdout = child.stdout.take().expect("kubectl's stdout");
+        let (send, seen) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let objects = serde_json::Deserializer::from_reader(stdout).into_iter::<Value>();
+            for object in objects {
+                let Ok(object) = object else { return };
+                if send.send((Instant::now(), object)).is_err() {
+                    return;
+                }
+            }
+        });
+        Watch { child, seen }
+    }
+}
+
+impl Watch {
+    /// The next version that arrives before `until`, with when it arrived; `None` once
+    /// `until` has passed. Fails when kubectl's watch ends.
+    pub fn next_before(&mut self, until: Instant) -> Option<(Instant, Value)> {
+        let wait = until.saturating_duration_since(Instant::now());
+        match self.seen.recv_timeout(wait) {
+            Ok(seen) => Some(seen),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("kubectl's watch ended: {:?}", self.child.try_wait())
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

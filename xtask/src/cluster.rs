@@ -53,8 +53,13 @@ const SERVERS: &[&str] = &[
 const SERVICE_CIDR: &str = "10.96.0.0/24";
 const FIRST_SERVICE_IP: [u8; 4] = [10, 96, 0, 1];
 /// The audit policy of `--audit`: every request's metadata (user, verb, resource, user agent,
-/// code), once, when its response is complete.
-const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
+/// code), once, when its response is complete; TokenRequests and pod bindings with their
+/// request bodies too (the pod a token is bound to, the node a pod is bound to: what tells a
+/// refusal by the API server's lagging caches from the agent's mistake). Neither request
+/// carries a secret (the issued token is in the response, which is not logged).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+    - level: Request\n  resources:\n  - group: \"\"\n    resources: [serviceaccounts/token, pods/binding]\n\
+    - level: Metadata\n";
 
 /// The service-account token issuer (kubeadm's default).
 const SA_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
@@ -100,8 +105,9 @@ pub struct Options {
     /// the first service IP (`--apiserver-ip`): where a test forwards the API server to, such
     /// as a pod network's gateway, so that a pod verifies it with the cluster CA.
     pub extra_apiserver_ips: Vec<[u8; 4]>,
-    /// The API server's audit log, every request at `Metadata` level, to `logs/audit.log`
-    /// (`--audit`): who asked what, with its user agent, for the request-rate figures.
+    /// The API server's audit log, every request at `Metadata` level (TokenRequests and pod
+    /// bindings at `Request`), to `logs/audit.log` (`--audit`): who asked what, with its user
+    /// agent, for the request-rate figures and the tests' refused requests.
     pub audit: bool,
     /// Runs every server (and `kubectl`) inside this network namespace (a `/proc/<pid>/ns/net`
     /// or a bind-mounted namespace file; `nsenter` needs root): its loopback instead of the

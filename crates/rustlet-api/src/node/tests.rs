@@ -215,3 +215,88 @@ async fn item13_a_flood_of_events_and_status_writes_never_delays_the_lease() {
     flood.await.unwrap();
     lease.await.unwrap();
 }
+
+/// Issue 25 item 2 (upstream: the kubelet's `tryUpdateNodeStatus`, every
+/// `nodeStatusUpdateFrequency`): once the node lifecycle controller has marked the Node
+/// Ready=Unknown (a gap in the heartbeats), the running registrar posts Ready=True again within
+/// one renewal interval, keeping the controller's other conditions; while the Node is Ready it
+/// writes no status at all.
+#[tokio::test(start_paused = true)]
+async fn a_node_marked_unknown_is_posted_ready_again_at_the_next_status_update() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, Patch, PatchParams};
+
+    use crate::local::store::Store;
+    use crate::test_server::TestApiServer;
+
+    let server = TestApiServer::start(Arc::new(Store::default()))
+        .await
+        .unwrap();
+    let client = kube::Client::new(server.router(), "default");
+    let mut config = NodeConfig::for_host("node-a");
+    config.renew_interval = Duration::from_secs(10);
+    let registrar = NodeRegistrar::new(client.clone(), config);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let run = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { registrar.run(cancel).await })
+    };
+    let nodes: Api<Node> = Api::all(client);
+    let conditions = |node: &Node| -> Vec<(String, String, Option<String>)> {
+        let status = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+        status
+            .into_iter()
+            .flatten()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+            .collect()
+    };
+    let status_writes = || server.count(&Method::PATCH, "/nodes/node-a/status");
+
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let node = nodes.get("node-a").await.unwrap();
+    assert_eq!(conditions(&node)[0].1, "True");
+    assert_eq!(status_writes(), 0, "a Ready node's status was written");
+
+    // The controller's write (upstream `tryUpdateNodeHealth`): Ready and the pressures Unknown.
+    let unknown = |type_: &str| {
+        json!({"type": type_, "status": "Unknown", "reason": "NodeStatusUnknown",
+               "message": "Kubelet stopped posting node status.",
+               "lastHeartbeatTime": "2026-12-03T15:00:00Z",
+               "lastTransitionTime": "2026-12-03T15:00:40Z"})
+    };
+    nodes
+        .patch_status(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"conditions": [unknown("Ready"), unknown("MemoryPressure")]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let node = nodes.get("node-a").await.unwrap();
+    let found = conditions(&node);
+    let of = |type_: &str| found.iter().find(|c| c.0 == type_).cloned();
+    assert_eq!(
+        of("Ready"),
+        Some(("Ready".into(), "True".into(), Some("KubeletReady".into()))),
+        "{found:?}"
+    );
+    // The kubelet's setters own the pressure conditions too (upstream `MemoryPressureCondition`).
+    assert_eq!(
+        of("MemoryPressure").map(|c| c.1),
+        Some("False".into()),
+        "{found:?}"
+    );
+    assert_eq!(
+        status_writes(),
+        2,
+        "the controller's write and the registrar's"
+    );
+    cancel.cancel();
+    run.await.unwrap();
+}

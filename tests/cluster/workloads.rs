@@ -1,0 +1,458 @@
+//! Issue 25 items 3 and 5 on containerd with the real control plane: pods leave gracefully
+//! (scale-down, namespace deletion) and leave nothing behind, and the statuses the agent
+//! reports are the ones the real API server stores (every patch accepted by its validation).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustlet_cri::CriClient;
+use serde_json::{Value, json};
+
+use crate::cri::CriNode;
+use crate::harness::mounts_under;
+use crate::node::{pods, wait_available, wait_ready};
+use crate::support::Cluster;
+
+/// The agent's root directory in a [`CriNode`].
+fn root_dir(node: &CriNode) -> PathBuf {
+    node.containerd.dir().join("root")
+}
+
+/// The sandboxes and containers the node's containerd holds (IDs), listed through CRI.
+fn runtime_objects(node: &CriNode) -> (Vec<String>, Vec<String>) {
+    let endpoint = node.containerd.endpoint().to_owned();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                .await
+                .unwrap();
+            let sandboxes = client.list_pod_sandboxes().await.unwrap();
+            let containers = client.list_containers().await.unwrap();
+            (
+                sandboxes.into_iter().map(|s| s.id).collect(),
+                containers.into_iter().map(|c| c.id).collect(),
+            )
+        })
+}
+
+/// The names of the entries of `dir` (none when it does not exist).
+fn entries(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The names of the pods of namespace `ns`.
+fn pod_names(cluster: &Cluster, ns: &str) -> BTreeSet<String> {
+    pods(cluster, ns)
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A Deployment whose container, on SIGTERM, waits two seconds (inside its grace period of
+/// 30), then writes `graceful` into `<markers>/<pod name>` (a hostPath) and exits 0: a marker
+/// proves the container got SIGTERM and the time to act on it, not a SIGKILL.
+fn graceful_deployment(namespace: &str, name: &str, node: &str, markers: &Path) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: {name}
+  template:
+    metadata:
+      labels:
+        app: {name}
+    spec:
+      nodeSelector:
+        kubernetes.io/hostname: {node}
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: main
+        image: localhost/busybox:1
+        command: ["/bin/sh", "-c", "trap 'sleep 2; echo graceful > /markers/$(hostname); exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+        volumeMounts:
+        - {{name: markers, mountPath: /markers}}
+      volumes:
+      - name: markers
+        hostPath: {{path: {markers}, type: Directory}}
+"#,
+        markers = markers.display()
+    )
+}
+
+/// Waits until `<markers>` names exactly `expected`, each file saying `graceful`.
+fn wait_markers(cluster: &Cluster, markers: &Path, expected: &BTreeSet<String>) {
+    cluster.wait_for("the graceful-exit markers of the terminated pods", || {
+        let seen = entries(markers);
+        let complete = seen == *expected
+            && seen.iter().all(|n| {
+                std::fs::read_to_string(markers.join(n)).is_ok_and(|t| t.trim() == "graceful")
+            });
+        if complete {
+            Ok(())
+        } else {
+            Err(format!("markers {seen:?}, expected {expected:?}"))
+        }
+    });
+}
+
+/// Item 3 on containerd, the rest: scaling the Deployment down terminates the pods it drops
+/// gracefully (their containers get SIGTERM and act on it within the grace period), and
+/// deleting the namespace terminates the last one as gracefully and removes it; then the agent
+/// leaves no pod directory (volumes or logs) under its root dir, no mount under it and no sandbox or container
+/// in containerd, and the API server refused none of its requests.
+#[test]
+fn cri_item_3_scale_down_terminates_gracefully_and_a_deleted_namespace_leaves_nothing_behind() {
+    let Some(node) = CriNode::start("cri-graceful", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    let markers = cluster.scratch("markers");
+    wait_ready(cluster, "node-a", "True");
+    cluster.kubectl(&["create", "namespace", "graceful"]);
+    cluster.apply(&graceful_deployment("graceful", "web", "node-a", &markers));
+    wait_available(cluster, "graceful", "web", 3);
+    let before = pod_names(cluster, "graceful");
+    assert_eq!(before.len(), 3, "{before:?}");
+    assert!(entries(&markers).is_empty(), "no pod was terminated yet");
+
+    cluster.kubectl(&[
+        "-n",
+        "graceful",
+        "scale",
+        "deployment",
+        "web",
+        "--replicas=1",
+    ]);
+    let after = cluster.wait_for("two pods gone after the scale-down", || {
+        let left = pod_names(cluster, "graceful");
+        if left.len() == 1 {
+            Ok(left)
+        } else {
+            Err(format!("{left:?}"))
+        }
+    });
+    assert!(after.is_subset(&before), "{after:?} of {before:?}");
+    let dropped: BTreeSet<String> = before.difference(&after).cloned().collect();
+    wait_markers(cluster, &markers, &dropped);
+
+    cluster.kubectl(&["delete", "namespace", "graceful", "--wait=false"]);
+    cluster.wait_for("the namespace gone", || {
+        match cluster.try_get(&["namespace", "graceful"]) {
+            None => Ok(()),
+            Some(ns) => Err(format!("{}", ns["status"])),
+        }
+    });
+    wait_markers(cluster, &markers, &before);
+
+    let root = root_dir(&node);
+    cluster.wait_for(
+        "no pod directory, mount, sandbox or container left",
+        || {
+            let dirs: BTreeSet<String> = ["pods", "pod-logs"]
+                .iter()
+                .flat_map(|d| entries(&root.join(d)).into_iter().map(move |e| format!("{d}/{e}")))
+                .collect();
+            let mounts = mounts_under(&root);
+            let (sandboxes, containers) = runtime_objects(&node);
+            if dirs.is_empty() && mounts.is_empty() && sandboxes.is_empty() && containers.is_empty()
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "pod directories {dirs:?}, mounts {mounts:?}, sandboxes {sandboxes:?}, containers {containers:?}"
+                ))
+            }
+        },
+    );
+    let refused = cluster.refused_requests_of("system:node:node-a");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+}
+
+/// Three pods whose statuses differ in every part item 5 compares: an init container and two
+/// exec readiness probes, one that passes and one that never does (Guaranteed; the pod is not
+/// Ready, with upstream's reason), a container that exits 1 once and then runs (restart
+/// policy Always, Burstable), and a container that exits 3 under restart policy Never
+/// (BestEffort: the pod fails).
+fn status_variety(namespace: &str, node: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: initialised
+  namespace: {namespace}
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: {node}
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: prepare
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo prepared > /work/prepared"]
+    resources:
+      limits: {{cpu: 50m, memory: 64Mi}}
+    volumeMounts:
+    - {{name: work, mountPath: /work}}
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    resources:
+      limits: {{cpu: 50m, memory: 64Mi}}
+    readinessProbe:
+      exec:
+        command: [cat, /work/prepared]
+      periodSeconds: 1
+    volumeMounts:
+    - {{name: work, mountPath: /work}}
+  - name: unready
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    resources:
+      limits: {{cpu: 50m, memory: 64Mi}}
+    readinessProbe:
+      exec:
+        command: ["false"]
+      periodSeconds: 1
+  volumes:
+  - name: work
+    emptyDir: {{}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: restarts-once
+  namespace: {namespace}
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: {node}
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "[ -f /work/ran ] || {{ touch /work/ran; exit 1; }}; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    resources:
+      requests: {{cpu: 10m}}
+    volumeMounts:
+    - {{name: work, mountPath: /work}}
+  volumes:
+  - name: work
+    emptyDir: {{}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: fails
+  namespace: {namespace}
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: {node}
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "exit 3"]
+"#
+    )
+}
+
+/// The parts of a container status item 5 compares.
+fn compared_container(c: &Value) -> Value {
+    json!({
+        "name": c["name"],
+        "image": c["image"],
+        "imageID": c["imageID"],
+        "containerID": c["containerID"],
+        "ready": c["ready"],
+        "started": c["started"],
+        "restartCount": c["restartCount"],
+        "state": c["state"],
+        // The API server stores an absent last state as `{}` (a struct, not a pointer, in
+        // its internal types).
+        "lastState": if c["lastState"].is_null() { json!({}) } else { c["lastState"].clone() },
+    })
+}
+
+/// The parts of a pod status item 5 compares; conditions by type (their order carries no
+/// meaning) with type, status and reason.
+fn compared_status(status: &Value) -> Value {
+    let mut conditions: Vec<Value> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| json!({"type": c["type"], "status": c["status"], "reason": c["reason"]}))
+        .collect();
+    conditions.sort_by_key(|c| c["type"].as_str().unwrap_or_default().to_owned());
+    let containers = |key: &str| -> Vec<Value> {
+        status[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(compared_container)
+            .collect()
+    };
+    json!({
+        "phase": status["phase"],
+        "conditions": conditions,
+        "initContainerStatuses": containers("initContainerStatuses"),
+        "containerStatuses": containers("containerStatuses"),
+        "podIP": status["podIP"],
+        "podIPs": status["podIPs"],
+        "hostIP": status["hostIP"],
+        "hostIPs": status["hostIPs"],
+        "qosClass": status["qosClass"],
+        "startTime": status["startTime"],
+    })
+}
+
+/// The API server's copy of pod `name` once `settled` holds for its status.
+fn wait_api_status(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    what: &str,
+    settled: impl Fn(&Value) -> bool,
+) -> Value {
+    cluster.wait_for(&format!("{name}: {what}"), || {
+        let pod = cluster.get(&["-n", ns, "pod", name]);
+        if settled(&pod["status"]) {
+            Ok(pod)
+        } else {
+            Err(format!("{}", pod["status"]))
+        }
+    })
+}
+
+/// The status of container `name` in the list `key` (`containerStatuses`,
+/// `initContainerStatuses`) of a pod status.
+fn container<'a>(status: &'a Value, key: &str, name: &str) -> &'a Value {
+    status[key]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+/// The status patches of `user`'s requests in the audit log, each `(code, requestURI)`.
+fn status_patches(cluster: &Cluster, user: &str) -> Vec<(u64, String)> {
+    cluster
+        .audit_events()
+        .into_iter()
+        .filter(|e| {
+            e["user"]["username"] == user
+                && e["verb"] == "patch"
+                && e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["subresource"] == "status"
+                && e["stage"] == "ResponseComplete"
+        })
+        .map(|e| {
+            (
+                e["responseStatus"]["code"].as_u64().unwrap_or_default(),
+                e["requestURI"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Item 5 on containerd: for a pod with an init container and an exec readiness probe, one
+/// whose container restarted once and a failed one, the status `kubectl get pod -o json`
+/// shows is the agent's (`/pods`): phase, conditions, container statuses (state, last state,
+/// restart count, readiness, image and container IDs), pod and host IPs, QoS class and start
+/// time; and the API server accepted every status patch of the agent.
+#[test]
+fn cri_item_5_every_status_patch_is_accepted_and_the_api_servers_status_is_the_agents() {
+    let Some(node) = CriNode::start("cri-status", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    cluster.kubectl(&["create", "namespace", "status"]);
+    cluster.apply(&status_variety("status", "node-a"));
+
+    wait_api_status(cluster, "status", "initialised", "main ready", |s| {
+        container(s, "containerStatuses", "main")["ready"] == true
+            && container(s, "containerStatuses", "unready")["started"] == true
+            && container(s, "initContainerStatuses", "prepare")["state"]["terminated"]["exitCode"]
+                == 0
+    });
+    wait_api_status(
+        cluster,
+        "status",
+        "restarts-once",
+        "ready after one restart",
+        |s| {
+            let c = container(s, "containerStatuses", "main");
+            c["restartCount"] == 1 && c["ready"] == true
+        },
+    );
+    wait_api_status(cluster, "status", "fails", "Failed", |s| {
+        s["phase"] == "Failed"
+    });
+
+    for name in ["initialised", "restarts-once", "fails"] {
+        cluster.wait_for(&format!("{name}: the API's status is the agent's"), || {
+            let api = compared_status(&cluster.get(&["-n", "status", "pod", name])["status"]);
+            let agent = node
+                .agent
+                .pod(name)
+                .map(|p| compared_status(&p["status"]))
+                .ok_or_else(|| "not in /pods".to_owned())?;
+            if api == agent {
+                Ok(())
+            } else {
+                Err(format!("API server:\n{api:#}\nagent:\n{agent:#}",))
+            }
+        });
+    }
+    let initialised = cluster.get(&["-n", "status", "pod", "initialised"]);
+    let ready = initialised["status"]["conditions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("ContainersNotReady")),
+        "{}",
+        initialised["status"]
+    );
+    let api = cluster.get(&["-n", "status", "pod", "restarts-once"]);
+    let last = &container(&api["status"], "containerStatuses", "main")["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 1, "{}", api["status"]);
+    let failed = cluster.get(&["-n", "status", "pod", "fails"]);
+    let state = &container(&failed["status"], "containerStatuses", "main")["state"]["terminated"];
+    assert_eq!(state["exitCode"], 3, "{}", failed["status"]);
+
+    let patches = status_patches(cluster, "system:node:node-a");
+    assert!(
+        !patches.is_empty(),
+        "the audit log has the agent's status patches"
+    );
+    let refused: Vec<_> = patches.iter().filter(|(code, _)| *code != 200).collect();
+    assert!(
+        refused.is_empty(),
+        "status patches not accepted: {refused:#?}"
+    );
+    let refused = cluster.refused_requests_of("system:node:node-a");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+}

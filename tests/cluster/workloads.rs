@@ -456,3 +456,223 @@ fn cri_item_5_every_status_patch_is_accepted_and_the_api_servers_status_is_the_a
         "refused requests of the agent: {refused:#?}"
     );
 }
+
+/// One status write of [`status_writes`]: a strategic merge patch of a pod's status and
+/// whether the real API server takes it (upstream `ValidatePodStatusUpdate`).
+struct StatusWrite {
+    status: Value,
+    accepted: bool,
+}
+
+/// A pod (its spec) and the status writes sent to it in order.
+struct StatusCase {
+    name: &'static str,
+    spec: Value,
+    writes: Vec<StatusWrite>,
+}
+
+fn running_state() -> Value {
+    json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}})
+}
+
+fn terminated_state(exit_code: i32) -> Value {
+    json!({"terminated": {
+        "exitCode": exit_code,
+        "startedAt": "2026-01-01T00:00:00Z",
+        "finishedAt": "2026-01-01T00:00:01Z",
+    }})
+}
+
+fn container_status(name: &str, state: Value) -> Value {
+    json!({
+        "name": name,
+        "image": "localhost/busybox:1",
+        "imageID": "",
+        "ready": false,
+        "restartCount": 0,
+        "state": state,
+    })
+}
+
+fn spec(restart_policy: &str, init: bool) -> Value {
+    let container = json!({"name": "main", "image": "localhost/busybox:1"});
+    let mut spec = json!({
+        // No node runs it: only the API servers see these pods.
+        "nodeName": "ghost",
+        "restartPolicy": restart_policy,
+        "containers": [container],
+    });
+    if init {
+        spec["initContainers"] = json!([{"name": "init", "image": "localhost/busybox:1"}]);
+    }
+    spec
+}
+
+/// The pod status writes item 7 compares between the real API server and the in-tree test
+/// server: what the real one refuses (a container of a pod that does not restart it going
+/// back from terminated; a host IP that is not the first of the host IPs; an invalid or a
+/// second IPv4 pod IP; a changed QoS class; a condition type that is not a qualified name; a
+/// negative observed generation) beside writes it takes.
+fn status_writes() -> Vec<StatusCase> {
+    let ok = |status: Value| StatusWrite {
+        status,
+        accepted: true,
+    };
+    let refused = |status: Value| StatusWrite {
+        status,
+        accepted: false,
+    };
+    let main = |state: Value| json!({"containerStatuses": [container_status("main", state)]});
+    vec![
+        StatusCase {
+            name: "never",
+            spec: spec("Never", false),
+            writes: vec![
+                ok(main(terminated_state(3))),
+                refused(main(running_state())),
+            ],
+        },
+        StatusCase {
+            name: "on-failure-completed",
+            spec: spec("OnFailure", false),
+            writes: vec![
+                ok(main(terminated_state(0))),
+                refused(main(running_state())),
+            ],
+        },
+        StatusCase {
+            name: "on-failure-failed",
+            spec: spec("OnFailure", false),
+            writes: vec![ok(main(terminated_state(1))), ok(main(running_state()))],
+        },
+        StatusCase {
+            name: "always",
+            spec: spec("Always", false),
+            writes: vec![ok(main(terminated_state(0))), ok(main(running_state()))],
+        },
+        StatusCase {
+            name: "never-init",
+            spec: spec("Never", true),
+            writes: vec![
+                ok(
+                    json!({"initContainerStatuses": [container_status("init", terminated_state(0))]}),
+                ),
+                refused(
+                    json!({"initContainerStatuses": [container_status("init", running_state())]}),
+                ),
+            ],
+        },
+        StatusCase {
+            name: "host-ips",
+            spec: spec("Always", false),
+            writes: vec![
+                refused(json!({"hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.2"}]})),
+                refused(json!({"hostIP": "10.0.0.256", "hostIPs": [{"ip": "10.0.0.256"}]})),
+                ok(json!({"hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}]})),
+            ],
+        },
+        StatusCase {
+            name: "pod-ips",
+            spec: spec("Always", false),
+            writes: vec![
+                refused(json!({"podIP": "10.0.0.256", "podIPs": [{"ip": "10.0.0.256"}]})),
+                refused(
+                    json!({"podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}]}),
+                ),
+                ok(json!({"podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}, {"ip": "fd00::1"}]})),
+            ],
+        },
+        StatusCase {
+            name: "qos-class",
+            spec: spec("Always", false),
+            writes: vec![refused(json!({"qosClass": "Guaranteed"}))],
+        },
+        StatusCase {
+            name: "condition-type",
+            spec: spec("Always", false),
+            writes: vec![
+                refused(json!({"conditions": [{"type": "not qualified!", "status": "True"}]})),
+                ok(json!({"conditions": [{"type": "example.com/gate", "status": "True"}]})),
+            ],
+        },
+        StatusCase {
+            name: "observed-generation",
+            spec: spec("Always", false),
+            writes: vec![refused(json!({"observedGeneration": -1}))],
+        },
+    ]
+}
+
+/// What a server answered to each write of a case: `Ok(())` or the error's code and message.
+async fn send_status_writes(
+    client: kube::Client,
+    case: &StatusCase,
+) -> Vec<Result<(), (u16, String)>> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": case.name, "namespace": "default"},
+        "spec": case.spec,
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("creating {}: {e}", case.name));
+    let mut answers = Vec::new();
+    for write in &case.writes {
+        let patch = Patch::Strategic(json!({"status": write.status}));
+        let answer = pods
+            .patch_status(case.name, &PatchParams::default(), &patch)
+            .await;
+        answers.push(match answer {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) => Err((status.code, status.message)),
+            Err(e) => panic!("{}: {e}", case.name),
+        });
+    }
+    answers
+}
+
+/// Item 7 (with item 5's validation): the in-tree test API server refuses the pod status
+/// writes the real API server refuses (422, upstream `ValidatePodStatusUpdate`), and takes
+/// the ones it takes: the same writes go to both.
+#[test]
+fn item_7_the_test_server_refuses_the_pod_status_writes_the_real_api_server_refuses() {
+    let Some(cluster) = crate::support::cluster("status-writes", &[], |_| {}) else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let real = rt.block_on(async {
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(cluster.inner.admin_kubeconfig()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
+    });
+    let store = std::sync::Arc::new(rustlet_api::local::store::Store::default());
+    let server = rt
+        .block_on(rustlet_api::test_server::TestApiServer::start(store))
+        .unwrap();
+    let in_tree = rt.block_on(server.client()).unwrap();
+    let mut disagreements = Vec::new();
+    for case in status_writes() {
+        let from_real = rt.block_on(send_status_writes(real.clone(), &case));
+        let from_in_tree = rt.block_on(send_status_writes(in_tree.clone(), &case));
+        for (i, write) in case.writes.iter().enumerate() {
+            let (r, t) = (&from_real[i], &from_in_tree[i]);
+            let code = |a: &Result<(), (u16, String)>| a.as_ref().err().map(|(c, _)| *c);
+            let expected = if write.accepted { None } else { Some(422) };
+            if code(r) != expected || code(t) != expected {
+                disagreements.push(format!(
+                    "{} write {i} {}: expected {expected:?}; real: {r:?}; test server: {t:?}",
+                    case.name, write.status
+                ));
+            }
+        }
+    }
+    assert!(disagreements.is_empty(), "{disagreements:#?}");
+}

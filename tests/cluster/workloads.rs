@@ -605,6 +605,41 @@ fn status_writes() -> Vec<StatusCase> {
     ]
 }
 
+/// Clients of the real API server (as the admin) and of an in-tree test API server.
+struct BothServers {
+    rt: tokio::runtime::Runtime,
+    real: kube::Client,
+    in_tree: kube::Client,
+    /// Serves `in_tree` until dropped.
+    #[allow(dead_code)]
+    server: rustlet_api::test_server::TestApiServer,
+}
+
+impl BothServers {
+    fn start(cluster: &Cluster) -> Self {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let real = rt.block_on(async {
+            let kubeconfig =
+                kube::config::Kubeconfig::read_from(cluster.inner.admin_kubeconfig()).unwrap();
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .unwrap();
+            kube::Client::try_from(config).unwrap()
+        });
+        let store = std::sync::Arc::new(rustlet_api::local::store::Store::default());
+        let server = rt
+            .block_on(rustlet_api::test_server::TestApiServer::start(store))
+            .unwrap();
+        let in_tree = rt.block_on(server.client()).unwrap();
+        Self {
+            rt,
+            real,
+            in_tree,
+            server,
+        }
+    }
+}
+
 /// What a server answered to each write of a case: `Ok(())` or the error's code and message.
 async fn send_status_writes(
     client: kube::Client,
@@ -646,24 +681,15 @@ fn item_7_the_test_server_refuses_the_pod_status_writes_the_real_api_server_refu
     let Some(cluster) = crate::support::cluster("status-writes", &[], |_| {}) else {
         return;
     };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let real = rt.block_on(async {
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(cluster.inner.admin_kubeconfig()).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .unwrap();
-        kube::Client::try_from(config).unwrap()
-    });
-    let store = std::sync::Arc::new(rustlet_api::local::store::Store::default());
-    let server = rt
-        .block_on(rustlet_api::test_server::TestApiServer::start(store))
-        .unwrap();
-    let in_tree = rt.block_on(server.client()).unwrap();
+    let both = BothServers::start(&cluster);
     let mut disagreements = Vec::new();
     for case in status_writes() {
-        let from_real = rt.block_on(send_status_writes(real.clone(), &case));
-        let from_in_tree = rt.block_on(send_status_writes(in_tree.clone(), &case));
+        let from_real = both
+            .rt
+            .block_on(send_status_writes(both.real.clone(), &case));
+        let from_in_tree = both
+            .rt
+            .block_on(send_status_writes(both.in_tree.clone(), &case));
         for (i, write) in case.writes.iter().enumerate() {
             let (r, t) = (&from_real[i], &from_in_tree[i]);
             let code = |a: &Result<(), (u16, String)>| a.as_ref().err().map(|(c, _)| *c);
@@ -674,6 +700,70 @@ fn item_7_the_test_server_refuses_the_pod_status_writes_the_real_api_server_refu
                     case.name, write.status
                 ));
             }
+        }
+    }
+    assert!(disagreements.is_empty(), "{disagreements:#?}");
+}
+
+/// Containers' resources of the pods [`item_7_a_created_pods_qos_class_and_requests_are_the_real_api_servers`]
+/// creates: none, requests only, limits only (requests default to them), and limits in one
+/// spelling with requests in another.
+fn resource_variety() -> Vec<(&'static str, Value)> {
+    vec![
+        ("best-effort", json!({})),
+        ("requests-only", json!({"requests": {"cpu": "10m"}})),
+        (
+            "limits-only",
+            json!({"limits": {"cpu": "100m", "memory": "64Mi"}}),
+        ),
+        (
+            "spelled-apart",
+            // Not `0.1` for `100m`: the real server stores quantities in canonical form, the
+            // in-tree one as they came (left alone: the agent compares them by value).
+            json!({"requests": {"cpu": "100m", "memory": "67108864"},
+                "limits": {"cpu": "100m", "memory": "64Mi"}}),
+        ),
+    ]
+}
+
+/// Item 7: a pod the in-tree test API server creates gets the QoS class and the defaulted
+/// requests the real API server gives it (upstream `ComputePodQOS` in `PrepareForCreate`,
+/// `SetDefaults_Pod`): the agent reports the class it finds.
+#[test]
+fn item_7_a_created_pods_qos_class_and_requests_are_the_real_api_servers() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    let Some(cluster) = crate::support::cluster("qos-class", &[], |_| {}) else {
+        return;
+    };
+    let both = BothServers::start(&cluster);
+    let create = |client: &kube::Client, name: &str, resources: &Value| -> Value {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "ghost", "containers": [
+                {"name": "main", "image": "localhost/busybox:1", "resources": resources},
+            ]},
+        }))
+        .unwrap();
+        let created = both
+            .rt
+            .block_on(pods.create(&PostParams::default(), &pod))
+            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
+        let created = serde_json::to_value(created).unwrap();
+        json!({
+            "qosClass": created["status"]["qosClass"],
+            "resources": created["spec"]["containers"][0]["resources"],
+        })
+    };
+    let mut disagreements = Vec::new();
+    for (name, resources) in resource_variety() {
+        let real = create(&both.real, name, &resources);
+        let in_tree = create(&both.in_tree, name, &resources);
+        if real != in_tree {
+            disagreements.push(format!("{name}: real {real}, test server {in_tree}"));
         }
     }
     assert!(disagreements.is_empty(), "{disagreements:#?}");

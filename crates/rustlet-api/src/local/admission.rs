@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde::de::{Deserialize, DeserializeOwned, Deserializer};
 use serde_json::{Value, json};
 
-use super::pod_status::{default_pod_status, validate_pod_status_update};
+use super::pod_status::{compute_pod_qos, default_pod_status, validate_pod_status_update};
 use super::store::{Kind, ObjectRef, StoreError};
 use super::validation::{
     FieldErrors, field_path, is_dns_label, is_dns_subdomain, nulls_to_empty_strings,
@@ -81,8 +81,15 @@ pub fn admit(
                 errors.push("spec", "Required value", "a pod needs a spec");
             }
             if operation == Operation::Create {
+                let qos = pod.spec.as_ref().map(compute_pod_qos);
                 let status = pod.status.get_or_insert_with(PodStatus::default);
                 status.phase.get_or_insert_with(|| "Pending".into());
+                // upstream `PrepareForCreate`: the QoS class is the API server's (deviation:
+                // a status given at creation is kept, and with it a class it names, so that
+                // tests can create pods in any state).
+                if status.qos_class.as_deref().unwrap_or_default().is_empty() {
+                    status.qos_class = qos.map(str::to_owned);
+                }
             }
             encode(&pod)
         }
@@ -422,6 +429,17 @@ fn default_container(container: &mut Container) {
     }
     for port in container.ports.iter_mut().flatten() {
         port.protocol.get_or_insert_with(|| "TCP".into());
+    }
+    // upstream `SetDefaults_Pod`: a resource with a limit and no request requests its limit.
+    if let Some(resources) = container.resources.as_mut()
+        && let Some(limits) = &resources.limits
+    {
+        let requests = resources.requests.get_or_insert_with(Default::default);
+        for (name, limit) in limits {
+            requests
+                .entry(name.clone())
+                .or_insert_with(|| limit.clone());
+        }
     }
 }
 

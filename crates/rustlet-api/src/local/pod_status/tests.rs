@@ -264,3 +264,74 @@ fn validate_pod_conditions_types_are_qualified_names_and_generations_not_negativ
         json!({"conditions": [{"type": "Ready", "status": "True", "observedGeneration": -1}]}),
     );
 }
+
+/// The QoS class the store gives pod `name` created with these containers (and pod-level
+/// resources), and the stored pod.
+fn created_qos(containers: Value, init: Value, pod_resources: Option<Value>) -> (String, Value) {
+    let store = Store::default();
+    let mut spec = json!({"containers": containers, "initContainers": init});
+    if let Some(resources) = pod_resources {
+        spec["resources"] = resources;
+    }
+    let stored = store
+        .create(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "qos", "namespace": "default"},
+            "spec": spec,
+        }))
+        .unwrap();
+    let qos = stored["status"]["qosClass"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (qos, stored)
+}
+
+fn with(name: &str, resources: Value) -> Value {
+    json!({"name": name, "image": "busybox", "resources": resources})
+}
+
+#[test]
+fn compute_pod_qos_on_create_as_the_api_server() {
+    let none = json!([]);
+    let limits = json!({"limits": {"cpu": "100m", "memory": "64Mi"}});
+    let (qos, stored) = created_qos(json!([with("main", limits.clone())]), none.clone(), None);
+    // upstream `SetDefaults_Pod`: the requests are the limits, so the pod is Guaranteed.
+    assert_eq!(qos, "Guaranteed");
+    assert_eq!(
+        stored["spec"]["containers"][0]["resources"]["requests"],
+        json!({"cpu": "100m", "memory": "64Mi"})
+    );
+    let (qos, _) = created_qos(json!([with("main", json!({}))]), none.clone(), None);
+    assert_eq!(qos, "BestEffort");
+    let requests = json!({"requests": {"cpu": "10m"}});
+    let (qos, _) = created_qos(json!([with("main", requests)]), none.clone(), None);
+    assert_eq!(qos, "Burstable");
+    // A Guaranteed and a BestEffort container make a Burstable pod; init containers count.
+    let (qos, _) = created_qos(
+        json!([with("main", limits.clone()), with("other", json!({}))]),
+        none.clone(),
+        None,
+    );
+    assert_eq!(qos, "Burstable");
+    let (qos, _) = created_qos(
+        json!([with("main", limits.clone())]),
+        json!([with("init", json!({}))]),
+        None,
+    );
+    assert_eq!(qos, "Burstable");
+    // Equal quantities in other spellings are equal.
+    let spelled = json!({"requests": {"cpu": "0.1", "memory": "67108864"},
+        "limits": {"cpu": "100m", "memory": "64Mi"}});
+    let (qos, _) = created_qos(json!([with("main", spelled)]), none.clone(), None);
+    assert_eq!(qos, "Guaranteed");
+    // Pod-level resources decide when they name CPU or memory.
+    let (qos, _) = created_qos(
+        json!([with("main", json!({}))]),
+        none,
+        Some(
+            json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}),
+        ),
+    );
+    assert_eq!(qos, "Guaranteed");
+}

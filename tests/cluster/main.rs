@@ -17,3 +17,4 @@ mod kubelet_auth;
 mod multi;
 mod node;
 mod support;
+mod workloads;

@@ -21,8 +21,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::events::v1::Event;
 use serde::Serialize;
 use serde::de::{Deserialize, DeserializeOwned, Deserializer};
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use super::pod_status::{compute_pod_qos, default_pod_status, validate_pod_status_update};
 use super::store::{Kind, ObjectRef, StoreError};
 use super::validation::{
     FieldErrors, field_path, is_dns_label, is_dns_subdomain, nulls_to_empty_strings,
@@ -80,8 +81,15 @@ pub fn admit(
                 errors.push("spec", "Required value", "a pod needs a spec");
             }
             if operation == Operation::Create {
+                let qos = pod.spec.as_ref().map(compute_pod_qos);
                 let status = pod.status.get_or_insert_with(PodStatus::default);
                 status.phase.get_or_insert_with(|| "Pending".into());
+                // upstream `PrepareForCreate`: the QoS class is the API server's (deviation:
+                // a status given at creation is kept, and with it a class it names, so that
+                // tests can create pods in any state).
+                if status.qos_class.as_deref().unwrap_or_default().is_empty() {
+                    status.qos_class = qos.map(str::to_owned);
+                }
             }
             encode(&pod)
         }
@@ -164,16 +172,56 @@ pub fn admit(
     admitted
 }
 
-/// Check that the status of `object` decodes as its kind's status, after a write of the status
-/// subresource (the rest of the object is the stored one, which decoded when it was
-/// written): only the status is decoded, and nothing is copied (each of a storm's status
-/// writes decoded and deep-copied the whole pod).
-pub fn check_status_decodes(reference: &ObjectRef, object: &Value) -> Result<(), StoreError> {
+/// Admit a write of the status subresource: `object` is `stored` with the new status (the
+/// rest of the object is the stored one, which decoded when it was written). The status must
+/// decode as its kind's; a pod's is defaulted and validated against the stored one as the
+/// API server does ([`super::pod_status`]). Only the statuses (and, when a terminated
+/// container comes back, the spec) are decoded, and nothing is copied (each of a storm's
+/// status writes decoded and deep-copied the whole pod).
+pub fn admit_status(
+    reference: &ObjectRef,
+    stored: &Value,
+    object: &mut Value,
+) -> Result<(), StoreError> {
     let Some(status) = object.get("status") else {
         return Ok(());
     };
     match reference.kind {
-        Kind::Pod => decode_status::<PodStatus>(reference, status),
+        Kind::Pod => {
+            let mut new: PodStatus = decode_at(reference, "status", status)?;
+            let old = stored
+                .get("status")
+                .and_then(|s| PodStatus::deserialize(s).ok())
+                .unwrap_or_default();
+            let before = (
+                new.pod_ip.clone(),
+                new.pod_ips.clone(),
+                new.qos_class.clone(),
+            );
+            default_pod_status(&mut new, &old);
+            let mut errors = FieldErrors::default();
+            let spec = || {
+                stored
+                    .get("spec")
+                    .and_then(|s| PodSpec::deserialize(s).ok())
+                    .unwrap_or_default()
+            };
+            validate_pod_status_update(&new, &old, &spec, &mut errors);
+            errors.into_result(reference)?;
+            if before
+                != (
+                    new.pod_ip.clone(),
+                    new.pod_ips.clone(),
+                    new.qos_class.clone(),
+                )
+            {
+                let status = &mut object["status"];
+                status["podIP"] = json!(new.pod_ip);
+                status["podIPs"] = json!(new.pod_ips);
+                status["qosClass"] = json!(new.qos_class);
+            }
+            Ok(())
+        }
         Kind::PersistentVolume => decode_status::<PersistentVolumeStatus>(reference, status),
         Kind::PersistentVolumeClaim => {
             decode_status::<PersistentVolumeClaimStatus>(reference, status)
@@ -381,6 +429,17 @@ fn default_container(container: &mut Container) {
     }
     for port in container.ports.iter_mut().flatten() {
         port.protocol.get_or_insert_with(|| "TCP".into());
+    }
+    // upstream `SetDefaults_Pod`: a resource with a limit and no request requests its limit.
+    if let Some(resources) = container.resources.as_mut()
+        && let Some(limits) = &resources.limits
+    {
+        let requests = resources.requests.get_or_insert_with(Default::default);
+        for (name, limit) in limits {
+            requests
+                .entry(name.clone())
+                .or_insert_with(|| limit.clone());
+        }
     }
 }
 

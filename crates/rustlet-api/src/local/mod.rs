@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod events;
 pub mod manifests;
+pub mod pod_status;
 pub mod store;
 pub mod validation;
 pub mod watch;

@@ -17,7 +17,7 @@ use rustlet_status::{Clock, SystemClock};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use super::admission::{Operation, admit, check_status_decodes};
+use super::admission::{Operation, admit, admit_status};
 
 /// How a store keeps its past.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -906,7 +906,7 @@ impl Store {
         if updated == stored {
             return Ok(updated);
         }
-        check_status_decodes(&reference, &updated)?;
+        admit_status(&reference, &stored, &mut updated)?;
         self.write_modified(&mut inner, &reference, &mut updated);
         Ok(updated)
     }
@@ -983,7 +983,7 @@ impl Store {
         if object == stored {
             return Ok(object);
         }
-        check_status_decodes(reference, &object)?;
+        admit_status(reference, &stored, &mut object)?;
         self.write_modified(&mut inner, reference, &mut object);
         Ok(object)
     }

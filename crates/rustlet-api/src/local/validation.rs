@@ -110,7 +110,7 @@ const SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of 
      '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 /// Upstream `IsQualifiedName`: `[prefix/]name`.
-fn qualified_name_problems(value: &str) -> Vec<String> {
+pub(crate) fn qualified_name_problems(value: &str) -> Vec<String> {
     let mut out = Vec::new();
     let (prefix, name) = match value.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),

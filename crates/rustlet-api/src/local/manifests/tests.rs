@@ -306,8 +306,12 @@ fn a_changed_spec_is_a_new_incarnation_created_once_the_old_one_is_gone() {
     assert_eq!(sync.sync().applied, vec![web()]);
     let pod = store.get(&web()).unwrap();
     assert_ne!(pod["metadata"]["uid"], old_uid);
-    // A new pod starts Pending, as the API server creates it; the old status is not carried.
-    assert_eq!(pod["status"], json!({"phase": "Pending"}));
+    // A new pod starts Pending with its QoS class, as the API server creates it; the old
+    // status is not carried.
+    assert_eq!(
+        pod["status"],
+        json!({"phase": "Pending", "qosClass": "BestEffort"})
+    );
 }
 
 /// Issue 10 item 17: removing a manifest and restoring it while its pod still terminates
@@ -330,7 +334,10 @@ fn a_manifest_removed_and_restored_within_the_grace_period_is_a_new_pod() {
     sync.sync();
     let pod = store.get(&web()).unwrap();
     assert_ne!(pod["metadata"]["uid"], old_uid, "a fresh UID");
-    assert_eq!(pod["status"], json!({"phase": "Pending"}));
+    assert_eq!(
+        pod["status"],
+        json!({"phase": "Pending", "qosClass": "BestEffort"})
+    );
     assert!(pod["metadata"]["deletionTimestamp"].is_null());
 }
 

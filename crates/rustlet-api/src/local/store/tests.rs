@@ -153,7 +153,7 @@ fn uid_and_resource_version_preconditions_conflict_on_mismatch() {
     // Nothing was written by the refused patches.
     assert_eq!(
         store.get(&pod_ref("a")).unwrap()["status"],
-        json!({"phase":"Running"})
+        json!({"phase":"Running","qosClass":"BestEffort"})
     );
     let wrong_uid = DeleteOptions {
         grace_period_seconds: Some(0),

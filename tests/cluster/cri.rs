@@ -7,7 +7,7 @@ use rustlet_cri::testing::PrivateContainerd;
 
 use crate::harness::{Agent, start_in};
 use crate::node::{deployment, pods, wait_available, wait_ready};
-use crate::support::{Cluster, Forwarder, POD_NETWORK_GATEWAY, cluster};
+use crate::support::{Cluster, Forwarder, POD_NETWORK_GATEWAY, TEST_EVICTION_HARD, cluster};
 
 /// A real control plane, a private containerd and the agent of `node` on it.
 pub struct CriNode {
@@ -33,7 +33,7 @@ impl CriNode {
         let root = containerd.dir().join("root");
         let gateway = std::net::Ipv4Addr::from(POD_NETWORK_GATEWAY);
         let config = containerd.dir().join("config.yaml");
-        std::fs::write(&config, format!("nodeIP: {gateway}\n")).unwrap();
+        std::fs::write(&config, format!("nodeIP: {gateway}\n{TEST_EVICTION_HARD}")).unwrap();
         let agent = start_in(
             Some(&containerd.netns()),
             &[

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::harness::{Agent, start_in};
 use crate::node::{node_condition, pods, start_simulated, wait_available, wait_ready};
-use crate::support::{Cluster, DEADLINE, Forwarder, PrivateNetns, cluster};
+use crate::support::{Cluster, DEADLINE, Forwarder, PrivateNetns, TEST_EVICTION_HARD, cluster};
 
 /// kube-controller-manager's `--node-monitor-grace-period` in these tests (set explicitly; it
 /// is also `TestCluster`'s default): how long the controller waits for a heartbeat.
@@ -210,7 +210,7 @@ fn start_isolated(cluster: &Cluster, node: &str, index: u8, netns: PrivateNetns)
     std::fs::write(
         &config,
         format!(
-            "nodeIP: 10.0.0.{}\nsimulatedPodIPBase: 10.88.{index}.2\n",
+            "nodeIP: 10.0.0.{}\nsimulatedPodIPBase: 10.88.{index}.2\n{TEST_EVICTION_HARD}",
             index + 1
         ),
     )

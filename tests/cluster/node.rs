@@ -4,12 +4,14 @@
 use serde_json::Value;
 
 use crate::harness::{Agent, start};
-use crate::support::{Cluster, cluster};
+use crate::support::{Cluster, TEST_EVICTION_HARD, cluster};
 
 /// `rustlet` as `node` of `cluster`, on the simulated runtime, with its node kubeconfig only.
 pub fn start_simulated(cluster: &Cluster, node: &str) -> Agent {
     let root = cluster.scratch(&format!("root-{node}"));
     let kubeconfig = cluster.inner.node_kubeconfig(node);
+    let config = cluster.scratch("config").join(format!("{node}.yaml"));
+    std::fs::write(&config, TEST_EVICTION_HARD).unwrap();
     start(
         &[
             "--node-name",
@@ -18,6 +20,8 @@ pub fn start_simulated(cluster: &Cluster, node: &str) -> Agent {
             root.to_str().unwrap(),
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
         ],
         &cluster.scratch("logs").join(format!("agent-{node}.log")),
     )

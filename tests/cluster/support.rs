@@ -24,6 +24,13 @@ pub const DEADLINE: Duration = Duration::from_secs(90);
 /// address): the node's own address as its pods see it.
 pub const POD_NETWORK_GATEWAY: [u8; 4] = [10, 88, 0, 1];
 
+/// The `evictionHard` of every test agent: upstream's memory threshold, and 1 % for the disk
+/// (the default 10 %). The agents share the machine's disk with the build; on a machine with
+/// less than 10 % free, the default makes every node report DiskPressure, as upstream's kubelet
+/// would, the controller taints it, and no pod is scheduled: tests of scheduling lower the
+/// disk thresholds as an operator of such a node would.
+pub const TEST_EVICTION_HARD: &str = "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: \"1%\"\n  nodefs.inodesFree: \"1%\"\n";
+
 /// A control plane for one test; its directory is kept when the test fails.
 pub struct Cluster {
     pub inner: TestCluster,

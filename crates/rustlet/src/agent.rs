@@ -144,6 +144,7 @@ async fn connect(config: &AgentConfig, registry: &mut Registry) -> Result<Api> {
         renew_interval: config.node_lease_renew_interval,
         status_update_frequency: config.node_status_update_frequency,
         status_report_frequency: config.node_status_report_frequency,
+        eviction: config.eviction_hard,
         ..NodeConfig::for_host(&config.node_name)
     };
     let lease_duration =

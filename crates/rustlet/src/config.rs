@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use clap::{Parser, ValueEnum};
 use k8s_openapi::api::core::v1::Taint;
+use rustlet_core::node_status::{EvictionThresholds, Threshold};
 use serde::Deserialize;
 
 /// rustlet: a Kubernetes node agent (status and volume managers of the kubelet, in Rust).
@@ -152,6 +153,10 @@ pub struct FileConfig {
     port: Option<u16>,
     /// Taints to register the Node with (kubelet `registerWithTaints`).
     register_with_taints: Option<Vec<FileTaint>>,
+    /// Kube mode: the hard eviction thresholds the node's pressure conditions and allocatable
+    /// come from (kubelet `evictionHard`: `memory.available`, `nodefs.available`,
+    /// `nodefs.inodesFree`, `pid.available`, each a quantity or a percentage).
+    eviction_hard: Option<BTreeMap<String, String>>,
     /// How long a simulated container takes to start, in milliseconds (0).
     simulated_start_delay_millis: Option<u64>,
     /// First simulated pod IP (10.88.0.2).
@@ -238,6 +243,8 @@ pub struct AgentConfig {
     pub register_with_taints: Vec<Taint>,
     /// `maxPods`.
     pub max_pods: u32,
+    /// `evictionHard`.
+    pub eviction_hard: EvictionThresholds,
     /// `port`: the kubelet port the Node reports.
     pub port: u16,
     /// Simulated container start delay.
@@ -654,12 +661,62 @@ impl AgentConfig {
             register_with_taints,
             max_pods,
             port,
+            eviction_hard: match &file.eviction_hard {
+                Some(map) => eviction_hard(map).map_err(bad)?,
+                None => EvictionThresholds::default(),
+            },
             simulated_start_delay: Duration::from_millis(
                 file.simulated_start_delay_millis.unwrap_or(0),
             ),
             simulated_pod_ip_base,
         })
     }
+}
+
+/// `evictionHard` as upstream's kubelet reads it (`ParseThresholdConfig`): each signal a
+/// quantity (`100Mi`) or a percentage of the capacity (`10%`). A map that is given replaces
+/// the defaults: a signal it leaves out has no threshold (upstream's v1beta1 defaulting only
+/// fills an absent map, as the eviction documentation warns). `imagefs.*` are accepted and
+/// not used (the image filesystem is the runtime's).
+fn eviction_hard(map: &BTreeMap<String, String>) -> Result<EvictionThresholds, String> {
+    let mut thresholds = EvictionThresholds {
+        memory_available: None,
+        nodefs_available: None,
+        nodefs_inodes_free: None,
+        pid_available: None,
+    };
+    for (signal, value) in map {
+        let bad = |why: &str| format!("config key evictionHard: {signal}: {value:?} {why}");
+        let threshold = match value.strip_suffix('%') {
+            Some(percent) => {
+                let p: f64 = percent
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad("is no percentage"))?;
+                if !(0.0..=100.0).contains(&p) {
+                    return Err(bad("must be between 0% and 100%"));
+                }
+                Threshold::Percentage(p / 100.0)
+            }
+            None => {
+                let q = rustlet_core::quantity::quantity_ceil(
+                    &k8s_openapi::apimachinery::pkg::api::resource::Quantity(value.clone()),
+                )
+                .filter(|q| *q >= 0)
+                .ok_or_else(|| bad("is no quantity"))?;
+                Threshold::Quantity(u64::try_from(q).map_err(|_| bad("is too large"))?)
+            }
+        };
+        match signal.as_str() {
+            "memory.available" => thresholds.memory_available = Some(threshold),
+            "nodefs.available" => thresholds.nodefs_available = Some(threshold),
+            "nodefs.inodesFree" => thresholds.nodefs_inodes_free = Some(threshold),
+            "pid.available" => thresholds.pid_available = Some(threshold),
+            "imagefs.available" | "imagefs.inodesFree" => {}
+            _ => return Err(bad("names no eviction signal")),
+        }
+    }
+    Ok(thresholds)
 }
 
 #[cfg(test)]
@@ -739,6 +796,66 @@ mod tests {
     /// (`nodeStatusUpdateFrequency` 10s, `nodeStatusReportFrequency` 5m or the update frequency
     /// when only that is set, `nodeLeaseDurationSeconds` 40 renewed every quarter of it,
     /// `maxPods` 110, `port` 10250, `registerWithTaints`), flags over the file.
+    /// `evictionHard` (upstream `ParseThresholdConfig`): quantities and percentages; a map
+    /// replaces the defaults; an unknown signal or a bad value is refused naming the key.
+    #[test]
+    fn eviction_hard_replaces_the_defaults_and_refuses_bad_signals() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        let local = dir.path().to_str().unwrap();
+        let resolve = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            parse(&[
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--local",
+                local,
+                "--config",
+                file.to_str().unwrap(),
+            ])
+        };
+        assert_eq!(
+            resolve("").unwrap().eviction_hard,
+            EvictionThresholds::default()
+        );
+        let set = resolve(
+            "evictionHard:\n  memory.available: 200Mi\n  nodefs.available: \"1%\"\n  imagefs.available: 15%\n",
+        )
+        .unwrap()
+        .eviction_hard;
+        assert_eq!(
+            set,
+            EvictionThresholds {
+                memory_available: Some(Threshold::Quantity(200 << 20)),
+                nodefs_available: Some(Threshold::Percentage(0.01)),
+                nodefs_inodes_free: None,
+                pid_available: None,
+            }
+        );
+        for (text, want) in [
+            (
+                "evictionHard:\n  disk.available: 1Gi\n",
+                "names no eviction signal",
+            ),
+            (
+                "evictionHard:\n  memory.available: lots\n",
+                "is no quantity",
+            ),
+            (
+                "evictionHard:\n  nodefs.available: \"120%\"\n",
+                "between 0% and 100%",
+            ),
+        ] {
+            let err = resolve(text).unwrap_err().to_string();
+            assert!(
+                err.contains("evictionHard") && err.contains(want),
+                "{text}: {err}"
+            );
+        }
+    }
+
     #[test]
     fn the_node_keys_take_the_kubelets_names_and_defaults() {
         let dir = tempfile::tempdir().unwrap();

@@ -103,6 +103,11 @@ pub struct Options {
     /// The API server's audit log, every request at `Metadata` level, to `logs/audit.log`
     /// (`--audit`): who asked what, with its user agent, for the request-rate figures.
     pub audit: bool,
+    /// kube-apiserver also signs TLS 1.2 handshakes with SHA-1 (`GODEBUG=tlssha1=1`) for
+    /// clients that send no `signature_algorithms` (RFC 5246 then means SHA-1, which Go
+    /// refuses since 1.25 by RFC 9155): busybox's `wget` (its `ssl_client`), the only HTTPS
+    /// client of the CRI tests' pods, is one. Test clusters only.
+    pub sha1_tls_signatures: bool,
 }
 
 impl Options {
@@ -114,6 +119,7 @@ impl Options {
             node_monitor_grace_period: "20s".to_owned(),
             extra_apiserver_ips: Vec::new(),
             audit: false,
+            sha1_tls_signatures: false,
         }
     }
 
@@ -842,7 +848,11 @@ fn start(
     let log =
         fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
     let log2 = log.try_clone().context("duplicating a log file")?;
-    let child = Command::new(bin.join(server))
+    let mut command = Command::new(bin.join(server));
+    if server == "kube-apiserver" && opts.sha1_tls_signatures {
+        command.env("GODEBUG", "tlssha1=1");
+    }
+    let child = command
         .args(server_args(server, layout, ports, opts))
         .stdin(Stdio::null())
         .stdout(log)

@@ -1,0 +1,346 @@
+//! Issue 25, item 4 on containerd: the pods a real cluster makes. The ServiceAccount
+//! admission plugin's `kube-api-access-*` volume (a bound token through TokenRequest, the
+//! `kube-root-ca.crt` ConfigMap, the namespace from the downward API) mounts and its token
+//! authenticates a pod-side request; a short-lived token is replaced before it expires; and
+//! ConfigMap and Secret volumes and env follow the real API server's objects and watches.
+//!
+//! The pods reach the API server at `https://10.88.0.1:<forwarder port>` (the node's address
+//! on its pod network, which the serving certificate names). busybox's `wget` speaks TLS
+//! through its own `ssl_client`, which implements no certificate validation (busybox 1.35
+//! `networking/tls.c`: "TLS certificate validation not implemented") and takes no CA file: the
+//! pods pass `--no-check-certificate`, and the tests compare the mounted `ca.crt` with the
+//! cluster's CA instead.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr as _;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+use crate::cri::CriNode;
+use crate::node::wait_ready;
+use crate::support::Cluster;
+
+/// Where ServiceAccount admission mounts the `kube-api-access-*` volume.
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The user agent of the pods' requests (the audit log names it).
+const CLIENT_AGENT: &str = "rustlet-tokens-test";
+
+/// Creates `ns` and waits until the controllers have made what ServiceAccount admission and
+/// the kube-api-access volume need there: the `default` ServiceAccount and the
+/// `kube-root-ca.crt` ConfigMap.
+fn namespace_with_service_account(cluster: &Cluster, ns: &str) {
+    cluster.kubectl(&["create", "namespace", ns]);
+    cluster.wait_for(&format!("serviceaccount default in {ns}"), || {
+        cluster
+            .try_get(&["-n", ns, "serviceaccount", "default"])
+            .ok_or_else(|| "absent".to_owned())
+    });
+    cluster.wait_for(&format!("configmap kube-root-ca.crt in {ns}"), || {
+        cluster
+            .try_get(&["-n", ns, "configmap", "kube-root-ca.crt"])
+            .ok_or_else(|| "absent".to_owned())
+    });
+}
+
+/// Waits until pod `ns/name` has finished (Succeeded or Failed); returns it.
+fn wait_finished(cluster: &Cluster, ns: &str, name: &str) -> Value {
+    cluster.wait_for(&format!("pod {ns}/{name} finished"), || {
+        let pod = cluster
+            .try_get(&["-n", ns, "pod", name])
+            .ok_or_else(|| "no pod".to_owned())?;
+        match pod["status"]["phase"].as_str() {
+            Some("Succeeded" | "Failed") => Ok(pod),
+            _ => Err(pod["status"].to_string()),
+        }
+    })
+}
+
+/// Waits until pod `ns/name` is Running; returns it.
+fn wait_running(cluster: &Cluster, ns: &str, name: &str) -> Value {
+    cluster.wait_for(&format!("pod {ns}/{name} running"), || {
+        let pod = cluster
+            .try_get(&["-n", ns, "pod", name])
+            .ok_or_else(|| "no pod".to_owned())?;
+        match pod["status"]["phase"].as_str() {
+            Some("Running") => Ok(pod),
+            _ => Err(pod["status"].to_string()),
+        }
+    })
+}
+
+/// The directory of volume `volume` (of plugin `plugin`, e.g. `kubernetes.io~projected`) of
+/// `pod` under the agent's root dir.
+fn volume_dir(node: &CriNode, pod: &Value, plugin: &str, volume: &str) -> PathBuf {
+    let uid = pod["metadata"]["uid"].as_str().expect("a pod UID");
+    node.containerd
+        .dir()
+        .join("root/pods")
+        .join(uid)
+        .join("volumes")
+        .join(plugin)
+        .join(volume)
+}
+
+/// Everything the containers of `pod` wrote to their CRI log files (for failure messages).
+fn container_logs(node: &CriNode, pod: &Value) -> String {
+    fn walk(dir: &Path, out: &mut String) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+    }
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+    let mut out = String::new();
+    walk(
+        &node.containerd.dir().join("root/pod-logs").join(uid),
+        &mut out,
+    );
+    out
+}
+
+/// The file system type of the mount at `path` (this process's mount table), if it is one.
+fn mount_type(path: &Path) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let path = path.to_string_lossy();
+    table.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        (before.split(' ').nth(4)? == path).then(|| after.split(' ').next().map(str::to_owned))?
+    })
+}
+
+/// The permission bits of `path` (following the AtomicWriter's symlinks).
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// The admin's TokenReview of `token` (`kubectl create -f -`): its `status`.
+fn token_review(cluster: &Cluster, token: &str) -> Value {
+    let review = serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token},
+    });
+    let out = cluster.kubectl_output(
+        &["create", "-f", "-", "-o", "json"],
+        Some(&review.to_string()),
+    );
+    assert!(
+        out.status.success(),
+        "TokenReview: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("a TokenReview");
+    answer["status"].clone()
+}
+
+/// Asserts that a TokenReview authenticates `token` as `ns`'s `default` ServiceAccount,
+/// bound to `pod` (the API server's pod-name and pod-uid extras of a bound token).
+fn assert_token_of(cluster: &Cluster, token: &str, ns: &str, pod: &Value) {
+    let status = token_review(cluster, token);
+    assert_eq!(status["authenticated"], true, "TokenReview: {status}");
+    let user = &status["user"];
+    assert_eq!(
+        user["username"],
+        format!("system:serviceaccount:{ns}:default"),
+        "{status}"
+    );
+    let extra = &user["extra"];
+    assert_eq!(
+        extra["authentication.kubernetes.io/pod-name"][0], pod["metadata"]["name"],
+        "{status}"
+    );
+    assert_eq!(
+        extra["authentication.kubernetes.io/pod-uid"][0], pod["metadata"]["uid"],
+        "{status}"
+    );
+}
+
+/// What a client pod sends as its bearer token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bearer {
+    /// The mounted token file as it is.
+    Mounted,
+    /// The mounted token with the last six characters of its signature replaced.
+    Corrupted,
+}
+
+/// A pod (restartPolicy Never) that checks its kube-api-access files and POSTs a
+/// SelfSubjectReview to the API server with its token (or a corrupted copy); it exits 0 only
+/// when the API server answered that it is `system:serviceaccount:<ns>:default`.
+fn client_pod(ns: &str, name: &str, node: &str, port: u16, bearer: Bearer) -> String {
+    let corrupt = match bearer {
+        Bearer::Mounted => "",
+        Bearer::Corrupted => "token=${token%??????}AAAAAA; ",
+    };
+    let script = format!(
+        "set -e; test \"$(cat {SA_DIR}/namespace)\" = {ns}; \
+         grep -q 'BEGIN CERTIFICATE' {SA_DIR}/ca.crt; \
+         for f in token ca.crt namespace; do test \"$(stat -L -c %a {SA_DIR}/$f)\" = 644; done; \
+         token=$(cat {SA_DIR}/token); {corrupt}\
+         answer=$(wget -q -O - -U {CLIENT_AGENT}/{name} --no-check-certificate \
+         --header \"Authorization: Bearer $token\" --header 'Content-Type: application/json' \
+         --post-data '{{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"SelfSubjectReview\"}}' \
+         https://10.88.0.1:{port}/apis/authentication.k8s.io/v1/selfsubjectreviews); \
+         echo \"$answer\"; \
+         echo \"$answer\" | grep -q '\"username\":\"system:serviceaccount:{ns}:default\"'"
+    );
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{
+                "name": "main",
+                "image": "localhost/busybox:1",
+                "command": ["sh", "-c", script],
+            }],
+        },
+    });
+    pod.to_string()
+}
+
+/// A pod that sleeps on `node`, with the volumes ServiceAccount admission gives it.
+fn holder_pod(ns: &str, name: &str, node: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": "localhost/busybox:1",
+                "command": ["sleep", "3600"],
+            }],
+        },
+    })
+    .to_string()
+}
+
+/// The audit events of the pod `name`'s own requests (its user agent).
+fn client_requests(cluster: &Cluster, name: &str) -> Vec<Value> {
+    let agent = format!("{CLIENT_AGENT}/{name}");
+    cluster
+        .audit_events()
+        .into_iter()
+        .filter(|e| e["userAgent"] == agent.as_str())
+        .collect()
+}
+
+/// Item 4, the service account token: ServiceAccount admission gives the pod a projected
+/// `kube-api-access-*` volume; the agent mounts it (token, `ca.crt` from the
+/// `kube-root-ca.crt` ConfigMap, the namespace from the downward API, each 0644 as upstream's
+/// `defaultMode: 420`), and the pod's request with the token is authenticated by the API
+/// server as `system:serviceaccount:<ns>:default` bound to the pod (the audit log shows it); a
+/// pod that sends a corrupted token fails.
+#[test]
+fn cri_the_kube_api_access_volume_mounts_and_its_token_authenticates_the_pod() {
+    let Some(node) = CriNode::start("cri-sa-token", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    let port = node.forwarder.port;
+    wait_ready(cluster, "node-a", "True");
+    namespace_with_service_account(cluster, "tok");
+    cluster.apply(&client_pod(
+        "tok",
+        "client",
+        "node-a",
+        port,
+        Bearer::Mounted,
+    ));
+    cluster.apply(&client_pod(
+        "tok",
+        "forger",
+        "node-a",
+        port,
+        Bearer::Corrupted,
+    ));
+
+    let client = wait_finished(cluster, "tok", "client");
+    assert_eq!(
+        client["status"]["phase"],
+        "Succeeded",
+        "{}\nlogs: {}\nagent: {}",
+        client["status"],
+        container_logs(&node, &client),
+        node.agent.log.display()
+    );
+    let forger = wait_finished(cluster, "tok", "forger");
+    assert_eq!(forger["status"]["phase"], "Failed", "{}", forger["status"]);
+
+    // The API server's own record: the client's request authenticated as the pod's service
+    // account, bound to the pod; the forger's was refused as unauthenticated.
+    let reviews = client_requests(cluster, "client");
+    let review = reviews
+        .iter()
+        .find(|e| e["requestURI"] == "/apis/authentication.k8s.io/v1/selfsubjectreviews")
+        .unwrap_or_else(|| panic!("no SelfSubjectReview of the client: {reviews:#?}"));
+    assert_eq!(review["responseStatus"]["code"], 201, "{review}");
+    assert_eq!(
+        review["user"]["username"], "system:serviceaccount:tok:default",
+        "{review}"
+    );
+    assert_eq!(
+        review["user"]["extra"]["authentication.kubernetes.io/pod-name"][0], "client",
+        "{review}"
+    );
+    let forged = client_requests(cluster, "forger");
+    assert!(
+        !forged.is_empty() && forged.iter().all(|e| e["responseStatus"]["code"] == 401),
+        "the forger's requests: {forged:#?}"
+    );
+
+    // The volume ServiceAccount admission added, as the agent wrote it (of a pod that still
+    // runs: a finished pod's volumes are torn down).
+    cluster.apply(&holder_pod("tok", "holder", "node-a"));
+    let holder = wait_running(cluster, "tok", "holder");
+    let volumes = holder["spec"]["volumes"].as_array().expect("volumes");
+    let access = volumes
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .find(|n| n.starts_with("kube-api-access-"))
+        .unwrap_or_else(|| panic!("no kube-api-access volume: {volumes:?}"));
+    let dir = volume_dir(&node, &holder, "kubernetes.io~projected", access);
+    assert_eq!(
+        mount_type(&dir).as_deref(),
+        Some("tmpfs"),
+        "{}",
+        dir.display()
+    );
+    for file in ["token", "ca.crt", "namespace"] {
+        assert_eq!(mode_of(&dir.join(file)), 0o644, "{file}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("namespace")).unwrap(),
+        "tok"
+    );
+    let root_ca = cluster.get(&["-n", "tok", "configmap", "kube-root-ca.crt"]);
+    let ca = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
+    assert_eq!(ca, root_ca["data"]["ca.crt"].as_str().unwrap());
+    let cluster_ca = std::fs::read_to_string(cluster.inner.pki("ca.crt")).unwrap();
+    assert!(ca.contains(cluster_ca.trim()), "{ca}");
+    let token = std::fs::read_to_string(dir.join("token")).unwrap();
+    assert_token_of(cluster, &token, "tok", &holder);
+
+    let refused = cluster.refused_requests_of("system:node:node-a");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+}

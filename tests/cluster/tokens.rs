@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
@@ -343,4 +343,273 @@ fn cri_the_kube_api_access_volume_mounts_and_its_token_authenticates_the_pod() {
         refused.is_empty(),
         "refused requests of the agent: {refused:#?}"
     );
+}
+
+/// The audit events of the node's TokenRequests (`create serviceaccounts/token`) in `ns`.
+fn token_requests(cluster: &Cluster, node: &str, ns: &str) -> Vec<Value> {
+    let user = format!("system:node:{node}");
+    cluster
+        .audit_events()
+        .into_iter()
+        .filter(|e| {
+            e["user"]["username"] == user.as_str()
+                && e["verb"] == "create"
+                && e["objectRef"]["resource"] == "serviceaccounts"
+                && e["objectRef"]["subresource"] == "token"
+                && e["objectRef"]["namespace"] == ns
+        })
+        .collect()
+}
+
+/// When the API server received the request of audit event `event`.
+fn received_at(event: &Value) -> Timestamp {
+    let at = event["requestReceivedTimestamp"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no requestReceivedTimestamp: {event}"));
+    Timestamp::from_str(at).unwrap_or_else(|e| panic!("{at:?}: {e}"))
+}
+
+/// Item 4, the refresh: a pod's projected serviceAccountToken of `expirationSeconds: 600`
+/// (the API server's minimum) is requested again by the agent once 80 % of its lifetime has
+/// passed (upstream's token manager, `requiresRefresh`) and before it expires, and the file
+/// in the pod's volume is replaced with the new token, which differs and authenticates as the
+/// pod's service account bound to the pod. The audit log times the node's two TokenRequests.
+///
+/// This test takes about nine minutes (the token's lifetime cannot be shorter than the API
+/// server's 10-minute minimum, and the agent refreshes it after 8 minutes plus at most its
+/// one-minute remount period): it is the only slow test of the set.
+#[test]
+fn cri_a_projected_token_is_refreshed_after_80_percent_of_its_lifetime() {
+    let Some(node) = CriNode::start("cri-token-refresh", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    namespace_with_service_account(cluster, "refresh");
+    // Only the test's own token volume: no kube-api-access volume's requests in the log.
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "renewed", "namespace": "refresh"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "node-a"},
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": "localhost/busybox:1",
+                "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "short", "mountPath": "/var/run/short"}],
+            }],
+            "volumes": [{
+                "name": "short",
+                "projected": {"sources": [{
+                    "serviceAccountToken": {"path": "token", "expirationSeconds": 600},
+                }]},
+            }],
+        },
+    });
+    cluster.apply(&pod.to_string());
+    let pod = wait_running(cluster, "refresh", "renewed");
+    let file = volume_dir(&node, &pod, "kubernetes.io~projected", "short").join("token");
+    let first = std::fs::read_to_string(&file).unwrap();
+    assert_token_of(cluster, &first, "refresh", &pod);
+    let requests = token_requests(cluster, "node-a", "refresh");
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    let issued = received_at(&requests[0]);
+
+    let second = cluster.wait_for_within(
+        "the token file replaced",
+        Duration::from_secs(660),
+        || {
+            let now = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+            if now == first {
+                Err("the first token".to_owned())
+            } else {
+                Ok(now)
+            }
+        },
+    );
+    let requests = token_requests(cluster, "node-a", "refresh");
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    assert_eq!(requests[1]["responseStatus"]["code"], 201, "{}", requests[1]);
+    let after = received_at(&requests[1]).duration_since(issued).as_secs_f64();
+    assert!(
+        (480.0..600.0).contains(&after),
+        "the second TokenRequest came {after} s after the first (of a 600 s token)"
+    );
+    eprintln!("the second TokenRequest came {after:.1} s after the first");
+    assert_token_of(cluster, &second, "refresh", &pod);
+
+    let refused = cluster.refused_requests_of("system:node:node-a");
+    assert!(refused.is_empty(), "refused requests of the agent: {refused:#?}");
+}
+
+/// `KEY=value` lines of a file (`env`'s output), as pairs.
+fn env_vars(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// Waits until the file `path` holds `want`.
+fn wait_file(cluster: &Cluster, path: &Path, want: &str) {
+    cluster.wait_for(&format!("{} = {want:?}", path.display()), || {
+        match std::fs::read_to_string(path) {
+            Ok(text) if text == want => Ok(()),
+            Ok(text) => Err(text),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+}
+
+/// Item 4, ConfigMaps and Secrets: a pod that mounts a ConfigMap and a Secret and takes env
+/// from both (`valueFrom` keys and `envFrom` with prefixes) runs with that env, the Secret's
+/// volume is a tmpfs, and an update of each object reaches its file in the pod's volume (seen
+/// from the host and by the container) through the agent's watches of just those objects
+/// (`fieldSelector=metadata.name=`, the only form the Node authorizer lets a node watch). The
+/// pod's deletion then leaves no request of the agent refused.
+#[test]
+fn cri_config_map_and_secret_volumes_and_env_follow_the_real_api_server() {
+    let Some(node) = CriNode::start("cri-content", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    namespace_with_service_account(cluster, "content");
+    cluster.apply(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: content}
+data: {greeting: hello, COLOR: blue}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds, namespace: content}
+stringData: {password: s3cret, TOKEN: abc}
+",
+    );
+    // The container writes its env once, then copies what it sees of both volumes each
+    // second, into an emptyDir the test reads from the host.
+    let script = "env > /out/env.tmp && mv /out/env.tmp /out/env; \
+                  while true; do cat /etc/settings/greeting > /out/greeting.tmp; \
+                  mv /out/greeting.tmp /out/greeting; cat /etc/creds/password > /out/password.tmp; \
+                  mv /out/password.tmp /out/password; sleep 1; done";
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "reader", "namespace": "content"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "node-a"},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": "localhost/busybox:1",
+                "command": ["sh", "-c", script],
+                "env": [
+                    {"name": "GREETING",
+                     "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
+                    {"name": "PASSWORD",
+                     "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                ],
+                "envFrom": [
+                    {"configMapRef": {"name": "settings"}, "prefix": "CM_"},
+                    {"secretRef": {"name": "creds"}, "prefix": "SECRET_"},
+                ],
+                "volumeMounts": [
+                    {"name": "settings", "mountPath": "/etc/settings"},
+                    {"name": "creds", "mountPath": "/etc/creds"},
+                    {"name": "out", "mountPath": "/out"},
+                ],
+            }],
+            "volumes": [
+                {"name": "settings", "configMap": {"name": "settings"}},
+                {"name": "creds", "secret": {"secretName": "creds"}},
+                {"name": "out", "emptyDir": {}},
+            ],
+        },
+    });
+    cluster.apply(&pod.to_string());
+    let pod = wait_running(cluster, "content", "reader");
+    let out = volume_dir(&node, &pod, "kubernetes.io~empty-dir", "out");
+    let env = cluster.wait_for("the container's env", || {
+        std::fs::read_to_string(out.join("env")).map_err(|e| e.to_string())
+    });
+    let env = env_vars(&env);
+    for (name, value) in [
+        ("GREETING", "hello"),
+        ("PASSWORD", "s3cret"),
+        ("CM_greeting", "hello"),
+        ("CM_COLOR", "blue"),
+        ("SECRET_password", "s3cret"),
+        ("SECRET_TOKEN", "abc"),
+    ] {
+        assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}: {env:?}");
+    }
+
+    let settings = volume_dir(&node, &pod, "kubernetes.io~configmap", "settings");
+    let creds = volume_dir(&node, &pod, "kubernetes.io~secret", "creds");
+    assert_eq!(mount_type(&creds).as_deref(), Some("tmpfs"), "{}", creds.display());
+    assert_eq!(mount_type(&settings), None, "a configMap volume is on disk");
+    wait_file(cluster, &settings.join("greeting"), "hello");
+    wait_file(cluster, &creds.join("password"), "s3cret");
+    wait_file(cluster, &out.join("greeting"), "hello");
+    wait_file(cluster, &out.join("password"), "s3cret");
+
+    cluster.kubectl(&[
+        "-n",
+        "content",
+        "patch",
+        "configmap",
+        "settings",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"bonjour"}}"#,
+    ]);
+    cluster.kubectl(&[
+        "-n",
+        "content",
+        "patch",
+        "secret",
+        "creds",
+        "--type=merge",
+        "-p",
+        r#"{"stringData":{"password":"n3w"}}"#,
+    ]);
+    wait_file(cluster, &settings.join("greeting"), "bonjour");
+    wait_file(cluster, &creds.join("password"), "n3w");
+    wait_file(cluster, &out.join("greeting"), "bonjour");
+    wait_file(cluster, &out.join("password"), "n3w");
+
+    // The agent watched each object by name only (the Node authorizer's rule).
+    let watches: Vec<String> = cluster
+        .audit_events()
+        .into_iter()
+        .filter(|e| {
+            e["user"]["username"] == "system:node:node-a"
+                && matches!(e["verb"].as_str(), Some("watch" | "list"))
+                && matches!(
+                    e["objectRef"]["resource"].as_str(),
+                    Some("configmaps" | "secrets")
+                )
+        })
+        .filter_map(|e| e["requestURI"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!watches.is_empty(), "no watch of the agent's");
+    for uri in &watches {
+        assert!(uri.contains("fieldSelector=metadata.name%3D"), "{uri}");
+    }
+
+    cluster.kubectl(&["-n", "content", "delete", "pod", "reader", "--wait=true"]);
+    let pod_dir = out.ancestors().nth(3).expect("the pod's directory").to_owned();
+    cluster.wait_for("the pod's directory removed", || {
+        if pod_dir.exists() {
+            Err(format!("{} is there", pod_dir.display()))
+        } else {
+            Ok(())
+        }
+    });
+    let refused = cluster.refused_requests_of("system:node:node-a");
+    assert!(refused.is_empty(), "refused requests of the agent: {refused:#?}");
 }

@@ -213,14 +213,16 @@ fn client_pod(ns: &str, name: &str, node: &str, port: u16, bearer: Bearer) -> St
     pod.to_string()
 }
 
-/// A pod that sleeps on `node`, with the volumes ServiceAccount admission gives it.
-fn holder_pod(ns: &str, name: &str, node: &str) -> String {
+/// A pod that sleeps on `node`, with the volumes ServiceAccount admission gives it and the
+/// pod-level `security_context` (`null`: none).
+fn holder_pod(ns: &str, name: &str, node: &str, security_context: Value) -> String {
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": ns},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
+            "securityContext": security_context,
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "main",
@@ -230,6 +232,17 @@ fn holder_pod(ns: &str, name: &str, node: &str) -> String {
         },
     })
     .to_string()
+}
+
+/// The directory of `pod`'s `kube-api-access-*` volume under the agent's root dir.
+fn api_access_dir(node: &CriNode, pod: &Value) -> PathBuf {
+    let volumes = pod["spec"]["volumes"].as_array().expect("volumes");
+    let access = volumes
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .find(|n| n.starts_with("kube-api-access-"))
+        .unwrap_or_else(|| panic!("no kube-api-access volume: {volumes:?}"));
+    volume_dir(node, pod, "kubernetes.io~projected", access)
 }
 
 /// The audit events of the pod `name`'s own requests (its user agent).
@@ -308,15 +321,9 @@ fn cri_the_kube_api_access_volume_mounts_and_its_token_authenticates_the_pod() {
 
     // The volume ServiceAccount admission added, as the agent wrote it (of a pod that still
     // runs: a finished pod's volumes are torn down).
-    cluster.apply(&holder_pod("tok", "holder", "node-a"));
+    cluster.apply(&holder_pod("tok", "holder", "node-a", Value::Null));
     let holder = wait_running(cluster, "tok", "holder");
-    let volumes = holder["spec"]["volumes"].as_array().expect("volumes");
-    let access = volumes
-        .iter()
-        .filter_map(|v| v["name"].as_str())
-        .find(|n| n.starts_with("kube-api-access-"))
-        .unwrap_or_else(|| panic!("no kube-api-access volume: {volumes:?}"));
-    let dir = volume_dir(&node, &holder, "kubernetes.io~projected", access);
+    let dir = api_access_dir(&node, &holder);
     assert_eq!(
         mount_type(&dir).as_deref(),
         Some("tmpfs"),
@@ -337,6 +344,22 @@ fn cri_the_kube_api_access_volume_mounts_and_its_token_authenticates_the_pod() {
     assert!(ca.contains(cluster_ca.trim()), "{ca}");
     let token = std::fs::read_to_string(dir.join("token")).unwrap();
     assert_token_of(cluster, &token, "tok", &holder);
+
+    // With the pod's user and an fsGroup (upstream's projected SetUp and SetVolumeOwnership):
+    // the token is 0600 and the user's, then 0640 with the group; the other files 0644 with
+    // the group.
+    let security = serde_json::json!({"runAsUser": 1000, "fsGroup": 2000});
+    cluster.apply(&holder_pod("tok", "owned", "node-a", security));
+    let owned = wait_running(cluster, "tok", "owned");
+    let dir = api_access_dir(&node, &owned);
+    let owner = |file: &str| {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(dir.join(file)).unwrap();
+        (mode_of(&dir.join(file)), meta.uid(), meta.gid())
+    };
+    assert_eq!(owner("token"), (0o640, 1000, 2000), "token");
+    assert_eq!(owner("ca.crt"), (0o644, 0, 2000), "ca.crt");
+    assert_eq!(owner("namespace"), (0o644, 0, 2000), "namespace");
 
     let refused = cluster.refused_requests_of("system:node:node-a");
     assert!(

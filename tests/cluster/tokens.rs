@@ -636,3 +636,85 @@ stringData: {password: s3cret, TOKEN: abc}
     let refused = cluster.refused_requests_of("system:node:node-a");
     assert!(refused.is_empty(), "refused requests of the agent: {refused:#?}");
 }
+
+/// Item 4, objects that come later: a pod created before the ConfigMap and the Secret its
+/// volumes and env name waits (`CreateContainerConfigError` or a volume not yet mounted, as
+/// upstream) and starts once both exist, with their content, through the agent's watches of
+/// objects that did not exist when they began.
+#[test]
+fn cri_a_pod_created_before_its_config_map_and_secret_starts_when_they_appear() {
+    let Some(node) = CriNode::start("cri-content-later", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    namespace_with_service_account(cluster, "later");
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "early", "namespace": "later"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "node-a"},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": "localhost/busybox:1",
+                "command": ["sh", "-c", "env > /out/env.tmp && mv /out/env.tmp /out/env; exec sleep 3600"],
+                "env": [
+                    {"name": "GREETING",
+                     "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
+                    {"name": "PASSWORD",
+                     "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                ],
+                "volumeMounts": [
+                    {"name": "settings", "mountPath": "/etc/settings"},
+                    {"name": "out", "mountPath": "/out"},
+                ],
+            }],
+            "volumes": [
+                {"name": "settings", "configMap": {"name": "settings"}},
+                {"name": "out", "emptyDir": {}},
+            ],
+        },
+    });
+    cluster.apply(&pod.to_string());
+    // The agent has tried, and said why it waits (upstream's FailedMount event).
+    cluster.wait_for("a FailedMount event of the pod", || {
+        let events = cluster.get(&["-n", "later", "events"]);
+        let items = events["items"].as_array().cloned().unwrap_or_default();
+        items
+            .iter()
+            .find(|e| e["involvedObject"]["name"] == "early" && e["reason"] == "FailedMount")
+            .map(|_| ())
+            .ok_or_else(|| format!("{items:?}"))
+    });
+    let pending = cluster.get(&["-n", "later", "pod", "early"]);
+    assert_eq!(pending["status"]["phase"], "Pending", "{}", pending["status"]);
+    cluster.apply(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: later}
+data: {greeting: hello}
+",
+    );
+    cluster.apply(
+        "apiVersion: v1
+kind: Secret
+metadata: {name: creds, namespace: later}
+stringData: {password: s3cret}
+",
+    );
+    let pod = wait_running(cluster, "later", "early");
+    let out = volume_dir(&node, &pod, "kubernetes.io~empty-dir", "out");
+    let env = cluster.wait_for("the container's env", || {
+        std::fs::read_to_string(out.join("env")).map_err(|e| e.to_string())
+    });
+    let env = env_vars(&env);
+    assert_eq!(env.get("GREETING").map(String::as_str), Some("hello"), "{env:?}");
+    assert_eq!(env.get("PASSWORD").map(String::as_str), Some("s3cret"), "{env:?}");
+    let settings = volume_dir(&node, &pod, "kubernetes.io~configmap", "settings");
+    wait_file(cluster, &settings.join("greeting"), "hello");
+
+    let refused = cluster.refused_requests_of("system:node:node-a");
+    assert!(refused.is_empty(), "refused requests of the agent: {refused:#?}");
+}

@@ -441,22 +441,25 @@ fn cri_a_projected_token_is_refreshed_after_80_percent_of_its_lifetime() {
     assert_eq!(requests.len(), 1, "{requests:#?}");
     let issued = received_at(&requests[0]);
 
-    let second = cluster.wait_for_within(
-        "the token file replaced",
-        Duration::from_secs(660),
-        || {
+    let second =
+        cluster.wait_for_within("the token file replaced", Duration::from_secs(660), || {
             let now = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
             if now == first {
                 Err("the first token".to_owned())
             } else {
                 Ok(now)
             }
-        },
-    );
+        });
     let requests = token_requests(cluster, "node-a", "refresh");
     assert_eq!(requests.len(), 2, "{requests:#?}");
-    assert_eq!(requests[1]["responseStatus"]["code"], 201, "{}", requests[1]);
-    let after = received_at(&requests[1]).duration_since(issued).as_secs_f64();
+    assert_eq!(
+        requests[1]["responseStatus"]["code"], 201,
+        "{}",
+        requests[1]
+    );
+    let after = received_at(&requests[1])
+        .duration_since(issued)
+        .as_secs_f64();
     assert!(
         (480.0..600.0).contains(&after),
         "the second TokenRequest came {after} s after the first (of a 600 s token)"
@@ -465,7 +468,10 @@ fn cri_a_projected_token_is_refreshed_after_80_percent_of_its_lifetime() {
     assert_token_of(cluster, &second, "refresh", &pod);
 
     let refused = cluster.refused_requests_of("system:node:node-a");
-    assert!(refused.is_empty(), "refused requests of the agent: {refused:#?}");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
 }
 
 /// `KEY=value` lines of a file (`env`'s output), as pairs.
@@ -478,13 +484,14 @@ fn env_vars(text: &str) -> std::collections::BTreeMap<String, String> {
 
 /// Waits until the file `path` holds `want`.
 fn wait_file(cluster: &Cluster, path: &Path, want: &str) {
-    cluster.wait_for(&format!("{} = {want:?}", path.display()), || {
-        match std::fs::read_to_string(path) {
+    cluster.wait_for(
+        &format!("{} = {want:?}", path.display()),
+        || match std::fs::read_to_string(path) {
             Ok(text) if text == want => Ok(()),
             Ok(text) => Err(text),
             Err(e) => Err(e.to_string()),
-        }
-    });
+        },
+    );
 }
 
 /// Item 4, ConfigMaps and Secrets: a pod that mounts a ConfigMap and a Secret and takes env
@@ -568,12 +575,21 @@ stringData: {password: s3cret, TOKEN: abc}
         ("SECRET_password", "s3cret"),
         ("SECRET_TOKEN", "abc"),
     ] {
-        assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}: {env:?}");
+        assert_eq!(
+            env.get(name).map(String::as_str),
+            Some(value),
+            "{name}: {env:?}"
+        );
     }
 
     let settings = volume_dir(&node, &pod, "kubernetes.io~configmap", "settings");
     let creds = volume_dir(&node, &pod, "kubernetes.io~secret", "creds");
-    assert_eq!(mount_type(&creds).as_deref(), Some("tmpfs"), "{}", creds.display());
+    assert_eq!(
+        mount_type(&creds).as_deref(),
+        Some("tmpfs"),
+        "{}",
+        creds.display()
+    );
     assert_eq!(mount_type(&settings), None, "a configMap volume is on disk");
     wait_file(cluster, &settings.join("greeting"), "hello");
     wait_file(cluster, &creds.join("password"), "s3cret");
@@ -625,7 +641,11 @@ stringData: {password: s3cret, TOKEN: abc}
     }
 
     cluster.kubectl(&["-n", "content", "delete", "pod", "reader", "--wait=true"]);
-    let pod_dir = out.ancestors().nth(3).expect("the pod's directory").to_owned();
+    let pod_dir = out
+        .ancestors()
+        .nth(3)
+        .expect("the pod's directory")
+        .to_owned();
     cluster.wait_for("the pod's directory removed", || {
         if pod_dir.exists() {
             Err(format!("{} is there", pod_dir.display()))
@@ -634,7 +654,10 @@ stringData: {password: s3cret, TOKEN: abc}
         }
     });
     let refused = cluster.refused_requests_of("system:node:node-a");
-    assert!(refused.is_empty(), "refused requests of the agent: {refused:#?}");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
 }
 
 /// Item 4, objects that come later: a pod created before the ConfigMap and the Secret its
@@ -689,7 +712,11 @@ fn cri_a_pod_created_before_its_config_map_and_secret_starts_when_they_appear() 
             .ok_or_else(|| format!("{items:?}"))
     });
     let pending = cluster.get(&["-n", "later", "pod", "early"]);
-    assert_eq!(pending["status"]["phase"], "Pending", "{}", pending["status"]);
+    assert_eq!(
+        pending["status"]["phase"], "Pending",
+        "{}",
+        pending["status"]
+    );
     cluster.apply(
         "apiVersion: v1
 kind: ConfigMap
@@ -710,11 +737,22 @@ stringData: {password: s3cret}
         std::fs::read_to_string(out.join("env")).map_err(|e| e.to_string())
     });
     let env = env_vars(&env);
-    assert_eq!(env.get("GREETING").map(String::as_str), Some("hello"), "{env:?}");
-    assert_eq!(env.get("PASSWORD").map(String::as_str), Some("s3cret"), "{env:?}");
+    assert_eq!(
+        env.get("GREETING").map(String::as_str),
+        Some("hello"),
+        "{env:?}"
+    );
+    assert_eq!(
+        env.get("PASSWORD").map(String::as_str),
+        Some("s3cret"),
+        "{env:?}"
+    );
     let settings = volume_dir(&node, &pod, "kubernetes.io~configmap", "settings");
     wait_file(cluster, &settings.join("greeting"), "hello");
 
     let refused = cluster.refused_requests_of("system:node:node-a");
-    assert!(refused.is_empty(), "refused requests of the agent: {refused:#?}");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
 }

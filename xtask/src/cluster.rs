@@ -696,6 +696,14 @@ fn server_args(server: &str, layout: &Layout, ports: Ports, opts: &Options) -> V
     args
 }
 
+/// The environment variables a server gets besides this process's own.
+fn server_env(server: &str, opts: &Options) -> Vec<(&'static str, &'static str)> {
+    match server {
+        "kube-apiserver" if opts.sha1_tls_signatures => vec![("GODEBUG", "tlssha1=1")],
+        _ => Vec::new(),
+    }
+}
+
 /// kube-controller-manager's controllers (names as `--help` of the pinned release lists them):
 /// what a node's tests need, nothing of a cloud.
 const CONTROLLERS: &[&str] = &[
@@ -848,11 +856,8 @@ fn start(
     let log =
         fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
     let log2 = log.try_clone().context("duplicating a log file")?;
-    let mut command = Command::new(bin.join(server));
-    if server == "kube-apiserver" && opts.sha1_tls_signatures {
-        command.env("GODEBUG", "tlssha1=1");
-    }
-    let child = command
+    let child = Command::new(bin.join(server))
+        .envs(server_env(server, opts))
         .args(server_args(server, layout, ports, opts))
         .stdin(Stdio::null())
         .stdout(log)
@@ -1366,6 +1371,24 @@ mod tests {
             .unwrap();
         for plugin in ["NodeRestriction", "ServiceAccount"] {
             assert!(admission.split(',').any(|p| p == plugin), "{plugin}");
+        }
+    }
+
+    /// `Options::sha1_tls_signatures` reaches the API server alone, as the GODEBUG setting
+    /// that lets Go sign TLS 1.2 handshakes with SHA-1; no server gets it by default.
+    #[test]
+    fn the_api_server_takes_sha1_tls_signatures_only_when_asked() {
+        let mut opts = Options::parse(&[]).unwrap();
+        for server in SERVERS {
+            assert_eq!(server_env(server, &opts), Vec::new(), "{server}");
+        }
+        opts.sha1_tls_signatures = true;
+        assert_eq!(
+            server_env("kube-apiserver", &opts),
+            vec![("GODEBUG", "tlssha1=1")]
+        );
+        for server in SERVERS.iter().filter(|s| **s != "kube-apiserver") {
+            assert_eq!(server_env(server, &opts), Vec::new(), "{server}");
         }
     }
 

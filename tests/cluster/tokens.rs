@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::cri::CriNode;
 use crate::node::wait_ready;
-use crate::support::Cluster;
+use crate::support::{Cluster, POD_NETWORK_GATEWAY};
 
 /// Where ServiceAccount admission mounts the `kube-api-access-*` volume.
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -184,6 +184,7 @@ fn client_pod(ns: &str, name: &str, node: &str, port: u16, bearer: Bearer) -> St
         Bearer::Mounted => "",
         Bearer::Corrupted => "token=${token%??????}AAAAAA; ",
     };
+    let gateway = std::net::Ipv4Addr::from(POD_NETWORK_GATEWAY);
     let script = format!(
         "set -e; test \"$(cat {SA_DIR}/namespace)\" = {ns}; \
          grep -q 'BEGIN CERTIFICATE' {SA_DIR}/ca.crt; \
@@ -192,7 +193,7 @@ fn client_pod(ns: &str, name: &str, node: &str, port: u16, bearer: Bearer) -> St
          answer=$(wget -q -O - -U {CLIENT_AGENT}/{name} --no-check-certificate \
          --header \"Authorization: Bearer $token\" --header 'Content-Type: application/json' \
          --post-data '{{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"SelfSubjectReview\"}}' \
-         https://10.88.0.1:{port}/apis/authentication.k8s.io/v1/selfsubjectreviews); \
+         https://{gateway}:{port}/apis/authentication.k8s.io/v1/selfsubjectreviews); \
          echo \"$answer\"; \
          echo \"$answer\" | grep -q '\"username\":\"system:serviceaccount:{ns}:default\"'"
     );
@@ -437,7 +438,14 @@ fn cri_a_projected_token_is_refreshed_after_80_percent_of_its_lifetime() {
     let file = volume_dir(&node, &pod, "kubernetes.io~projected", "short").join("token");
     let first = std::fs::read_to_string(&file).unwrap();
     assert_token_of(cluster, &first, "refresh", &pod);
-    let requests = token_requests(cluster, "node-a", "refresh");
+    let requests = cluster.wait_for("the first TokenRequest in the audit log", || {
+        let requests = token_requests(cluster, "node-a", "refresh");
+        if requests.is_empty() {
+            Err("none".to_owned())
+        } else {
+            Ok(requests)
+        }
+    });
     assert_eq!(requests.len(), 1, "{requests:#?}");
     let issued = received_at(&requests[0]);
 
@@ -450,7 +458,15 @@ fn cri_a_projected_token_is_refreshed_after_80_percent_of_its_lifetime() {
                 Ok(now)
             }
         });
-    let requests = token_requests(cluster, "node-a", "refresh");
+    // The audit event is written once the response is complete: maybe after the agent wrote.
+    let requests = cluster.wait_for("the second TokenRequest in the audit log", || {
+        let requests = token_requests(cluster, "node-a", "refresh");
+        if requests.len() >= 2 {
+            Ok(requests)
+        } else {
+            Err(format!("{requests:#?}"))
+        }
+    });
     assert_eq!(requests.len(), 2, "{requests:#?}");
     assert_eq!(
         requests[1]["responseStatus"]["code"], 201,

@@ -17,4 +17,5 @@ mod kubelet_auth;
 mod multi;
 mod node;
 mod support;
+mod tokens;
 mod workloads;

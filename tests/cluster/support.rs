@@ -196,6 +196,26 @@ impl Cluster {
         path
     }
 
+    /// [`Self::wait_for`] with a deadline of `limit` instead of [`DEADLINE`] (for what a
+    /// cluster does on a clock of minutes, such as a token refresh).
+    pub fn wait_for_within<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut check: impl FnMut() -> Result<T, String>,
+    ) -> T {
+        let deadline = Instant::now() + limit;
+        loop {
+            match check() {
+                Ok(value) => return value,
+                Err(seen) if Instant::now() > deadline => {
+                    panic!("timed out after {limit:?} waiting for {what}; last seen: {seen}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
     /// Polls `check` each 200 ms until it gives a value; fails after [`DEADLINE`], saying
     /// what was awaited and the last thing seen.
     pub fn wait_for<T>(&self, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {

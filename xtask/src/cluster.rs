@@ -114,6 +114,11 @@ pub struct Options {
     /// host's, so that a node agent in that namespace and the API server reach each other
     /// (`logs`/`exec` go from the API server to the node), and nothing listens on the host.
     pub netns: Option<PathBuf>,
+    /// kube-apiserver also signs TLS 1.2 handshakes with SHA-1 (`GODEBUG=tlssha1=1`) for
+    /// clients that send no `signature_algorithms` (RFC 5246 then means SHA-1, which Go
+    /// refuses since 1.25 by RFC 9155): busybox's `wget` (its `ssl_client`), the only HTTPS
+    /// client of the CRI tests' pods, is one. Test clusters only.
+    pub sha1_tls_signatures: bool,
 }
 
 impl Options {
@@ -126,6 +131,7 @@ impl Options {
             extra_apiserver_ips: Vec::new(),
             audit: false,
             netns: None,
+            sha1_tls_signatures: false,
         }
     }
 
@@ -711,6 +717,14 @@ fn server_args(server: &str, layout: &Layout, ports: Ports, opts: &Options) -> V
     args
 }
 
+/// The environment variables a server gets besides this process's own.
+fn server_env(server: &str, opts: &Options) -> Vec<(&'static str, &'static str)> {
+    match server {
+        "kube-apiserver" if opts.sha1_tls_signatures => vec![("GODEBUG", "tlssha1=1")],
+        _ => Vec::new(),
+    }
+}
+
 /// kube-controller-manager's controllers (names as `--help` of the pinned release lists them):
 /// what a node's tests need, nothing of a cloud.
 const CONTROLLERS: &[&str] = &[
@@ -871,6 +885,7 @@ fn start(
         fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
     let log2 = log.try_clone().context("duplicating a log file")?;
     let child = command_in(opts.netns.as_deref(), bin.join(server))
+        .envs(server_env(server, opts))
         .args(server_args(server, layout, ports, opts))
         .stdin(Stdio::null())
         .stdout(log)
@@ -1406,6 +1421,24 @@ mod tests {
             .unwrap();
         for plugin in ["NodeRestriction", "ServiceAccount"] {
             assert!(admission.split(',').any(|p| p == plugin), "{plugin}");
+        }
+    }
+
+    /// `Options::sha1_tls_signatures` reaches the API server alone, as the GODEBUG setting
+    /// that lets Go sign TLS 1.2 handshakes with SHA-1; no server gets it by default.
+    #[test]
+    fn the_api_server_takes_sha1_tls_signatures_only_when_asked() {
+        let mut opts = Options::parse(&[]).unwrap();
+        for server in SERVERS {
+            assert_eq!(server_env(server, &opts), Vec::new(), "{server}");
+        }
+        opts.sha1_tls_signatures = true;
+        assert_eq!(
+            server_env("kube-apiserver", &opts),
+            vec![("GODEBUG", "tlssha1=1")]
+        );
+        for server in SERVERS.iter().filter(|s| **s != "kube-apiserver") {
+            assert_eq!(server_env(server, &opts), Vec::new(), "{server}");
         }
     }
 

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use rustlet_cri::testing::PrivateContainerd;
 
 use crate::harness::{Agent, start_in};
-use crate::node::{deployment, pods, wait_available, wait_ready};
+use crate::node::{assert_node_is_believable, deployment, pods, wait_available, wait_ready};
 use crate::support::{Cluster, Forwarder, POD_NETWORK_GATEWAY, TEST_EVICTION_HARD, cluster};
 
 /// A real control plane, a private containerd and the agent of `node` on it.
@@ -72,7 +72,15 @@ fn cri_a_deployment_scheduled_on_the_node_becomes_available_with_pod_ips() {
         return;
     };
     let cluster = &node.cluster;
-    wait_ready(cluster, "node-a", "True");
+    let node_object = wait_ready(cluster, "node-a", "True");
+    assert_node_is_believable(&node_object, "node-a");
+    let runtime = &node_object["status"]["nodeInfo"]["containerRuntimeVersion"];
+    assert!(
+        runtime
+            .as_str()
+            .is_some_and(|v| v.starts_with("containerd://")),
+        "{runtime}"
+    );
     cluster.kubectl(&["create", "namespace", "deploy"]);
     cluster.apply(&deployment("deploy", "web", 3, Some("node-a")));
     wait_available(cluster, "deploy", "web", 3);

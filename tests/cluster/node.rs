@@ -105,6 +105,81 @@ pub fn pods(cluster: &Cluster, ns: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// Item 2: the Node as the real API server stores it has what upstream's kubelet gives it:
+/// the well-known labels, the conditions with upstream's reasons, capacity and allocatable,
+/// `nodeInfo`, addresses and the kubelet endpoint.
+pub fn assert_node_is_believable(node: &Value, name: &str) {
+    let labels = &node["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/hostname"], name, "{labels}");
+    assert_eq!(labels["kubernetes.io/os"], "linux", "{labels}");
+    assert!(labels["kubernetes.io/arch"].is_string(), "{labels}");
+    let status = &node["status"];
+    let reasons: Vec<(String, String, String)> = status["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            (s("type"), s("status"), s("reason"))
+        })
+        .collect();
+    for want in [
+        ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+        ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+        ("PIDPressure", "False", "KubeletHasSufficientPID"),
+        ("Ready", "True", "KubeletReady"),
+    ] {
+        let want = (want.0.to_owned(), want.1.to_owned(), want.2.to_owned());
+        assert!(reasons.contains(&want), "{want:?} in {reasons:?}");
+    }
+    for key in ["cpu", "memory", "pods", "ephemeral-storage"] {
+        assert!(
+            status["capacity"][key].is_string(),
+            "capacity {key}: {status}"
+        );
+        assert!(
+            status["allocatable"][key].is_string(),
+            "allocatable {key}: {status}"
+        );
+    }
+    let info = &status["nodeInfo"];
+    for key in [
+        "machineID",
+        "bootID",
+        "kernelVersion",
+        "osImage",
+        "containerRuntimeVersion",
+        "kubeletVersion",
+    ] {
+        assert!(
+            info[key].as_str().is_some_and(|v| !v.is_empty()),
+            "nodeInfo.{key}: {info}"
+        );
+    }
+    assert_eq!(info["operatingSystem"], "linux", "{info}");
+    assert!(
+        info["kubeletVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with("v1.37."),
+        "{info}"
+    );
+    let types: Vec<&str> = status["addresses"]
+        .as_array()
+        .expect("addresses")
+        .iter()
+        .filter_map(|a| a["type"].as_str())
+        .collect();
+    assert!(
+        types.contains(&"InternalIP") && types.contains(&"Hostname"),
+        "{types:?}"
+    );
+    assert_eq!(
+        status["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250,
+        "{status}"
+    );
+}
+
 /// Items 1 and 3 with the simulated runtime: the agent, holding only `system:node:node-a`,
 /// registers, turns Ready, runs the three pods the scheduler places on it until the
 /// Deployment is Available, scales down and loses its namespace gracefully, and not one of
@@ -115,7 +190,8 @@ fn a_node_with_only_its_certificate_joins_and_runs_a_deployment() {
         return;
     };
     let agent = start_simulated(&cluster, "node-a");
-    wait_ready(&cluster, "node-a", "True");
+    let node = wait_ready(&cluster, "node-a", "True");
+    assert_node_is_believable(&node, "node-a");
     cluster.kubectl(&["create", "namespace", "joins"]);
     cluster.apply(&deployment("joins", "web", 3, Some("node-a")));
     wait_available(&cluster, "joins", "web", 3);

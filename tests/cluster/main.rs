@@ -16,6 +16,7 @@ mod harness;
 mod kubelet_auth;
 mod multi;
 mod node;
+mod static_pods;
 mod support;
 mod tokens;
 mod workloads;

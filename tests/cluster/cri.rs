@@ -90,5 +90,8 @@ fn cri_a_deployment_scheduled_on_the_node_becomes_available_with_pod_ips() {
         assert_eq!(local["status"]["podIP"], ip, "{local}");
     }
     let refused = cluster.refused_requests_of("system:node:node-a");
-    assert!(refused.is_empty(), "refused requests of the agent: {refused:#?}");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
 }

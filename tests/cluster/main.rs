@@ -9,9 +9,9 @@
 //! containers need root as the CRI tests do (`RUSTLET_REQUIRE_PRIVILEGED=1` makes a skip fail).
 
 // The agent harness is shared with `tests/agent`; not every helper is used here.
+mod cri;
 #[allow(dead_code)]
 #[path = "../agent/harness.rs"]
 mod harness;
-mod cri;
 mod node;
 mod support;

@@ -157,7 +157,9 @@ fn test(root: &Path) -> Result<()> {
 /// Every benchmark recorded in `docs/BENCHMARKS.md`, each printing its figures beside the
 /// baseline measured in the same run: the mount pairs (vs the raw syscalls), the status manager
 /// (vs upstream's shape), the volume manager (vs the polling shape and raw mounts), the agent
-/// as a process (vs upstream's request count, and the targets).
+/// as a process (vs upstream's request count, and the targets), the agent on containerd
+/// (vs the raw CRI floor) and as a node of the real control plane (vs the raw CRI floor and
+/// upstream's request cadence).
 /// `(package, bench, needs the package's test-util feature)`.
 const BENCHES: &[(&str, &str, bool)] = &[
     ("rustlet-mount", "mount_pairs", true),
@@ -166,6 +168,7 @@ const BENCHES: &[(&str, &str, bool)] = &[
     ("rustlet-volume", "content", true),
     ("rustlet", "agent", false),
     ("rustlet", "cri", false),
+    ("rustlet", "cluster", false),
 ];
 
 fn bench(root: &Path) -> Result<()> {

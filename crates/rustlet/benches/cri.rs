@@ -17,6 +17,8 @@
 //! containerd over 10 s.
 
 mod common;
+#[path = "common/cri_floor.rs"]
+mod cri_floor;
 
 use common::{cpu_seconds, percentile};
 use std::io::{Read, Write};
@@ -25,13 +27,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1 as cri;
 use nix::sched::{CloneFlags, setns};
-use rustlet_cri::CriClient;
 use rustlet_cri::testing::PrivateContainerd;
 use serde_json::Value;
 
 const PORT: u16 = 10255;
+
+/// Each pod's container (the agent's and the floor's alike).
+const COMMAND: [&str; 3] = [
+    "/bin/sh",
+    "-c",
+    "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done",
+];
 
 fn manifest(i: usize) -> String {
     format!(
@@ -228,80 +235,15 @@ fn print(run: &Run, pods: usize) {
     );
 }
 
-/// The floor: the same pods by raw CRI calls from one client, all at once (RunPodSandbox,
-/// CreateContainer, StartContainer; no volumes, no status), then torn down. Per pod from the
-/// start to its StartContainer's answer.
+/// The floor: the same pods by raw CRI calls from one client, all at once (see
+/// [`cri_floor`]). Per pod from the start to its StartContainer's answer.
 fn floor(containerd: &PrivateContainerd, pods: usize) -> Run {
-    let endpoint = containerd.endpoint().to_owned();
-    let logs = containerd.dir().join(format!("floor-{pods}"));
-    std::fs::create_dir_all(&logs).unwrap();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async move {
-            let client = CriClient::connect(&endpoint, Duration::from_secs(60))
-                .await
-                .unwrap();
-            let start = Instant::now();
-            let mut tasks = tokio::task::JoinSet::new();
-            for i in 0..pods {
-                let (client, logs) = (client.clone(), logs.clone());
-                tasks.spawn(async move {
-                    let sandbox = cri::PodSandboxConfig {
-                        metadata: Some(cri::PodSandboxMetadata {
-                            name: format!("floor{i}"),
-                            uid: format!("floor-{i}"),
-                            namespace: "default".into(),
-                            attempt: 0,
-                        }),
-                        hostname: format!("floor{i}"),
-                        log_directory: logs.display().to_string(),
-                        ..Default::default()
-                    };
-                    let id = client.run_pod_sandbox(sandbox.clone()).await.unwrap();
-                    let config = cri::ContainerConfig {
-                        metadata: Some(cri::ContainerMetadata {
-                            name: "c".into(),
-                            attempt: 0,
-                        }),
-                        image: Some(cri::ImageSpec {
-                            image: rustlet_cri::testing::BUSYBOX_IMAGE.into(),
-                            ..Default::default()
-                        }),
-                        command: vec![
-                            "/bin/sh".into(),
-                            "-c".into(),
-                            "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done".into(),
-                        ],
-                        log_path: format!("c{i}.log"),
-                        ..Default::default()
-                    };
-                    let c = client.create_container(&id, config, sandbox).await.unwrap();
-                    client.start_container(&c).await.unwrap();
-                    (start.elapsed(), id)
-                });
-            }
-            let mut per_pod = Vec::new();
-            let mut sandboxes = Vec::new();
-            while let Some(done) = tasks.join_next().await {
-                let (at, id) = done.unwrap();
-                per_pod.push(at);
-                sandboxes.push(id);
-            }
-            let whole = start.elapsed();
-            per_pod.sort();
-            for id in sandboxes {
-                client.stop_pod_sandbox(&id).await.unwrap();
-                client.remove_pod_sandbox(&id).await.unwrap();
-            }
-            Run {
-                name: "raw CRI",
-                per_pod,
-                whole,
-            }
-        })
+    let floor = cri_floor::raw_cri_pods(containerd, pods, &COMMAND);
+    Run {
+        name: "raw CRI",
+        per_pod: floor.per_pod,
+        whole: floor.whole,
+    }
 }
 
 fn main() {

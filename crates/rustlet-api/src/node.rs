@@ -192,6 +192,9 @@ pub struct NodeRegistrar {
     machine: Arc<dyn Machine>,
     runtime: Arc<dyn NodeRuntime>,
     state: Mutex<LoopState>,
+    /// The Lease as the last create or update returned it: the next renewal updates it without
+    /// reading it first (upstream's lease controller keeps `latestLease` the same way).
+    latest_lease: std::sync::Mutex<Option<Lease>>,
     /// Whether the Node is registered: `volumesInUse` is written only then (upstream writes it
     /// in the node status, after registration).
     registered: tokio::sync::watch::Sender<bool>,
@@ -212,6 +215,7 @@ impl NodeRegistrar {
             clock: Arc::new(SystemClock),
             machine: Arc::new(HostMachine::new("/")),
             runtime: Arc::new(AssumedReadyRuntime),
+            latest_lease: std::sync::Mutex::new(None),
             state: Mutex::new(LoopState {
                 last_report: None,
                 runtime: RuntimeState {
@@ -525,18 +529,49 @@ impl NodeRegistrar {
     /// Creates the Lease (owned by the Node) or renews it with an update that carries its
     /// resourceVersion.
     pub async fn renew_lease(&self, node_uid: &str) -> Result<Lease, ClientError> {
+        let cached = self
+            .latest_lease
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        // upstream `controller.sync`: with a Lease in hand, update it at once; a failure (a
+        // conflict: someone else wrote it) falls back to reading it.
+        if let Some(lease) = cached {
+            match self.update_lease(lease).await {
+                Ok(lease) => return Ok(self.keep_lease(lease)),
+                Err(e) => warn!(
+                    "renewing the Lease of node {} from its last copy, reading it again: {e}",
+                    self.config.name
+                ),
+            }
+        }
+        let renewed = self.read_and_renew_lease(node_uid).await?;
+        Ok(self.keep_lease(renewed))
+    }
+
+    fn keep_lease(&self, lease: Lease) -> Lease {
+        *self.latest_lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease.clone());
+        lease
+    }
+
+    /// Sets the renew time, holder and duration of `lease` and writes it (an update carrying
+    /// its resourceVersion).
+    async fn update_lease(&self, mut lease: Lease) -> Result<Lease, ClientError> {
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        spec.renew_time = Some(MicroTime(self.clock.now()));
+        spec.holder_identity = Some(self.config.name.clone());
+        spec.lease_duration_seconds = Some(self.config.lease_duration_seconds);
+        self.leases
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+            .map_err(client_error)
+    }
+
+    /// Reads the Lease and renews it, or creates it (owned by the Node) when absent.
+    async fn read_and_renew_lease(&self, node_uid: &str) -> Result<Lease, ClientError> {
         let now = MicroTime(self.clock.now());
         match self.leases.get(&self.config.name).await {
-            Ok(mut lease) => {
-                let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-                spec.renew_time = Some(now);
-                spec.holder_identity = Some(self.config.name.clone());
-                spec.lease_duration_seconds = Some(self.config.lease_duration_seconds);
-                self.leases
-                    .replace(&self.config.name, &PostParams::default(), &lease)
-                    .await
-                    .map_err(client_error)
-            }
+            Ok(lease) => self.update_lease(lease).await,
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 let lease = Lease {
                     metadata: ObjectMeta {

@@ -41,7 +41,7 @@ async fn body(req: Request<Body>) -> Value {
 }
 
 #[tokio::test]
-async fn the_lease_is_created_owned_by_the_node_then_renewed_with_its_resource_version() {
+async fn the_lease_is_created_owned_by_the_node_then_renewed_from_its_last_copy() {
     let (r, handle) = registrar();
     let server = tokio::spawn(async move {
         pin_mut!(handle);
@@ -67,21 +67,47 @@ async fn the_lease_is_created_owned_by_the_node_then_renewed_with_its_resource_v
         let mut stored = lease.clone();
         stored["metadata"]["resourceVersion"] = json!("5");
         send.send_response(json_reply(&stored));
-        // Renewal: GET, then PUT carrying the resourceVersion.
-        let (_req, send) = handle.next_request().await.unwrap();
-        send.send_response(json_reply(&stored));
+        // Renewal (upstream's lease controller keeps `latestLease`): a PUT of the last copy,
+        // carrying its resourceVersion, without reading it first.
+        let lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-a";
         let (req, send) = handle.next_request().await.unwrap();
         assert_eq!(
             (req.method().clone(), req.uri().path().to_owned()),
-            (
-                Method::PUT,
-                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-a".to_owned()
-            )
+            (Method::PUT, lease_path.to_owned())
         );
-        let renewed = body(req).await;
+        let mut renewed = body(req).await;
         assert_eq!(renewed["metadata"]["resourceVersion"], "5");
+        renewed["metadata"]["resourceVersion"] = json!("6");
         send.send_response(json_reply(&renewed));
+        // Someone else wrote it: the update of the last copy conflicts; the Lease is read
+        // again and the renewal carries the version read.
+        let (req, send) = handle.next_request().await.unwrap();
+        assert_eq!(req.method(), Method::PUT);
+        assert_eq!(body(req).await["metadata"]["resourceVersion"], "6");
+        send.send_response(
+            http::Response::builder()
+                .status(409)
+                .body(kube::client::Body::from(
+                    serde_json::to_vec(&json!({"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}))
+                        .unwrap(),
+                ))
+                .unwrap(),
+        );
+        let (req, send) = handle.next_request().await.unwrap();
+        assert_eq!(
+            (req.method().clone(), req.uri().path().to_owned()),
+            (Method::GET, lease_path.to_owned())
+        );
+        let mut theirs = renewed.clone();
+        theirs["metadata"]["resourceVersion"] = json!("9");
+        send.send_response(json_reply(&theirs));
+        let (req, send) = handle.next_request().await.unwrap();
+        assert_eq!(req.method(), Method::PUT);
+        let again = body(req).await;
+        assert_eq!(again["metadata"]["resourceVersion"], "9");
+        send.send_response(json_reply(&again));
     });
+    r.renew_lease("node-uid").await.unwrap();
     r.renew_lease("node-uid").await.unwrap();
     r.renew_lease("node-uid").await.unwrap();
     server.await.unwrap();

@@ -45,11 +45,11 @@ pub struct ContainerLogSource {
 /// The streams a session asks for (upstream: `remotecommandserver.Options`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StreamOptions {
-    /// `stdin=1`.
+    /// `input=1`.
     pub stdin: bool,
-    /// `stdout=1`.
+    /// `output=1`.
     pub stdout: bool,
-    /// `stderr=1` (dropped with a TTY, as upstream).
+    /// `error=1` (dropped with a TTY, as upstream).
     pub stderr: bool,
     /// `tty=1`.
     pub tty: bool,
@@ -361,14 +361,16 @@ fn query_values(query: Option<&str>, key: &str) -> Vec<String> {
         .collect()
 }
 
-/// upstream: `remotecommandserver.NewOptions` (`req.FormValue(p) == "1"`).
+/// upstream: `remotecommandserver.NewOptions` (`req.FormValue(p) == "1"` of the kubelet's
+/// parameter names `api.ExecStdinParam` `input`, `output`, `error`, `tty`: the API server's
+/// `streamParams` turns the client's `stdin=true&stdout=true` into these).
 fn stream_options(query: Option<&str>) -> Result<StreamOptions, String> {
     let flag = |key| query_values(query, key).first().is_some_and(|v| v == "1");
     let tty = flag("tty");
     let opts = StreamOptions {
-        stdin: flag("stdin"),
-        stdout: flag("stdout"),
-        stderr: flag("stderr") && !tty,
+        stdin: flag("input"),
+        stdout: flag("output"),
+        stderr: flag("error") && !tty,
         tty,
     };
     if !opts.stdin && !opts.stdout && !opts.stderr {

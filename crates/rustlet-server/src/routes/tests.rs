@@ -391,7 +391,8 @@ async fn a_follow_streams_before_the_container_stops_and_ends_after() {
     assert_eq!(&rest[..], b"four\n");
 }
 
-/// upstream `getExec`: the repeated `command=` and the `=1` stream flags reach the runtime's
+/// upstream `getExec`: the repeated `command=` and the `=1` stream flags (the kubelet's names
+/// `input`, `output`, `error`, `tty`, as the API server sends them) reach the runtime's
 /// `Exec`, the UID form checks the pod's UID, a session without streams is a 400.
 #[tokio::test]
 async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
@@ -399,7 +400,7 @@ async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
     let (status, body) = call(
         &f.app,
         "POST",
-        "/exec/default/web/main?command=sh&command=-c&command=echo%20hi&stdout=1&stderr=1",
+        "/exec/default/web/main?command=sh&command=-c&command=echo%20hi&output=1&error=1",
         true,
     )
     .await;
@@ -428,7 +429,7 @@ async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
         call(
             &f.app,
             "POST",
-            "/exec/default/web/uid-2/main?command=true&stdout=1",
+            "/exec/default/web/uid-2/main?command=true&output=1",
             true
         )
         .await,
@@ -441,7 +442,7 @@ async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
         call(
             &f.app,
             "POST",
-            "/exec/default/nope/main?command=true&stdout=1",
+            "/exec/default/nope/main?command=true&output=1",
             true
         )
         .await,
@@ -451,7 +452,7 @@ async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
         call(
             &f.app,
             "POST",
-            "/exec/default/web/uid-1/main?command=true&stdout=1",
+            "/exec/default/web/uid-1/main?command=true&output=1",
             false
         )
         .await,
@@ -468,7 +469,7 @@ async fn attach_and_port_forward_as_upstream() {
         call(
             &f.app,
             "GET",
-            "/attach/default/web/main?stdin=1&stderr=1&tty=1",
+            "/attach/default/web/main?input=1&error=1&tty=1",
             true
         )
         .await,

@@ -186,7 +186,8 @@ fn talk_status(pod: &Value) -> Option<&Value> {
 }
 
 /// `kubectl logs` (plain, `--tail`, `--timestamps`, `--limit-bytes`, `-f` ending with the
-/// container, `-p` after a restart) and `kubectl exec` (output and exit code) through the real
+/// container, `-p` after a restart), `kubectl exec` (output and exit code) and the node proxy's
+/// `/pods` and `/runningpods/` through the real
 /// API server and the agent's port; the agent's port refuses a request without credentials
 /// (401) and one of a user RBAC does not let at `nodes/proxy` (403), with upstream's wording.
 #[test]
@@ -295,6 +296,26 @@ fn kubectl_logs_and_exec_reach_the_container_through_the_kubelet_server() {
     ]))
     .unwrap();
     assert_eq!(pods["kind"], "PodList");
+    let running: Value = serde_json::from_str(&cluster.kubectl(&[
+        "get",
+        "--raw",
+        "/api/v1/nodes/node-a/proxy/runningpods/",
+    ]))
+    .unwrap();
+    let talk = running["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["metadata"]["name"] == "talk")
+        .unwrap_or_else(|| panic!("{running}"));
+    assert!(
+        talk["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "shell" && c["image"].as_str().is_some_and(|i| !i.is_empty())),
+        "{talk}"
+    );
 
     // The agent's port directly: no credentials, then a user RBAC does not let in.
     assert_eq!(node.curl("/pods", None), (401, "Unauthorized".to_owned()));

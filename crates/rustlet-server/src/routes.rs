@@ -70,6 +70,11 @@ pub trait NodeApi: Send + Sync {
         })
     }
 
+    /// The pods the runtime runs, as upstream's `/runningpods/` shows them
+    /// (`kubecontainer.Pod.ToAPIPod`: name, namespace, UID and the running containers' names
+    /// and images).
+    async fn running_pods(&self) -> Vec<Pod>;
+
     /// The node's configuration as `/configz` shows it under `kubeletconfig`.
     fn configz(&self) -> serde_json::Value;
 
@@ -119,6 +124,7 @@ pub fn router(api: Arc<dyn NodeApi>, proxy: ProxyConfig) -> Router {
         .route("/healthz/syncloop", get(healthz))
         .route("/healthz/log", get(healthz))
         .route("/pods", get(pods))
+        .route("/runningpods/", get(running_pods))
         .route("/configz", get(configz))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route("/exec/{ns}/{pod}/{container}", get(exec).post(exec))
@@ -174,6 +180,17 @@ async fn healthz() -> Response<Body> {
 /// upstream: `getPods`, a `v1 PodList` of the pods the node should run.
 async fn pods(State(server): State<Server>) -> Response<Body> {
     let items = server.api.pods().await;
+    json(&serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": items,
+    }))
+}
+
+/// upstream: `getRunningPods`, a `v1 PodList` of what the runtime runs.
+async fn running_pods(State(server): State<Server>) -> Response<Body> {
+    let items = server.api.running_pods().await;
     json(&serde_json::json!({
         "kind": "PodList",
         "apiVersion": "v1",

@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use axum::http::Uri;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rustlet_api::PodCache;
 use rustlet_core::PodUid;
 use rustlet_pods::Runtime;
-use rustlet_pods::runtime::{RuntimeError, Streams};
+use rustlet_pods::runtime::{InstanceState, RuntimeError, Streams};
 use rustlet_server::auth::{AuthLayer, AuthSettings, AuthorizationMode, KubeletAuth, Reviewers};
 use rustlet_server::logs::ContainerRunning;
 use rustlet_server::logs::reader::StatusError;
@@ -117,6 +118,43 @@ impl NodeApi for NodeServer {
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         pods
+    }
+
+    /// Deviation: upstream lists every pod the runtime has (`GetPods(true)`); here the pods
+    /// the node knows that have a sandbox or a running container (orphans are stopped by the
+    /// housekeeping and not shown).
+    async fn running_pods(&self) -> Vec<Pod> {
+        let mut out = Vec::new();
+        for pod in self.pods.pods() {
+            let status = self.runtime.pod_status(&PodUid::of(&pod)).await;
+            let containers: Vec<Container> = status
+                .containers
+                .iter()
+                .filter(|c| matches!(c.state, InstanceState::Running { .. }))
+                .map(|c| Container {
+                    name: c.name.clone(),
+                    image: Some(c.image.clone()),
+                    ..Container::default()
+                })
+                .collect();
+            if status.sandbox.is_none() && containers.is_empty() {
+                continue;
+            }
+            out.push(Pod {
+                metadata: ObjectMeta {
+                    name: pod.metadata.name.clone(),
+                    namespace: pod.metadata.namespace.clone(),
+                    uid: pod.metadata.uid.clone(),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PodSpec {
+                    containers,
+                    ..PodSpec::default()
+                }),
+                status: None,
+            });
+        }
+        out
     }
 
     fn configz(&self) -> serde_json::Value {

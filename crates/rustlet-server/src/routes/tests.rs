@@ -46,6 +46,15 @@ impl NodeApi for FakeNode {
     async fn pods(&self) -> Vec<Pod> {
         self.pods.clone()
     }
+    async fn running_pods(&self) -> Vec<Pod> {
+        self.pods
+            .iter()
+            .map(|p| Pod {
+                metadata: p.metadata.clone(),
+                ..Default::default()
+            })
+            .collect()
+    }
     fn configz(&self) -> serde_json::Value {
         serde_json::json!({"port": 10250, "address": "0.0.0.0"})
     }
@@ -204,7 +213,8 @@ async fn call(app: &Router, method: &str, uri: &str, upgrade: bool) -> (StatusCo
 }
 
 /// upstream `TestServeRunInContainer`'s neighbours: `/healthz` is `ok`, `/pods` a `v1 PodList`
-/// of the node's pods, `/configz` the `kubeletconfig` object.
+/// of the node's pods, `/runningpods/` one of the runtime's, `/configz` the `kubeletconfig`
+/// object.
 #[tokio::test]
 async fn healthz_pods_and_configz_answer_as_upstream() {
     let f = fixture(vec![pod(running(), None)]);
@@ -217,6 +227,11 @@ async fn healthz_pods_and_configz_answer_as_upstream() {
     let list: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(list["kind"], "PodList");
     assert_eq!(list["items"][0]["metadata"]["name"], "web");
+    let (status, body) = call(&f.app, "GET", "/runningpods/", false).await;
+    assert_eq!(status, StatusCode::OK);
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["kind"], "PodList");
+    assert_eq!(list["items"][0]["metadata"]["uid"], "uid-1");
     let (status, body) = call(&f.app, "GET", "/configz", false).await;
     assert_eq!(status, StatusCode::OK);
     let config: serde_json::Value = serde_json::from_str(&body).unwrap();

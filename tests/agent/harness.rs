@@ -64,6 +64,11 @@ pub fn start_with_env(
         }
         None => Command::new(env!("CARGO_BIN_EXE_rustlet")),
     };
+    // The tests start many agents in one network namespace: none serves the kubelet server
+    // (on :10250 by default in kube mode, as the kubelet's) unless the test asks for it.
+    if !args.iter().any(|a| a.starts_with("--enable-server")) {
+        command.arg("--enable-server=false");
+    }
     let child = command
         .args(args)
         .args(["--listen", &listen])

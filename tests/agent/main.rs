@@ -10,4 +10,5 @@ mod cri_mode;
 mod harness;
 mod interfaces;
 mod kube_mode;
+mod kubelet_server;
 mod local_mode;

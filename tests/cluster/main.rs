@@ -14,6 +14,7 @@ mod cri;
 #[path = "../agent/harness.rs"]
 mod harness;
 mod kubelet_auth;
+mod kubelet_server;
 mod multi;
 mod node;
 mod static_pods;

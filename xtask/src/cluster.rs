@@ -119,6 +119,10 @@ pub struct Options {
     /// refuses since 1.25 by RFC 9155): busybox's `wget` (its `ssl_client`), the only HTTPS
     /// client of the CRI tests' pods, is one. Test clusters only.
     pub sha1_tls_signatures: bool,
+    /// More IP addresses each node certificate (`pki/node-<name>.crt`, which also serves the
+    /// node's port 10250) names besides 127.0.0.1: the node IPs the API server reaches the
+    /// nodes at (it verifies them with the cluster CA, `--kubelet-certificate-authority`).
+    pub extra_node_ips: Vec<[u8; 4]>,
 }
 
 impl Options {
@@ -132,6 +136,7 @@ impl Options {
             audit: false,
             netns: None,
             sha1_tls_signatures: false,
+            extra_node_ips: Vec::new(),
         }
     }
 
@@ -443,7 +448,12 @@ fn remove_stale_node_files(layout: &Layout) -> Result<()> {
     Ok(())
 }
 
-fn write_pki(layout: &Layout, nodes: &[String], extra_apiserver_ips: &[[u8; 4]]) -> Result<()> {
+fn write_pki(
+    layout: &Layout,
+    nodes: &[String],
+    extra_apiserver_ips: &[[u8; 4]],
+    extra_node_ips: &[[u8; 4]],
+) -> Result<()> {
     fs::create_dir_all(layout.dir.join("pki")).context("creating pki/")?;
     let ca_key = KeyPair::generate().context("generating the CA key")?;
     let mut ca = CertificateParams::default();
@@ -504,7 +514,10 @@ fn write_pki(layout: &Layout, nodes: &[String], extra_apiserver_ips: &[[u8; 4]])
             client: true,
             server: true,
             dns_names: vec![node.clone(), "localhost".to_owned()],
-            ips: vec![[127, 0, 0, 1]],
+            ips: [[127, 0, 0, 1]]
+                .into_iter()
+                .chain(extra_node_ips.iter().copied())
+                .collect(),
         });
     }
     for leaf in &leaves {
@@ -795,7 +808,12 @@ fn up(bin: &Path, opts: &Options) -> Result<u16> {
     // A new CA and new ports every time: node files of an earlier `up` (other `--nodes`) would
     // name a port nothing listens on and a CA nothing trusts, so they go.
     remove_stale_node_files(&layout)?;
-    write_pki(&layout, &opts.nodes, &opts.extra_apiserver_ips)?;
+    write_pki(
+        &layout,
+        &opts.nodes,
+        &opts.extra_apiserver_ips,
+        &opts.extra_node_ips,
+    )?;
     if opts.audit {
         write_file(&layout.dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
     }
@@ -1300,6 +1318,26 @@ mod tests {
         }
     }
 
+    /// Issue 26: a node certificate also serves the node's port 10250 at the node IPs the API
+    /// server reaches it at (`extra_node_ips`), besides 127.0.0.1 and the node's name.
+    #[test]
+    fn node_certificates_name_the_extra_node_ips() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout {
+            dir: dir.path().to_owned(),
+        };
+        write_pki(&layout, &["node-a".to_owned()], &[], &[[10, 88, 0, 1]]).unwrap();
+        let out = Command::new("openssl")
+            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+            .arg(layout.pki("node-node-a.crt"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("IP Address:10.88.0.1"), "{text}");
+        assert!(text.contains("IP Address:127.0.0.1"), "{text}");
+        assert!(text.contains("DNS:node-a"), "{text}");
+    }
+
     /// The pinned Kubernetes is the release the workspace's k8s-openapi version feature names.
     #[test]
     fn pinned_kubernetes_matches_the_k8s_openapi_feature() {
@@ -1448,7 +1486,7 @@ mod tests {
     fn pki_certificates_chain_to_the_ca_with_their_identities() {
         let dir = std::env::temp_dir().join(format!("xtask-pki-{}", std::process::id()));
         let layout = Layout { dir: dir.clone() };
-        write_pki(&layout, &["n1".to_owned()], &[[10, 88, 0, 1]]).unwrap();
+        write_pki(&layout, &["n1".to_owned()], &[[10, 88, 0, 1]], &[]).unwrap();
         let ca = layout.pki("ca.crt");
         for (stem, subject) in [
             ("admin", "CN=kubernetes-admin, O=system:masters"),

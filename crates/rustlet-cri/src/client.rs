@@ -438,6 +438,39 @@ impl CriClient {
             .await
     }
 
+    /// `Exec`: the URL of the runtime's stream server where the session runs.
+    pub async fn exec(&self, request: cri::ExecRequest) -> Result<String, CriError> {
+        let mut rt = self.runtime.clone();
+        let r = self.call("Exec", self.timeout, rt.exec(request)).await?;
+        Ok(r.url)
+    }
+
+    /// `Attach`: the URL of the runtime's stream server where the session runs.
+    pub async fn attach(&self, request: cri::AttachRequest) -> Result<String, CriError> {
+        let mut rt = self.runtime.clone();
+        let r = self
+            .call("Attach", self.timeout, rt.attach(request))
+            .await?;
+        Ok(r.url)
+    }
+
+    /// `PortForward`: the URL of the runtime's stream server where the session runs.
+    pub async fn port_forward(
+        &self,
+        sandbox_id: &str,
+        ports: Vec<i32>,
+    ) -> Result<String, CriError> {
+        let mut rt = self.runtime.clone();
+        let request = cri::PortForwardRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+            port: ports,
+        };
+        let r = self
+            .call("PortForward", self.timeout, rt.port_forward(request))
+            .await?;
+        Ok(r.url)
+    }
+
     /// `ImageStatus`: `None` when the image is absent.
     pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, CriError> {
         let mut im = self.images.clone();

@@ -25,8 +25,8 @@ use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
 use rustlet_pods::runtime::{
-    ContainerInstance, ContainerKind, ExecOutput, InstanceState, Runtime, RuntimeError,
-    RuntimePodStatus, Sandbox, full_name,
+    ContainerInstance, ContainerKind, ContainerLogInfo, ExecOutput, InstanceState, Runtime,
+    RuntimeError, RuntimePodStatus, Sandbox, Streams, full_name,
 };
 use rustlet_volume::objects::VolumeObjects;
 use rustlet_volume::subpath::ContainerMount;
@@ -758,6 +758,26 @@ impl CriRuntime {
     }
 }
 
+/// A container ID without its `<runtime>://` scheme.
+fn raw_id(id: &str) -> &str {
+    id.split_once("://").map_or(id, |(_, raw)| raw)
+}
+
+/// A streaming call's error: CRI `NotFound` stays one (the server answers 404).
+fn stream_error(operation: String, e: &CriError) -> RuntimeError {
+    if e.is_not_found() {
+        RuntimeError::NotFound {
+            operation,
+            message: e.to_string(),
+        }
+    } else {
+        RuntimeError::Stream {
+            operation,
+            message: e.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Debug for CriRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CriRuntime")
@@ -1137,6 +1157,76 @@ impl Runtime for CriRuntime {
                 message: e.to_string(),
             }),
         }
+    }
+
+    async fn exec_stream(
+        &self,
+        id: &str,
+        cmd: &[String],
+        streams: Streams,
+    ) -> Result<String, RuntimeError> {
+        let raw = raw_id(id);
+        let request = cri::ExecRequest {
+            container_id: raw.to_owned(),
+            cmd: cmd.to_vec(),
+            tty: streams.tty,
+            stdin: streams.stdin,
+            stdout: streams.stdout,
+            stderr: streams.stderr,
+        };
+        self.client
+            .exec(request)
+            .await
+            .map_err(|e| stream_error(format!("exec in container {id}"), &e))
+    }
+
+    async fn attach_stream(&self, id: &str, streams: Streams) -> Result<String, RuntimeError> {
+        let request = cri::AttachRequest {
+            container_id: raw_id(id).to_owned(),
+            stdin: streams.stdin,
+            tty: streams.tty,
+            stdout: streams.stdout,
+            stderr: streams.stderr,
+        };
+        self.client
+            .attach(request)
+            .await
+            .map_err(|e| stream_error(format!("attach to container {id}"), &e))
+    }
+
+    async fn port_forward_stream(
+        &self,
+        uid: &PodUid,
+        ports: &[i32],
+    ) -> Result<String, RuntimeError> {
+        let operation = || format!("port-forward to pod {uid}");
+        // upstream: `GetPortForward` uses the pod's newest sandbox.
+        let sandbox = self
+            .state()
+            .pods
+            .get(uid)
+            .and_then(|p| p.sandboxes.first())
+            .map(|s| s.id.clone())
+            .ok_or_else(|| RuntimeError::NotFound {
+                operation: operation(),
+                message: "the pod has no sandbox".into(),
+            })?;
+        self.client
+            .port_forward(&sandbox, ports.to_vec())
+            .await
+            .map_err(|e| stream_error(operation(), &e))
+    }
+
+    async fn container_log(&self, id: &str) -> Result<ContainerLogInfo, RuntimeError> {
+        let status = self
+            .client
+            .container_status(raw_id(id))
+            .await
+            .map_err(|e| stream_error(format!("the log of container {id}"), &e))?;
+        Ok(ContainerLogInfo {
+            path: PathBuf::from(status.log_path),
+            running: status.state == cri::ContainerState::ContainerRunning as i32,
+        })
     }
 
     async fn kill_container(

@@ -651,3 +651,82 @@ async fn the_runtime_reports_its_type_version_and_conditions() {
         "{conditions:?}"
     );
 }
+
+/// Issue 26 item 2: the node's server reaches a container through the runtime: CRI
+/// `ContainerStatus`' `log_path` names the file containerd writes (`<root>/pod-logs/<uid>/
+/// <container>/<attempt>.log`) and whether the instance runs; `Exec`, `Attach` and
+/// `PortForward` answer with the URL of containerd's stream server; an unknown container is
+/// `NotFound` (the server answers 404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_names_a_containers_log_file_and_its_stream_urls() {
+    use rustlet_cri::testing::BUSYBOX_IMAGE as IMAGE;
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState, RuntimeError, Streams};
+
+    let Some(containerd) =
+        PrivateContainerd::start("the_runtime_names_a_containers_log_file_and_its").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "talk", "namespace": "default", "uid": "uid-talk"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{"name": "main", "image": IMAGE,
+                "command": ["/bin/sh", "-c", "echo hello; exec sleep 1000"]}]
+        }
+    }))
+    .unwrap();
+    let uid = rustlet_core::PodUid::of(&pod);
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    runtime
+        .start_container(&pod, container, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    runtime.relist().await.unwrap();
+    let status = runtime.pod_status(&uid).await;
+    let instance = status.containers.first().expect("the container");
+    assert!(matches!(instance.state, InstanceState::Running { .. }));
+    let id = instance.id.clone();
+
+    let log = runtime.container_log(&id).await.unwrap();
+    assert_eq!(log.path, root.join("pod-logs/uid-talk/main/0.log"));
+    assert!(log.running);
+
+    let streams = Streams {
+        stdout: true,
+        stderr: true,
+        ..Default::default()
+    };
+    for url in [
+        runtime
+            .exec_stream(&id, &["true".to_owned()], streams)
+            .await
+            .unwrap(),
+        runtime.attach_stream(&id, streams).await.unwrap(),
+        runtime.port_forward_stream(&uid, &[]).await.unwrap(),
+    ] {
+        let url: http::Uri = url.parse().unwrap();
+        assert_eq!(url.scheme_str(), Some("http"), "{url}");
+        assert!(url.port_u16().is_some(), "{url}");
+    }
+    let missing = runtime
+        .exec_stream("containerd://nope", &["true".to_owned()], streams)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(missing, RuntimeError::NotFound { .. }),
+        "{missing}"
+    );
+    runtime
+        .kill_pod(&pod, Duration::from_secs(0))
+        .await
+        .unwrap();
+    runtime.remove_pod(&uid).await;
+}

@@ -210,6 +210,22 @@ pub enum RuntimeError {
         /// Why.
         message: String,
     },
+    /// The container instance, sandbox or stream asked for does not exist (CRI `NotFound`).
+    #[error("{operation}: not found: {message}")]
+    NotFound {
+        /// What was asked (`exec in container <id>`).
+        operation: String,
+        /// Why.
+        message: String,
+    },
+    /// A streaming call (`Exec`, `Attach`, `PortForward`) or a container's log lookup failed.
+    #[error("{operation}: {message}")]
+    Stream {
+        /// What was asked (`exec in container <id>`).
+        operation: String,
+        /// Why.
+        message: String,
+    },
     /// `Version` or `Status` failed.
     #[error("asking the {runtime} runtime for its {operation}: {message}")]
     Query {
@@ -228,6 +244,28 @@ pub enum RuntimeError {
         /// Why.
         message: String,
     },
+}
+
+/// The streams of an exec or attach session (upstream: `remotecommandserver.Options`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Streams {
+    /// The client sends stdin.
+    pub stdin: bool,
+    /// The client reads stdout.
+    pub stdout: bool,
+    /// The client reads stderr (never with a TTY).
+    pub stderr: bool,
+    /// A pseudo-terminal.
+    pub tty: bool,
+}
+
+/// A container instance's log file and whether the instance runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerLogInfo {
+    /// The file the runtime writes (CRI `log_path`).
+    pub path: std::path::PathBuf,
+    /// Whether the instance is running.
+    pub running: bool,
 }
 
 /// The container runtime as the pod workers use it.
@@ -314,6 +352,51 @@ pub trait Runtime: Send + Sync {
             runtime: self.name().to_owned(),
             operation: "exec".into(),
         })
+    }
+
+    /// The URL of the runtime's stream server for `cmd` in the running container instance
+    /// `id` (`<runtime>://...`) with `streams` (upstream: `GetExec`, CRI `Exec`).
+    async fn exec_stream(
+        &self,
+        id: &str,
+        cmd: &[String],
+        streams: Streams,
+    ) -> Result<String, RuntimeError> {
+        let _ = (id, cmd, streams);
+        Err(self.unsupported("exec streams"))
+    }
+
+    /// The URL of the runtime's stream server to attach to the container instance `id`
+    /// (upstream: `GetAttach`, CRI `Attach`).
+    async fn attach_stream(&self, id: &str, streams: Streams) -> Result<String, RuntimeError> {
+        let _ = (id, streams);
+        Err(self.unsupported("attach"))
+    }
+
+    /// The URL of the runtime's stream server to forward `ports` (none: the client names them
+    /// per stream) of the pod's sandbox (upstream: `GetPortForward`, CRI `PortForward`).
+    async fn port_forward_stream(
+        &self,
+        uid: &PodUid,
+        ports: &[i32],
+    ) -> Result<String, RuntimeError> {
+        let _ = (uid, ports);
+        Err(self.unsupported("port-forward"))
+    }
+
+    /// The log file of the container instance `id` and whether it is running now (CRI
+    /// `ContainerStatus`' `log_path` and state).
+    async fn container_log(&self, id: &str) -> Result<ContainerLogInfo, RuntimeError> {
+        let _ = id;
+        Err(self.unsupported("container logs"))
+    }
+
+    /// [`RuntimeError::Unsupported`] of `operation` on this runtime.
+    fn unsupported(&self, operation: &str) -> RuntimeError {
+        RuntimeError::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: operation.to_owned(),
+        }
     }
 
     /// Stops one container instance (after at most `grace`): a liveness or startup probe

@@ -14,6 +14,8 @@
 //!   every route.
 //! * [`logs`]: the `/containerLogs` query, the CRI container-log reader (tail, since, limit,
 //!   timestamps, stream, follow) and the container log manager's rotation.
+//! * [`routes`]: the axum router (`/healthz`, `/pods`, `/configz`, `/containerLogs`, `/exec`,
+//!   `/attach`, `/portForward`) over [`routes::NodeApi`], which the binary implements.
 //! * [`streaming`]: the upgrade proxy of exec, attach and port-forward to the runtime's stream
 //!   server.
 //!
@@ -27,6 +29,7 @@
 
 pub mod auth;
 pub mod logs;
+pub mod routes;
 pub mod streaming;
 pub mod tls;
 

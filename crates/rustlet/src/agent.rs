@@ -42,7 +42,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{AgentConfig, Mode, ReadOnlyEndpoints, RuntimeKind};
+use crate::config::{AgentConfig, KubeletServer, Mode, ReadOnlyEndpoints, RuntimeKind};
 use crate::http::{Endpoints, Health, router};
 use crate::process::ProcessMetrics;
 
@@ -389,6 +389,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         let task = tokio::spawn(volumes.clone().run(cancel.clone()));
         tasks.push(supervise("the volume manager", &health, &cancel, task));
     }
+    let node_runtime = runtime.clone();
     let workers = PodWorkers::new(
         PodWorkersDeps {
             pods: pods.clone(),
@@ -408,6 +409,25 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         let task = tokio::spawn(workers.run(cancel.clone()));
         tasks.push(supervise("the pod workers", &health, &cancel, task));
     }
+
+    let kubelet_server = match &config.server {
+        KubeletServer::Off => {
+            info!("the kubelet server is off");
+            None
+        }
+        KubeletServer::Serve(settings) => {
+            let node = Arc::new(crate::server::NodeServer {
+                pods: pods.clone(),
+                status: status.clone(),
+                runtime: node_runtime,
+                configz: crate::server::configz(&config, settings),
+            });
+            Some(
+                crate::server::start(&config, settings, api.client.clone(), node, cancel.clone())
+                    .await?,
+            )
+        }
+    };
 
     let endpoints = Arc::new(Endpoints {
         health: health.clone(),
@@ -452,6 +472,9 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         let _ = tokio::time::timeout(STOP_GRACE, intake).await;
     }
     if let Some(server) = server {
+        let _ = tokio::time::timeout(STOP_GRACE, server).await;
+    }
+    if let Some(server) = kubelet_server {
         let _ = tokio::time::timeout(STOP_GRACE, server).await;
     }
     for task in tasks {

@@ -1,7 +1,7 @@
 //! The command line and the configuration file, resolved into one [`AgentConfig`]. Flags win
 //! over the file; every bad value is one clear error naming it.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -10,6 +10,10 @@ use std::collections::BTreeMap;
 use clap::{Parser, ValueEnum};
 use k8s_openapi::api::core::v1::Taint;
 use rustlet_core::node_status::{EvictionThresholds, Threshold};
+use rustlet_server::auth::{
+    AnonymousAuthentication, AuthorizationMode, KubeletAuthentication, KubeletAuthorization,
+    WebhookAuthentication, WebhookAuthorization, X509Authentication,
+};
 use serde::Deserialize;
 
 /// rustlet: a Kubernetes node agent (status and volume managers of the kubelet, in Rust).
@@ -76,6 +80,26 @@ pub struct Cli {
     /// (as the kubelet's); in kube mode each gets a mirror pod in the API that carries its status.
     #[arg(long, value_name = "DIR")]
     pub pod_manifest_path: Option<PathBuf>,
+    /// The kubelet server (HTTPS on --address:--port: `kubectl logs`, `exec`, `attach`,
+    /// `port-forward`), as the kubelet's `--enable-server`: on by default in kube mode; in
+    /// local mode on only with --client-ca-file (client certificates only).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_server: Option<bool>,
+    /// The kubelet server's address (the kubelet's flag; config key `address`; default
+    /// 0.0.0.0).
+    #[arg(long, value_name = "IP")]
+    pub address: Option<IpAddr>,
+    /// The kubelet server's certificate (then its intermediates); without it and
+    /// --tls-private-key-file, a self-signed pair under `<root>/pki` is generated and reused.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of --tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Client certificates signed by these CAs authenticate to the kubelet server as their CN,
+    /// in the groups of their O values (config key `authentication.x509.clientCAFile`).
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// `--runtime`.
@@ -162,6 +186,73 @@ pub struct FileConfig {
     /// First simulated pod IP (10.88.0.2).
     #[serde(rename = "simulatedPodIPBase")]
     simulated_pod_ip_base: Option<String>,
+    /// The kubelet server on or off (kubelet `enableServer`).
+    enable_server: Option<bool>,
+    /// The kubelet server's address (kubelet `address`, 0.0.0.0).
+    address: Option<String>,
+    /// The kubelet server's certificate (kubelet `tlsCertFile`).
+    tls_cert_file: Option<PathBuf>,
+    /// Its key (kubelet `tlsPrivateKeyFile`).
+    tls_private_key_file: Option<PathBuf>,
+    /// The kubelet server's authentication (kubelet `authentication`).
+    authentication: Option<FileAuthentication>,
+    /// The kubelet server's authorization (kubelet `authorization`).
+    authorization: Option<FileAuthorization>,
+}
+
+/// `authentication` with the kubelet's names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FileAuthentication {
+    #[serde(default)]
+    x509: FileX509,
+    #[serde(default)]
+    webhook: FileAuthnWebhook,
+    #[serde(default)]
+    anonymous: FileAnonymous,
+}
+
+/// `authentication.x509`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileX509 {
+    #[serde(rename = "clientCAFile")]
+    client_ca_file: Option<PathBuf>,
+}
+
+/// `authentication.webhook`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAuthnWebhook {
+    enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    cache_ttl: Option<String>,
+}
+
+/// `authentication.anonymous`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAnonymous {
+    enabled: Option<bool>,
+}
+
+/// `authorization` with the kubelet's names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FileAuthorization {
+    mode: Option<String>,
+    #[serde(default)]
+    webhook: FileAuthzWebhook,
+}
+
+/// `authorization.webhook`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAuthzWebhook {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    cache_authorized_ttl: Option<String>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    cache_unauthorized_ttl: Option<String>,
 }
 
 /// A taint of `registerWithTaints`.
@@ -192,6 +283,30 @@ pub enum ReadOnlyEndpoints {
     Off,
     /// Served on this address.
     Listen(SocketAddr),
+}
+
+/// The kubelet server (:10250).
+#[derive(Clone, Debug, PartialEq)]
+pub enum KubeletServer {
+    /// Not served (`enableServer: false`; local mode without a client CA).
+    Off,
+    /// Served with these settings.
+    Serve(ServerSettings),
+}
+
+/// How the kubelet server serves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerSettings {
+    /// `address`:`port`.
+    pub listen: SocketAddr,
+    /// `tlsCertFile`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// `tlsPrivateKeyFile`.
+    pub tls_private_key_file: Option<PathBuf>,
+    /// `authentication`.
+    pub authentication: KubeletAuthentication,
+    /// `authorization`.
+    pub authorization: KubeletAuthorization,
 }
 
 /// Everything the agent runs with.
@@ -247,6 +362,8 @@ pub struct AgentConfig {
     pub eviction_hard: EvictionThresholds,
     /// `port`: the kubelet port the Node reports.
     pub port: u16,
+    /// The kubelet server.
+    pub server: KubeletServer,
     /// Simulated container start delay.
     pub simulated_start_delay: Duration,
     /// First simulated pod IP.
@@ -420,7 +537,7 @@ impl AgentConfig {
     /// Flags over the file over the defaults; `in_cluster` says whether the service-account
     /// environment is present.
     pub fn resolve(cli: Cli, in_cluster: bool) -> Result<Self, ConfigError> {
-        let file = match &cli.config {
+        let mut file = match &cli.config {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
         };
@@ -443,6 +560,21 @@ impl AgentConfig {
                 "--node-name {node_name:?}: must be a lowercase RFC 1123 subdomain"
             )));
         }
+        let cli_server = CliServer {
+            enable: cli.enable_server,
+            address: cli.address,
+            tls_cert_file: cli.tls_cert_file.clone(),
+            tls_private_key_file: cli.tls_private_key_file.clone(),
+            client_ca_file: cli.client_ca_file.clone(),
+        };
+        let mut file_server = FileServer {
+            enable: file.enable_server,
+            address: file.address.clone(),
+            tls_cert_file: file.tls_cert_file.clone(),
+            tls_private_key_file: file.tls_private_key_file.clone(),
+            authentication: file.authentication.take(),
+            authorization: file.authorization.take(),
+        };
         let root_dir = cli
             .root_dir
             .or(file.root_dir)
@@ -550,6 +682,7 @@ impl AgentConfig {
         if port == 0 {
             return Err(bad("--port: must be 1-65535"));
         }
+        let server = kubelet_server(&cli_server, &mode, port, &mut file_server)?;
         let node_lease_duration_seconds = file.node_lease_duration_seconds.unwrap_or(40);
         if node_lease_duration_seconds <= 0 {
             return Err(bad(
@@ -661,6 +794,7 @@ impl AgentConfig {
             register_with_taints,
             max_pods,
             port,
+            server,
             eviction_hard: match &file.eviction_hard {
                 Some(map) => eviction_hard(map).map_err(bad)?,
                 None => EvictionThresholds::default(),
@@ -671,6 +805,124 @@ impl AgentConfig {
             simulated_pod_ip_base,
         })
     }
+}
+
+/// The kubelet server's flags.
+struct CliServer {
+    enable: Option<bool>,
+    address: Option<IpAddr>,
+    tls_cert_file: Option<PathBuf>,
+    tls_private_key_file: Option<PathBuf>,
+    client_ca_file: Option<PathBuf>,
+}
+
+/// The kubelet server's config keys.
+struct FileServer {
+    enable: Option<bool>,
+    address: Option<String>,
+    tls_cert_file: Option<PathBuf>,
+    tls_private_key_file: Option<PathBuf>,
+    authentication: Option<FileAuthentication>,
+    authorization: Option<FileAuthorization>,
+}
+
+/// The kubelet server's settings, flags over the file over upstream's v1beta1 defaults. Kube
+/// mode serves unless `enableServer: false`. Local mode has no API server to review tokens
+/// or access: it serves only with a client CA, to client certificates alone, every
+/// authenticated request allowed (deviation: upstream's kubelet always needs an authorizer;
+/// `AlwaysAllow` is local mode's default here).
+fn kubelet_server(
+    cli: &CliServer,
+    mode: &Mode,
+    port: u16,
+    file: &mut FileServer,
+) -> Result<KubeletServer, ConfigError> {
+    let authn = file.authentication.take().unwrap_or_default();
+    let authz = file.authorization.take().unwrap_or_default();
+    let client_ca_file = cli
+        .client_ca_file
+        .clone()
+        .or(authn.x509.client_ca_file.clone());
+    let local = matches!(mode, Mode::Local(_));
+    match (cli.enable.or(file.enable), local, &client_ca_file) {
+        (Some(false), _, _) | (None, true, None) => return Ok(KubeletServer::Off),
+        (Some(true), true, None) => {
+            return Err(bad(
+                "--enable-server in local mode needs --client-ca-file: local mode takes client \
+                 certificates only",
+            ));
+        }
+        _ => {}
+    }
+    let address = match (cli.address, &file.address) {
+        (Some(ip), _) => ip,
+        (None, Some(text)) => text
+            .parse()
+            .map_err(|_| bad(format!("config key address: {text:?} is not an IP address")))?,
+        (None, None) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    };
+    let tls_cert_file = cli.tls_cert_file.clone().or(file.tls_cert_file.clone());
+    let tls_private_key_file = cli
+        .tls_private_key_file
+        .clone()
+        .or(file.tls_private_key_file.clone());
+    if tls_cert_file.is_some() != tls_private_key_file.is_some() {
+        return Err(bad(
+            "--tls-cert-file and --tls-private-key-file go together",
+        ));
+    }
+    let ttl = |key: &str, text: &Option<String>, default: Duration| match text {
+        Some(text) => go_duration(key, text),
+        None => Ok(default),
+    };
+    let webhook_defaults = WebhookAuthentication::default();
+    let authentication = KubeletAuthentication {
+        x509: X509Authentication { client_ca_file },
+        webhook: WebhookAuthentication {
+            // Local mode has nothing to send a TokenReview to.
+            enabled: authn.webhook.enabled.unwrap_or(!local),
+            cache_ttl: ttl(
+                "authentication.webhook.cacheTTL",
+                &authn.webhook.cache_ttl,
+                webhook_defaults.cache_ttl,
+            )?,
+        },
+        anonymous: AnonymousAuthentication {
+            enabled: authn.anonymous.enabled.unwrap_or(false),
+        },
+    };
+    let authz_defaults = WebhookAuthorization::default();
+    let authorization = KubeletAuthorization {
+        mode: match authz.mode.as_deref() {
+            None if local => AuthorizationMode::AlwaysAllow,
+            None | Some("Webhook") => AuthorizationMode::Webhook,
+            Some("AlwaysAllow") => AuthorizationMode::AlwaysAllow,
+            Some(other) => {
+                return Err(bad(format!(
+                    "config key authorization.mode: {other:?}: must be Webhook or AlwaysAllow"
+                )));
+            }
+        },
+        webhook: WebhookAuthorization {
+            cache_authorized_ttl: ttl(
+                "authorization.webhook.cacheAuthorizedTTL",
+                &authz.webhook.cache_authorized_ttl,
+                authz_defaults.cache_authorized_ttl,
+            )?,
+            cache_unauthorized_ttl: ttl(
+                "authorization.webhook.cacheUnauthorizedTTL",
+                &authz.webhook.cache_unauthorized_ttl,
+                authz_defaults.cache_unauthorized_ttl,
+            )?,
+        },
+    };
+    Ok(KubeletServer::Serve(ServerSettings {
+        listen: SocketAddr::new(address, port),
+        tls_cert_file,
+        tls_private_key_file,
+        authentication,
+        authorization,
+    }))
 }
 
 /// `evictionHard` as upstream's kubelet reads it (`ParseThresholdConfig`): each signal a
@@ -727,6 +979,103 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("rustlet").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
         AgentConfig::resolve(cli, false).map_err(|e| e.to_string())
+    }
+
+    /// Issue 26 item 3: the kubelet server with the kubelet's names and defaults: on in kube
+    /// mode on 0.0.0.0:`port` with webhook authentication and authorization (2m, 5m, 30s);
+    /// `--enable-server=false` turns it off; the file's `authentication`/`authorization`
+    /// blocks and `address`; local mode serves only with a client CA, client certificates
+    /// only.
+    #[test]
+    fn the_kubelet_server_takes_the_kubelets_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, "").unwrap();
+        let kube = |extra: &[&str], yaml: &str| {
+            let file = dir.path().join("c.yaml");
+            std::fs::write(&file, yaml).unwrap();
+            let mut args = vec![
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--config",
+                file.to_str().unwrap(),
+            ];
+            args.extend_from_slice(extra);
+            parse(&args).map(|c| c.server)
+        };
+        let KubeletServer::Serve(default) = kube(&[], "{}").unwrap() else {
+            panic!("kube mode serves by default");
+        };
+        assert_eq!(default.listen, "0.0.0.0:10250".parse().unwrap());
+        assert_eq!(default.authentication, KubeletAuthentication::default());
+        assert!(default.authentication.webhook.enabled);
+        assert_eq!(default.authorization, KubeletAuthorization::default());
+        assert_eq!(default.authorization.mode, AuthorizationMode::Webhook);
+        assert_eq!(
+            kube(&["--enable-server=false"], "{}").unwrap(),
+            KubeletServer::Off
+        );
+        assert_eq!(
+            kube(&[], "enableServer: false\n").unwrap(),
+            KubeletServer::Off
+        );
+        let KubeletServer::Serve(set) = kube(
+            &["--port", "10260", "--client-ca-file", "/ca.crt"],
+            "address: 10.0.0.1\ntlsCertFile: /s.crt\ntlsPrivateKeyFile: /s.key\n\
+             authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    cacheTTL: 10s\n\
+             authorization:\n  mode: AlwaysAllow\n  webhook:\n    cacheUnauthorizedTTL: 1m\n",
+        )
+        .unwrap() else {
+            panic!("configured");
+        };
+        assert_eq!(set.listen, "10.0.0.1:10260".parse().unwrap());
+        assert_eq!(set.tls_cert_file, Some(PathBuf::from("/s.crt")));
+        assert_eq!(
+            set.authentication.x509.client_ca_file,
+            Some(PathBuf::from("/ca.crt"))
+        );
+        assert!(set.authentication.anonymous.enabled);
+        assert_eq!(
+            set.authentication.webhook.cache_ttl,
+            Duration::from_secs(10)
+        );
+        assert_eq!(set.authorization.mode, AuthorizationMode::AlwaysAllow);
+        assert_eq!(
+            set.authorization.webhook.cache_unauthorized_ttl,
+            Duration::from_secs(60)
+        );
+        let err = kube(&["--tls-cert-file", "/s.crt"], "{}").unwrap_err();
+        assert!(err.contains("--tls-private-key-file"), "{err}");
+        let err = kube(&[], "authorization:\n  mode: RBAC\n").unwrap_err();
+        assert!(err.contains("authorization.mode"), "{err}");
+
+        let local = |extra: &[&str]| {
+            let mut args = vec![
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--local",
+                dir.path().to_str().unwrap(),
+            ];
+            args.extend_from_slice(extra);
+            parse(&args).map(|c| c.server)
+        };
+        assert_eq!(local(&[]).unwrap(), KubeletServer::Off);
+        let err = local(&["--enable-server"]).unwrap_err();
+        assert!(err.contains("--client-ca-file"), "{err}");
+        let KubeletServer::Serve(certs) = local(&["--client-ca-file", "/ca.crt"]).unwrap() else {
+            panic!("local mode with a client CA serves");
+        };
+        assert_eq!(
+            certs.authentication,
+            KubeletAuthentication::client_certificates_only(PathBuf::from("/ca.crt"))
+        );
+        assert_eq!(certs.authorization.mode, AuthorizationMode::AlwaysAllow);
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod agent;
 mod config;
 mod http;
 mod process;
+mod server;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

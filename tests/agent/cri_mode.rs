@@ -226,7 +226,10 @@ fn cri_two_containers_share_an_empty_dir_and_deletion_stops_and_removes_them() {
     agent.wait_for("the pod directory removed", || {
         (!cri.root.join("pods").join(&uid).exists()).then_some(())
     });
-    assert!(!cri.root.join("pod-logs").join(&uid).exists());
+    // The log directory goes in the same cleanup, after the pod directory: waited for too.
+    agent.wait_for("the pod's log directory removed", || {
+        (!cri.root.join("pod-logs").join(&uid).exists()).then_some(())
+    });
 }
 
 const FAILS: &str = r#"apiVersion: v1

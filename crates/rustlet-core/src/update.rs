@@ -27,6 +27,9 @@ pub struct VersionedPodStatus {
     pub pod_namespace: String,
     /// Set by `TerminatePod`; sticky for non-static pods (R5).
     pub pod_is_finished: bool,
+    /// The pod is a static pod: its status goes to its mirror pod, and nowhere once the pod
+    /// manager no longer knows the static pod.
+    pub static_pod: bool,
     /// When the first update not yet synced was accepted; `None` once the sync task has
     /// recorded this version as written, so the next update starts the clock again (R61:
     /// a deliberate deviation, upstream never resets it).
@@ -235,6 +238,7 @@ pub fn prepare_update(
         pod_name: pod.metadata.name.clone().unwrap_or_default(),
         pod_namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         pod_is_finished: finished,
+        static_pod: crate::pod::is_static_pod(pod),
         at: Some(ctx.cached.and_then(|c| c.at).unwrap_or(ctx.now)),
         status,
     };

@@ -497,6 +497,14 @@ impl Syncer {
                     continue;
                 }
                 Some(mirror) => mirror,
+                None if status.static_pod => {
+                    // Deviation: the pod manager no longer knows this static pod (its manifest
+                    // went), so it has no mirror to write to; its mirror is being deleted.
+                    // Upstream's syncBatch falls back to the static pod's own UID and reads
+                    // the mirror by name, which the Node authorizer refuses (403) once the
+                    // mirror is gone.
+                    continue;
+                }
                 None => uid,
             };
             mark(&mut self.finished, uid, status.pod_is_finished);

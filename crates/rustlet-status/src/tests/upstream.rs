@@ -276,7 +276,7 @@ async fn test_stale_updates() {
     h.verify_actions(&[]).await;
 }
 
-fn static_and_mirror() -> (Pod, Pod) {
+pub(super) fn static_and_mirror() -> (Pod, Pod) {
     let mut static_pod = test_pod();
     static_pod.metadata.annotations =
         Some([(CONFIG_SOURCE_ANNOTATION.to_owned(), "file".to_owned())].into());

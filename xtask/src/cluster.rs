@@ -1191,6 +1191,12 @@ pub fn cached_binaries(root: &Path) -> Result<Option<PathBuf>> {
         .then_some(bin))
 }
 
+/// Whether `up` failed because a server found its port taken (by another process between
+/// the pick and the bind).
+fn is_port_race(e: &anyhow::Error) -> bool {
+    format!("{e:#}").contains("address already in use")
+}
+
 /// A control plane started for one test, as `cargo xtask cluster up` starts it, and stopped
 /// (every process it started, as `down`) when dropped, also when the test panics.
 pub struct TestCluster {
@@ -1203,7 +1209,20 @@ pub struct TestCluster {
 impl TestCluster {
     /// Starts a cluster in `opts.dir` with the binaries in `bin` (see [`cached_binaries`]).
     pub fn up(bin: &Path, opts: &Options) -> Result<Self> {
-        let apiserver_port = up(bin, opts)?;
+        // The ports are picked free and released before the servers bind them: a cluster of
+        // a test running beside this one may take one in between ("address already in use",
+        // seen in CI). `up` stops what it started on a failure; a new try picks new ports.
+        let mut tries = 0;
+        let apiserver_port = loop {
+            tries += 1;
+            match up(bin, opts) {
+                Ok(port) => break port,
+                Err(e) if tries < 3 && is_port_race(&e) => {
+                    eprintln!("xtask: cluster: a port was taken meanwhile; again with new ports");
+                }
+                Err(e) => return Err(e),
+            }
+        };
         Ok(Self {
             bin: bin.to_owned(),
             dir: opts.dir.clone(),
@@ -1533,5 +1552,18 @@ mod tests {
             "{san} (with --apiserver-ip 10.88.0.1)"
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A server's bind failure is told from other failures: only it is tried again.
+    #[test]
+    fn a_taken_port_is_a_port_race_and_other_failures_are_not() {
+        let race = anyhow::anyhow!(
+            "kube-controller-manager exited (exit status: 1) while waiting; its log:\n\
+             failed to listen on 127.0.0.1:41925: bind: address already in use"
+        );
+        assert!(is_port_race(&race.context("cluster up")));
+        assert!(!is_port_race(&anyhow::anyhow!(
+            "etcd exited (exit status: 2)"
+        )));
     }
 }

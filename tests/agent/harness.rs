@@ -69,6 +69,10 @@ pub fn start_with_env(
     if !args.iter().any(|a| a.starts_with("--enable-server")) {
         command.arg("--enable-server=false");
     }
+    // Nor the healthz endpoint (127.0.0.1:10248 by default, as the kubelet's).
+    if !args.iter().any(|a| a.starts_with("--healthz-port")) {
+        command.arg("--healthz-port=0");
+    }
     let child = command
         .args(args)
         .args(["--listen", &listen])

@@ -162,3 +162,46 @@ fn local_mode_serves_client_certificates_of_its_ca_only() {
     );
     assert_eq!(curl(&url("/pods"), None), (401, "Unauthorized".to_owned()));
 }
+
+/// Issue 26 item 6: the healthz endpoint (the kubelet's `--healthz-port`, plain HTTP on
+/// loopback) answers `ok` beside the read-only port, and serves nothing else.
+#[test]
+fn healthz_port_answers_ok_in_plain_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, manifests) = (dir.path().join("root"), dir.path().join("manifests"));
+    std::fs::create_dir_all(&manifests).unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port().to_string()
+    };
+    let _agent = start(
+        &[
+            "--node-name",
+            "node-a",
+            "--root-dir",
+            root.to_str().unwrap(),
+            "--local",
+            manifests.to_str().unwrap(),
+            "--healthz-port",
+            &port,
+        ],
+        &dir.path().join("agent.log"),
+    );
+    let get = |path: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "-o", "-", "-w", "\n%{http_code}", "--max-time", "10"])
+            .arg(format!("http://127.0.0.1:{port}{path}"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "curl {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.to_owned(), body.to_owned())
+    };
+    assert_eq!(get("/healthz"), ("200".to_owned(), "ok".to_owned()));
+    assert_eq!(get("/pods").0, "404");
+}

@@ -2,6 +2,7 @@
 //! builds the pieces, connects their seams and runs them until a signal.
 
 use std::fs::File;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,8 +43,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{AgentConfig, KubeletServer, Mode, ReadOnlyEndpoints, RuntimeKind};
-use crate::http::{Endpoints, Health, router};
+use crate::config::{
+    AgentConfig, HealthzEndpoint, KubeletServer, Mode, ReadOnlyEndpoints, RuntimeKind,
+};
+use crate::http::{Endpoints, Health, healthz_router, router};
 use crate::process::ProcessMetrics;
 
 /// How long the HTTP server and the other tasks get to stop after the status flush.
@@ -449,6 +452,14 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             }
         })
     });
+    let healthz = match config.healthz {
+        HealthzEndpoint::Off => None,
+        HealthzEndpoint::Listen(addr) => Some(tokio::spawn(serve_healthz(
+            addr,
+            healthz_router(health.clone()),
+            cancel.clone(),
+        ))),
+    };
     health.set_ok();
     match config.read_only {
         ReadOnlyEndpoints::Listen(listen) => {
@@ -477,9 +488,102 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     if let Some(server) = kubelet_server {
         let _ = tokio::time::timeout(STOP_GRACE, server).await;
     }
+    if let Some(server) = healthz {
+        let _ = tokio::time::timeout(STOP_GRACE, server).await;
+    }
     for task in tasks {
         task.abort();
     }
     info!("rustlet stopped; mounts left in place");
     Ok(())
+}
+
+/// How long the healthz endpoint waits before binding again (upstream: `wait.Until(..., 5s)`).
+const HEALTHZ_RETRY: Duration = Duration::from_secs(5);
+
+/// Serves `app` on `addr` until `cancel`. As upstream's healthz server, a failure to bind (the
+/// port taken by another agent) or to serve is logged and tried again every
+/// [`HEALTHZ_RETRY`]; it never stops the agent.
+async fn serve_healthz(addr: SocketAddr, app: axum::Router, cancel: CancellationToken) {
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                info!(listen = %addr, "healthz endpoint listening");
+                let stop = cancel.clone().cancelled_owned();
+                match axum::serve(listener, app.clone())
+                    .with_graceful_shutdown(stop)
+                    .await
+                {
+                    Ok(()) if cancel.is_cancelled() => return,
+                    Ok(()) => warn!(listen = %addr, "healthz endpoint stopped serving"),
+                    Err(e) => warn!(listen = %addr, "healthz endpoint: {e}"),
+                }
+            }
+            Err(e) => {
+                warn!(listen = %addr, "healthz endpoint (--healthz-port): {e}; trying again in 5s")
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(HEALTHZ_RETRY) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    async fn get_healthz(addr: SocketAddr) -> Option<String> {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await.ok()?;
+        Some(out)
+    }
+
+    /// Issue 26 item 6: a taken healthz port does not stop the agent; the endpoint binds again
+    /// every 5 s (upstream's `wait.Until`) and serves once the port is free; it stops with the
+    /// agent.
+    #[tokio::test(start_paused = true)]
+    async fn healthz_port_taken_is_tried_again_every_5s() {
+        let blocker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = blocker.local_addr().unwrap();
+        let health = Arc::new(Health::starting("starting"));
+        health.set_ok();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(serve_healthz(addr, healthz_router(health), cancel.clone()));
+        // The first bind fails; the loop sleeps (no spin: the paused clock would not move
+        // otherwise).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!task.is_finished());
+        drop(blocker);
+        assert!(
+            get_healthz(addr).await.is_none(),
+            "nothing listens before the retry"
+        );
+        let started = tokio::time::Instant::now();
+        let answer = loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if let Some(answer) = get_healthz(addr).await {
+                break answer;
+            }
+            assert!(started.elapsed() < HEALTHZ_RETRY * 2, "never bound again");
+        };
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("ok"), "{answer}");
+        assert!(
+            started.elapsed() >= HEALTHZ_RETRY - Duration::from_secs(1),
+            "bound again before its 5 s"
+        );
+        cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("stops with the agent")
+            .unwrap();
+    }
 }

@@ -100,6 +100,14 @@ pub struct Cli {
     /// in the groups of their O values (config key `authentication.x509.clientCAFile`).
     #[arg(long, value_name = "FILE")]
     pub client_ca_file: Option<PathBuf>,
+    /// The healthz endpoint's port (plain HTTP, `/healthz` only; the kubelet's flag; config key
+    /// `healthzPort`; default 10248; 0 turns it off).
+    #[arg(long, value_name = "PORT")]
+    pub healthz_port: Option<u16>,
+    /// The healthz endpoint's address (the kubelet's flag; config key `healthzBindAddress`;
+    /// default 127.0.0.1).
+    #[arg(long, value_name = "IP")]
+    pub healthz_bind_address: Option<IpAddr>,
 }
 
 /// `--runtime`.
@@ -198,6 +206,10 @@ pub struct FileConfig {
     authentication: Option<FileAuthentication>,
     /// The kubelet server's authorization (kubelet `authorization`).
     authorization: Option<FileAuthorization>,
+    /// The healthz endpoint's port (kubelet `healthzPort`, 10248; 0 turns it off).
+    healthz_port: Option<u16>,
+    /// The healthz endpoint's address (kubelet `healthzBindAddress`, 127.0.0.1).
+    healthz_bind_address: Option<String>,
 }
 
 /// `authentication` with the kubelet's names.
@@ -285,6 +297,15 @@ pub enum ReadOnlyEndpoints {
     Listen(SocketAddr),
 }
 
+/// Where the healthz endpoint (`/healthz` in plain HTTP, the kubelet's `healthzPort`) listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HealthzEndpoint {
+    /// Nothing listens (`healthzPort: 0`).
+    Off,
+    /// Served on this address.
+    Listen(SocketAddr),
+}
+
 /// The kubelet server (:10250).
 #[derive(Clone, Debug, PartialEq)]
 pub enum KubeletServer {
@@ -320,6 +341,8 @@ pub struct AgentConfig {
     pub mode: Mode,
     /// The read-only HTTP endpoints.
     pub read_only: ReadOnlyEndpoints,
+    /// The healthz endpoint.
+    pub healthz: HealthzEndpoint,
     /// The static pod directory.
     pub pod_manifest_path: Option<PathBuf>,
     /// The runtime.
@@ -641,6 +664,21 @@ impl AgentConfig {
                 ReadOnlyEndpoints::Listen(SocketAddr::new(ip, port))
             }
         };
+        let healthz = match cli.healthz_port.or(file.healthz_port).unwrap_or(10248) {
+            0 => HealthzEndpoint::Off,
+            port => {
+                let ip = match (cli.healthz_bind_address, &file.healthz_bind_address) {
+                    (Some(ip), _) => ip,
+                    (None, Some(text)) => text.parse().map_err(|_| {
+                        bad(format!(
+                            "config key healthzBindAddress: {text:?} is not an IP address"
+                        ))
+                    })?,
+                    (None, None) => Ipv4Addr::LOCALHOST.into(),
+                };
+                HealthzEndpoint::Listen(SocketAddr::new(ip, port))
+            }
+        };
         let node_ip_flag = cli.node_ip.is_some();
         let node_ip = cli
             .node_ip
@@ -761,6 +799,7 @@ impl AgentConfig {
             root_dir,
             mode,
             read_only,
+            healthz,
             pod_manifest_path,
             runtime: cli.runtime.or(file.runtime).unwrap_or_default(),
             container_runtime_endpoint,
@@ -1139,6 +1178,48 @@ mod tests {
             resolve("listen: 0.0.0.0:1\n", &["--read-only-port", "8"]),
             at("0.0.0.0:8")
         );
+    }
+
+    /// Issue 26 item 6: the healthz endpoint on 127.0.0.1:10248 by default (the kubelet's
+    /// `healthzPort`/`healthzBindAddress`), 0 turns it off, flags over the file, a bad address
+    /// refused naming the key.
+    #[test]
+    fn healthz_port_defaults_to_10248_on_loopback() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        let local = dir.path().to_str().unwrap();
+        let resolve = |text: &str, flags: &[&str]| {
+            std::fs::write(&file, text).unwrap();
+            let mut args = vec!["--node-name", "n", "--root-dir", "/r", "--local", local];
+            args.extend(["--config", file.to_str().unwrap()]);
+            args.extend(flags);
+            parse(&args).map(|c| c.healthz)
+        };
+        let at = |addr: &str| HealthzEndpoint::Listen(addr.parse().unwrap());
+        assert_eq!(resolve("", &[]).unwrap(), at("127.0.0.1:10248"));
+        assert_eq!(
+            resolve("healthzPort: 0\n", &[]).unwrap(),
+            HealthzEndpoint::Off
+        );
+        assert_eq!(
+            resolve("healthzBindAddress: 0.0.0.0\nhealthzPort: 7\n", &[]).unwrap(),
+            at("0.0.0.0:7")
+        );
+        assert_eq!(
+            resolve(
+                "healthzPort: 7\n",
+                &["--healthz-port", "9", "--healthz-bind-address", "::1"]
+            )
+            .unwrap(),
+            at("[::1]:9"),
+            "flags win over the file"
+        );
+        assert_eq!(
+            resolve("healthzPort: 7\n", &["--healthz-port", "0"]).unwrap(),
+            HealthzEndpoint::Off
+        );
+        let err = resolve("healthzBindAddress: nowhere\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("healthzBindAddress"), "{err}");
     }
 
     /// Issue 25 item 2: the node keys take the kubelet's names and defaults

@@ -67,10 +67,29 @@ pub fn router(endpoints: Arc<Endpoints>) -> Router {
 }
 
 async fn healthz(State(e): State<Arc<Endpoints>>) -> Response {
-    match e.health.reason() {
+    health_answer(&e.health)
+}
+
+fn health_answer(health: &Health) -> Response {
+    match health.reason() {
         None => (StatusCode::OK, "ok").into_response(),
         Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason).into_response(),
     }
+}
+
+/// The healthz endpoint's router (the kubelet's `healthzPort`): `/healthz` only.
+///
+/// Deviation: upstream's answers `ok` for as long as the process serves (`healthz.InstallHandler`
+/// with no checks); this one answers as the read-only port's `/healthz` does, 503 with the
+/// reason once a manager stopped, so a supervisor probing it sees a broken agent.
+pub fn healthz_router(health: Arc<Health>) -> Router {
+    Router::new().route(
+        "/healthz",
+        get(move || {
+            let health = health.clone();
+            async move { health_answer(&health) }
+        }),
+    )
 }
 
 /// A pod as the API serves it, with the status the status manager holds (when it holds one)

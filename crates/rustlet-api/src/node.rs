@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::kube_status::client_error;
+use crate::node_cache::NodeCache;
 use machine::{HostMachine, Machine};
 
 /// The namespace of node leases.
@@ -198,6 +199,9 @@ pub struct NodeRegistrar {
     /// Whether the Node is registered: `volumesInUse` is written only then (upstream writes it
     /// in the node status, after registration).
     registered: tokio::sync::watch::Sender<bool>,
+    /// The watch's copy of the Node, which a status update's first try starts from (upstream's
+    /// node informer lister).
+    cache: Option<Arc<NodeCache>>,
 }
 
 impl NodeRegistrar {
@@ -226,7 +230,15 @@ impl NodeRegistrar {
                 pressure_seen: [None; 3],
             }),
             registered: tokio::sync::watch::Sender::new(false),
+            cache: None,
         }
+    }
+
+    /// A status update's first try starts from this watch's copy of the Node instead of a GET
+    /// (upstream `tryUpdateNodeStatus`: `kl.nodeLister.Get` when `tryNumber == 0`).
+    pub fn with_node_cache(mut self, cache: Arc<NodeCache>) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     /// The machine whose figures make the status.
@@ -438,7 +450,8 @@ impl NodeRegistrar {
     }
 
     /// One status update (upstream `tryUpdateNodeStatus`): get the Node (the first try from
-    /// the API server's cache, `resourceVersion=0`, as upstream before its informer lister),
+    /// the watch's copy, [`Self::with_node_cache`], as upstream from its informer lister; without
+    /// one, from the API server's cache, `resourceVersion=0`; a retry from etcd),
     /// restore the OS and architecture labels, run the setters, and patch the status
     /// subresource when anything but the heartbeats changed or `nodeStatusReportFrequency`
     /// has passed since the last report.
@@ -450,16 +463,24 @@ impl NodeRegistrar {
         &self,
         attempt: usize,
     ) -> Result<StatusUpdate, ClientError> {
-        let params = if attempt == 0 {
-            GetParams::any()
-        } else {
-            GetParams::default()
+        let cached = match (attempt, &self.cache) {
+            (0, Some(cache)) => cache.node(),
+            _ => None,
         };
-        let original = self
-            .nodes
-            .get_with(&self.config.name, &params)
-            .await
-            .map_err(client_error)?;
+        let original = match cached {
+            Some(node) => node,
+            None => {
+                let params = if attempt == 0 {
+                    GetParams::any()
+                } else {
+                    GetParams::default()
+                };
+                self.nodes
+                    .get_with(&self.config.name, &params)
+                    .await
+                    .map_err(client_error)?
+            }
+        };
         let mut node = original.clone();
         // upstream updateNode: the OS and architecture labels, when missing or wrong.
         let (os, arch) = go_os_arch();

@@ -41,6 +41,12 @@ impl NodeCache {
         self.changed.subscribe()
     }
 
+    /// The last seen copy of the Node (`None` before the watch delivered it, or after a
+    /// delete).
+    pub fn node(&self) -> Option<Node> {
+        self.node.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Applies one watcher event.
     pub fn apply(&self, event: watcher::Event<Node>) {
         let mut node = self.node.write().unwrap_or_else(|e| e.into_inner());

@@ -288,10 +288,13 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     };
 
     // The node status asks the runtime for its version and conditions.
-    let registrar = api
-        .registrar
-        .take()
-        .map(|r| Arc::new(r.with_runtime(Arc::new(RuntimeForNode(runtime.clone())))));
+    let registrar = api.registrar.take().map(|r| {
+        let r = r.with_runtime(Arc::new(RuntimeForNode(runtime.clone())));
+        Arc::new(match &nodes {
+            Some(nodes) => r.with_node_cache(nodes.clone()),
+            None => r,
+        })
+    });
 
     let volumes = Arc::new(VolumeManager::new(
         VolumeManagerDeps {

@@ -327,3 +327,70 @@ async fn a_node_marked_unknown_is_posted_ready_again_at_the_next_status_update()
     cancel.cancel();
     run.await.unwrap();
 }
+
+/// upstream `tryUpdateNodeStatus`: the first try of each status update starts from the node
+/// informer's copy (here the Node watch's [`crate::NodeCache`]), so an idle node reads nothing
+/// every `nodeStatusUpdateFrequency`; a change another writer makes (the node lifecycle
+/// controller's Unknown) reaches the cache through the watch and is answered as before.
+#[tokio::test(start_paused = true)]
+async fn node_status_updates_start_from_the_watched_node_without_a_get() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, Patch, PatchParams};
+
+    use crate::local::store::Store;
+    use crate::test_server::TestApiServer;
+    use crate::{Backend, NodeCache};
+
+    let server = TestApiServer::start(Arc::new(Store::default()))
+        .await
+        .unwrap();
+    let client = kube::Client::new(server.router(), "default");
+    let cache = Arc::new(NodeCache::new());
+    let watch = {
+        let (cache, backend) = (cache.clone(), Backend::Cluster(client.clone()));
+        tokio::spawn(async move { cache.run(&backend, "node-a").await })
+    };
+    let mut config = NodeConfig::for_host("node-a");
+    config.renew_interval = Duration::from_secs(10);
+    let registrar = NodeRegistrar::new(client.clone(), config).with_node_cache(cache.clone());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let run = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { registrar.run(cancel).await })
+    };
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert!(cache.node().is_some(), "the watch delivered the Node");
+    let reads = || server.count(&Method::GET, "/nodes/node-a");
+    let before = reads();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(reads(), before, "status updates read the Node from the API");
+
+    let nodes: Api<Node> = Api::all(client);
+    let unknown = json!({"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.",
+        "lastHeartbeatTime": "2026-12-03T15:00:00Z", "lastTransitionTime": "2026-12-03T15:00:40Z"});
+    nodes
+        .patch_status(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [unknown]}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let node = nodes.get("node-a").await.unwrap();
+    let ready = node
+        .status
+        .and_then(|s| s.conditions)
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status);
+    assert_eq!(ready.as_deref(), Some("True"));
+    cancel.cancel();
+    run.await.unwrap();
+    watch.abort();
+}

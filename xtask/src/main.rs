@@ -169,6 +169,7 @@ const BENCHES: &[(&str, &str, bool)] = &[
     ("rustlet", "agent", false),
     ("rustlet", "cri", false),
     ("rustlet", "cluster", false),
+    ("rustlet", "kubelet_server", false),
 ];
 
 fn bench(root: &Path) -> Result<()> {

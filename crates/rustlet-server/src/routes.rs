@@ -1,5 +1,5 @@
 //! The kubelet server's routes (upstream: `pkg/kubelet/server/server.go`): `/healthz`, `/pods`,
-//! `/configz`, `/containerLogs`, `/exec`, `/attach`, `/portForward`, over a [`NodeApi`] the
+//! `/configz`, `/containerLogs`, `/exec`, `/attach`, `/portForward`, `/run`, over a [`NodeApi`] the
 //! binary implements (the pod manager, the status manager and the CRI live there).
 //!
 //! The router has no authentication of its own: the binary wraps it in
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request, State};
-use axum::routing::get;
+use axum::routing::{get, post};
 use http::{HeaderValue, Response, StatusCode, Uri, header};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use tokio::io::AsyncReadExt as _;
@@ -107,6 +107,21 @@ pub trait NodeApi: Send + Sync {
     /// The runtime's stream URL to forward `ports` of `pod`'s sandbox (upstream:
     /// `GetPortForward`, CRI `PortForward`).
     async fn port_forward_url(&self, pod: &Pod, ports: Vec<i32>) -> Result<Uri, NodeApiError>;
+
+    /// Runs `cmd` in the running `container` of `pod` to its end; its stdout then its stderr
+    /// (upstream: `RunInContainer`, CRI `ExecSync`). A command that exits non-zero is an error
+    /// naming its exit code.
+    async fn run_in_container(
+        &self,
+        pod: &Pod,
+        container: &str,
+        cmd: Vec<String>,
+    ) -> Result<Vec<u8>, NodeApiError> {
+        let _ = (pod, container, cmd);
+        Err(NodeApiError::Unsupported(
+            "this node cannot run commands in containers".to_owned(),
+        ))
+    }
 }
 
 /// The router's state.
@@ -137,6 +152,8 @@ pub fn router(api: Arc<dyn NodeApi>, proxy: ProxyConfig) -> Router {
             "/attach/{ns}/{pod}/{uid}/{container}",
             get(attach_uid).post(attach_uid),
         )
+        .route("/run/{ns}/{pod}/{container}", post(run))
+        .route("/run/{ns}/{pod}/{uid}/{container}", post(run_uid))
         .route(
             "/portForward/{ns}/{pod}",
             get(port_forward).post(port_forward),
@@ -532,6 +549,58 @@ async fn port_forward_uid(
     req: Request,
 ) -> Response<Body> {
     session(server, ns, pod, Some(uid), Session::PortForward, req).await
+}
+
+/// upstream: `getRun`. The command is the `cmd` parameter split at spaces (upstream: "for
+/// legacy reasons, run uses different query param than exec"); the answer is its output
+/// (labelled JSON as upstream's `writeJSONResponse` does, though it is the command's bytes),
+/// any failure a 500 with the error's text.
+async fn run_command(
+    server: Server,
+    ns: String,
+    pod_name: String,
+    container: String,
+    query: Option<String>,
+) -> Response<Body> {
+    let Some(pod) = server.api.pod_by_name(&ns, &pod_name).await else {
+        return text(StatusCode::NOT_FOUND, "pod does not exist");
+    };
+    let cmd_text = query_values(query.as_deref(), "cmd")
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let cmd = cmd_text.split(' ').map(str::to_owned).collect();
+    match server.api.run_in_container(&pod, &container, cmd).await {
+        Ok(output) if output.is_empty() => Response::new(Body::empty()),
+        Ok(output) => {
+            let mut response = Response::new(Body::from(output));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn run(
+    State(server): State<Server>,
+    Path((ns, pod, container)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response<Body> {
+    run_command(server, ns, pod, container, query).await
+}
+
+/// The `{uid}` form. Upstream's `RunInContainer` finds the pod by its full name and does not
+/// compare the UID (`Pods.FindPod` looks a pod up by its name when it has one): neither
+/// does this.
+async fn run_uid(
+    State(server): State<Server>,
+    Path((ns, pod, _uid, container)): Path<(String, String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response<Body> {
+    run_command(server, ns, pod, container, query).await
 }
 
 #[cfg(test)]

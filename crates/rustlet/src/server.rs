@@ -211,6 +211,33 @@ impl NodeApi for NodeServer {
         parse_url(&url)
     }
 
+    /// upstream: `RunInContainer` (no timeout), the runtime manager's `RunInContainer` (CRI
+    /// `ExecSync`, stdout then stderr) and the CRI client's `ExecSync` (a non-zero exit is
+    /// an error with upstream's wording). Deviation: the runtime hands stdout and stderr back
+    /// as one, so the error shows both where upstream's shows stderr alone.
+    async fn run_in_container(
+        &self,
+        pod: &Pod,
+        container: &str,
+        cmd: Vec<String>,
+    ) -> Result<Vec<u8>, NodeApiError> {
+        let id = running_container_id(pod, container)?;
+        let out = self
+            .runtime
+            .exec_sync(&id, &cmd, std::time::Duration::ZERO)
+            .await
+            .map_err(node_error)?;
+        if out.exit_code != 0 {
+            return Err(NodeApiError::Runtime(format!(
+                "command '{}' exited with {}: {}",
+                cmd.join(" "),
+                out.exit_code,
+                out.output
+            )));
+        }
+        Ok(out.output.into_bytes())
+    }
+
     async fn port_forward_url(&self, pod: &Pod, ports: Vec<i32>) -> Result<Uri, NodeApiError> {
         let url = self
             .runtime

@@ -31,6 +31,7 @@ enum Call {
     Exec(String, Vec<String>, StreamOptions),
     Attach(String, StreamOptions),
     PortForward(Vec<i32>),
+    Run(String, Vec<String>),
 }
 
 struct FakeNode {
@@ -103,6 +104,24 @@ impl NodeApi for FakeNode {
     async fn port_forward_url(&self, _pod: &Pod, ports: Vec<i32>) -> Result<Uri, NodeApiError> {
         self.calls.lock().unwrap().push(Call::PortForward(ports));
         Ok(self.stream_url.clone())
+    }
+    async fn run_in_container(
+        &self,
+        _pod: &Pod,
+        container: &str,
+        cmd: Vec<String>,
+    ) -> Result<Vec<u8>, NodeApiError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Run(container.to_owned(), cmd.clone()));
+        match cmd[0].as_str() {
+            "false" => Err(NodeApiError::Runtime(
+                "command 'false' exited with 1: ".to_owned(),
+            )),
+            "true" => Ok(Vec::new()),
+            _ => Ok(b"foo bar".to_vec()),
+        }
     }
 }
 
@@ -527,6 +546,68 @@ async fn attach_and_port_forward_as_upstream() {
                 }
             ),
             Call::PortForward(vec![80, 8080]),
+        ]
+    );
+}
+
+/// upstream `TestServeRunInContainer`: `POST /run/{ns}/{pod}/{container}?cmd=ls%20-a` runs
+/// `["ls", "-a"]` in the container and answers its output; the `{uid}` form too; a failed
+/// command is a 500 with the error's text, an unknown pod a 404; GET is not a route.
+#[tokio::test]
+async fn run_in_container_answers_the_commands_output() {
+    let f = fixture(vec![pod(running(), None)]);
+    let response = f
+        .app
+        .clone()
+        .oneshot(
+            http::Request::builder()
+                .method("POST")
+                .uri("/run/default/web/main?cmd=ls%20-a")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers().get(header::CONTENT_TYPE).unwrap(),
+        "application/json"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"foo bar");
+    assert_eq!(
+        call(
+            &f.app,
+            "POST",
+            "/run/default/web/uid-1/main?cmd=true",
+            false
+        )
+        .await,
+        (StatusCode::OK, String::new())
+    );
+    assert_eq!(
+        call(&f.app, "POST", "/run/default/web/main?cmd=false", false).await,
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "command 'false' exited with 1: ".into()
+        )
+    );
+    assert_eq!(
+        call(&f.app, "POST", "/run/default/nope/main?cmd=true", false).await,
+        (StatusCode::NOT_FOUND, "pod does not exist".into())
+    );
+    assert_eq!(
+        call(&f.app, "GET", "/run/default/web/main?cmd=true", false)
+            .await
+            .0,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    assert_eq!(
+        *f.node.calls.lock().unwrap(),
+        vec![
+            Call::Run("main".into(), vec!["ls".into(), "-a".into()]),
+            Call::Run("main".into(), vec!["true".into()]),
+            Call::Run("main".into(), vec!["false".into()]),
         ]
     );
 }

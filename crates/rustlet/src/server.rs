@@ -330,7 +330,11 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("the kubelet server on --address/--port {}", settings.listen))?;
-    let app = router(node, ProxyConfig::default()).layer(AuthLayer::new(Arc::new(auth)));
+    let proxy = ProxyConfig {
+        idle_timeout: settings.streaming_connection_idle_timeout,
+        ..ProxyConfig::default()
+    };
+    let app = router(node, proxy).layer(AuthLayer::new(Arc::new(auth)));
     info!(listen = %settings.listen, "kubelet server listening");
     Ok(tokio::spawn(async move {
         let stop = async move { cancel.cancelled().await };

@@ -451,17 +451,14 @@ async fn session(
     let Some(pod) = server.api.pod_by_name(&ns, &pod_name).await else {
         return text(StatusCode::NOT_FOUND, "pod does not exist");
     };
-    // upstream: a UID that is not the pod's finds no container (exec, attach) or no pod
-    // (port-forward).
-    if let Some(uid) = uid.as_deref().filter(|u| !u.is_empty())
+    // upstream: `getPortForward` answers a UID that is not the pod's with `pod not found`;
+    // exec and attach do not compare it (`findContainer` → `Pods.FindPod` looks the pod up by
+    // its full name whenever it has one, and it always has).
+    if let Session::PortForward = kind
+        && let Some(uid) = uid.as_deref().filter(|u| !u.is_empty())
         && pod.metadata.uid.as_deref() != Some(uid)
     {
-        return match kind {
-            Session::PortForward => text(StatusCode::NOT_FOUND, "pod not found"),
-            Session::Exec { container } | Session::Attach { container } => stream_error(
-                &NodeApiError::NotFound(format!("container not found ({container:?})")),
-            ),
-        };
+        return text(StatusCode::NOT_FOUND, "pod not found");
     }
     let url = match kind {
         Session::Exec { container } => {

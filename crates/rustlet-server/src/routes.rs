@@ -12,12 +12,12 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::routing::{get, post};
-use http::{HeaderValue, Response, StatusCode, Uri, header};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, Uri, header};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use tokio::io::AsyncReadExt as _;
 
 use crate::logs::{ContainerRunning, LogOptions, LogReader, parse_pod_log_query};
-use crate::streaming::{ProxyConfig, proxy_upgrade};
+use crate::streaming::{ProxyConfig, is_upgrade_request, proxy_upgrade};
 
 /// Why the node could not answer a route's question.
 #[derive(Debug, thiserror::Error)]
@@ -413,6 +413,53 @@ fn stream_options(query: Option<&str>) -> Result<StreamOptions, String> {
     Ok(opts)
 }
 
+/// Whether the request upgrades to a WebSocket (upstream: `wsstream.IsWebSocketRequest`).
+fn is_websocket_request(headers: &HeaderMap) -> bool {
+    is_upgrade_request(headers)
+        && headers
+            .get_all(header::UPGRADE)
+            .iter()
+            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"))
+}
+
+/// upstream: `portforward.NewV4Options`. A SPDY client names its ports per stream, so the
+/// query's are not read; a WebSocket client must name them there (`port=80&port=8080` or
+/// `port=80,8080`), each in 1..=65535, with upstream's wording (and Go's `strconv` text).
+fn port_forward_ports(headers: &HeaderMap, query: Option<&str>) -> Result<Vec<i32>, String> {
+    if !is_websocket_request(headers) {
+        return Ok(Vec::new());
+    }
+    let values = query_values(query, "port");
+    if values.is_empty() {
+        return Err("query parameter \"port\" is required".to_owned());
+    }
+    let mut ports = Vec::new();
+    for value in values {
+        if value.is_empty() {
+            return Err("query parameter \"port\" cannot be empty".to_owned());
+        }
+        for p in value.split(',') {
+            // Go's `ParseUint(p, 10, 16)`: digits only, then the range.
+            let why = if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                Some("invalid syntax")
+            } else {
+                p.parse::<u16>().err().map(|_| "value out of range")
+            };
+            if let Some(why) = why {
+                return Err(format!(
+                    "unable to parse {value:?} as a port: strconv.ParseUint: parsing {p:?}: {why}"
+                ));
+            }
+            let port: u16 = p.parse().unwrap_or_default();
+            if port < 1 {
+                return Err(format!("port {value:?} must be > 0"));
+            }
+            ports.push(i32::from(port));
+        }
+    }
+    Ok(ports)
+}
+
 /// upstream: `streaming.WriteError` (NotFound 404, else 500, the error's text).
 fn stream_error(e: &NodeApiError) -> Response<Body> {
     let status = match e {
@@ -441,12 +488,14 @@ async fn session(
     req: Request,
 ) -> Response<Body> {
     let query = req.uri().query().map(str::to_owned);
-    let streams = match kind {
-        Session::PortForward => StreamOptions::default(),
-        _ => match stream_options(query.as_deref()) {
-            Ok(opts) => opts,
-            Err(message) => return text(StatusCode::BAD_REQUEST, message),
-        },
+    let options = match kind {
+        Session::PortForward => port_forward_ports(req.headers(), query.as_deref())
+            .map(|ports| (StreamOptions::default(), ports)),
+        _ => stream_options(query.as_deref()).map(|streams| (streams, Vec::new())),
+    };
+    let (streams, ports) = match options {
+        Ok(options) => options,
+        Err(message) => return text(StatusCode::BAD_REQUEST, message),
     };
     let Some(pod) = server.api.pod_by_name(&ns, &pod_name).await else {
         return text(StatusCode::NOT_FOUND, "pod does not exist");
@@ -466,21 +515,7 @@ async fn session(
             server.api.exec_url(&pod, &container, cmd, streams).await
         }
         Session::Attach { container } => server.api.attach_url(&pod, &container, streams).await,
-        Session::PortForward => {
-            let mut ports = Vec::new();
-            for port in query_values(query.as_deref(), "port") {
-                match port.parse::<u16>() {
-                    Ok(p) if p > 0 => ports.push(i32::from(p)),
-                    _ => {
-                        return text(
-                            StatusCode::BAD_REQUEST,
-                            format!("unable to parse {port:?} as a port"),
-                        );
-                    }
-                }
-            }
-            server.api.port_forward_url(&pod, ports).await
-        }
+        Session::PortForward => server.api.port_forward_url(&pod, ports).await,
     };
     let url = match url {
         Ok(url) => url,

@@ -215,11 +215,21 @@ fn fixture(pods: Vec<Pod>) -> Fixture {
 }
 
 async fn call(app: &Router, method: &str, uri: &str, upgrade: bool) -> (StatusCode, String) {
+    call_upgrading(app, method, uri, upgrade.then_some("SPDY/3.1")).await
+}
+
+/// [`call`] upgrading to `protocol` (`SPDY/3.1`, `websocket`) when one is given.
+async fn call_upgrading(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    protocol: Option<&str>,
+) -> (StatusCode, String) {
     let mut req = http::Request::builder().method(method).uri(uri);
-    if upgrade {
+    if let Some(protocol) = protocol {
         req = req
             .header(header::CONNECTION, "Upgrade")
-            .header(header::UPGRADE, "SPDY/3.1");
+            .header(header::UPGRADE, protocol);
     }
     let response = app
         .clone()
@@ -507,7 +517,9 @@ async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
 }
 
 /// upstream `getAttach`/`getPortForward`: a TTY drops stderr, the runtime's NotFound is a 404,
-/// a port-forward with a wrong UID is `pod not found`, WebSocket `port=`s reach the runtime.
+/// a port-forward with a wrong UID is `pod not found`; `NewV4Options`: a WebSocket's `port=`s
+/// reach the runtime (refused with upstream's wording when missing or bad), a SPDY request's
+/// are not read.
 #[tokio::test]
 async fn attach_and_port_forward_as_upstream() {
     let f = fixture(vec![pod(running(), None)]);
@@ -528,24 +540,46 @@ async fn attach_and_port_forward_as_upstream() {
         call(&f.app, "GET", "/portForward/default/web/uid-2", true).await,
         (StatusCode::NOT_FOUND, "pod not found".into())
     );
+    let ws = Some("websocket");
     assert_eq!(
-        call(
+        call_upgrading(
             &f.app,
             "GET",
-            "/portForward/default/web/uid-1?port=80&port=8080",
-            true
+            "/portForward/default/web/uid-1?port=80&port=8080,9090",
+            ws
         )
         .await
         .0,
         StatusCode::BAD_GATEWAY
     );
+    // SPDY names its ports per stream: the query's are not read.
     assert_eq!(
-        call(&f.app, "GET", "/portForward/default/web?port=http", true).await,
-        (
-            StatusCode::BAD_REQUEST,
-            "unable to parse \"http\" as a port".into()
-        )
+        call(&f.app, "GET", "/portForward/default/web?port=http", true)
+            .await
+            .0,
+        StatusCode::BAD_GATEWAY
     );
+    for (query, refusal) in [
+        ("", "query parameter \"port\" is required"),
+        ("?port=", "query parameter \"port\" cannot be empty"),
+        (
+            "?port=http",
+            "unable to parse \"http\" as a port: strconv.ParseUint: parsing \"http\": invalid syntax",
+        ),
+        (
+            "?port=80,70000",
+            "unable to parse \"80,70000\" as a port: strconv.ParseUint: parsing \"70000\": value out of range",
+        ),
+        ("?port=0", "port \"0\" must be > 0"),
+    ] {
+        // Refused before the pod is looked up, as upstream's `getPortForward`.
+        let uri = format!("/portForward/default/nope{query}");
+        assert_eq!(
+            call_upgrading(&f.app, "GET", &uri, ws).await,
+            (StatusCode::BAD_REQUEST, refusal.into()),
+            "{query}"
+        );
+    }
     assert_eq!(
         *f.node.calls.lock().unwrap(),
         vec![
@@ -557,7 +591,8 @@ async fn attach_and_port_forward_as_upstream() {
                     ..Default::default()
                 }
             ),
-            Call::PortForward(vec![80, 8080]),
+            Call::PortForward(vec![80, 8080, 9090]),
+            Call::PortForward(Vec::new()),
         ]
     );
 }

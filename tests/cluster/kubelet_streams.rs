@@ -47,7 +47,7 @@ spec:
     command: [nc, -ll, -p, '8080', -e, cat]
   - name: clock
     image: IMAGE
-    command: [sh, -c, 'echo early; sleep 6; echo late; sleep 3600']
+    command: [sh, -c, 'echo early; sleep 10; echo late; sleep 3600']
 ";
 
 /// Applies [`POD`] and waits until each of its containers runs.
@@ -453,15 +453,15 @@ fn kubectl_port_forward_run_and_logs_since_reach_the_pod() {
     };
     let (early, late) = (stamp(0), stamp(1));
     // The API server passes `sinceTime` on in whole seconds: the second of `late` is after
-    // `early` (they are 6 s apart).
+    // `early` (they are 10 s apart).
     let since_time = k8s_openapi::jiff::Timestamp::from_second(late.as_second()).unwrap();
     assert!(since_time > early, "{stamped}");
     assert_eq!(logs(&[&format!("--since-time={since_time}")]), "late\n");
     assert_eq!(logs(&["--since=1h"]), "early\nlate\n");
-    // A window that starts between the two lines: 3 s (half their distance) before `late`,
-    // counted back from now.
+    // A window that starts between the two lines, 8 s before `late` (counted back from now:
+    // kubectl has 7 s to bring the request to the agent).
     let now = k8s_openapi::jiff::Timestamp::now();
-    let window = now.duration_since(late).as_secs() + 3;
+    let window = now.duration_since(late).as_secs() + 8;
     assert_eq!(logs(&[&format!("--since={window}s")]), "late\n");
 
     assert_no_refusals(cluster);

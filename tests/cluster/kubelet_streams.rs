@@ -269,7 +269,8 @@ fn assert_no_refusals(cluster: &Cluster) {
 /// Item 4: `kubectl exec -it` on a pseudo-terminal reaches an interactive `sh` on a TTY of
 /// the container (`tty` names a `/dev/pts/N`, `stty size` shows the terminal's size and then
 /// its new size after a resize) and ends with the shell's `exit 3` as kubectl's exit code; a
-/// non-TTY `kubectl exec -i` passes stdin through and its exit code too; `kubectl attach`
+/// non-TTY `kubectl exec -i` passes stdin through and its exit code too, and keeps stdout and
+/// stderr apart; `kubectl attach`
 /// reaches a container running with `stdin: true` (its output answers the input sent) and
 /// one with `tty: true` through the terminal.
 #[test]
@@ -327,6 +328,27 @@ fn kubectl_exec_with_a_tty_and_attach_reach_the_container() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.status.code(), Some(4));
+
+    // stdout and stderr stay apart without a TTY.
+    let out = cluster.kubectl_output(
+        &[
+            "exec",
+            "streams",
+            "-c",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2",
+        ],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("err\n"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // attach -i to a container with stdin and no TTY.
     let mut attach = kubectl(cluster, &["attach", "-i", "streams", "-c", "reader"])

@@ -50,9 +50,19 @@ spec:
     command: [sh, -c, 'echo early; sleep 10; echo late; sleep 3600']
 ";
 
-/// Applies [`POD`] and waits until each of its containers runs.
+/// Applies [`POD`] and waits until each of its containers runs. The node does not declare
+/// `ExtendWebSocketsToKubelet` (the agent proxies bytes and translates no WebSocket v5), so
+/// the API server speaks SPDY to it.
 fn start_pod(cluster: &Cluster) {
-    wait_ready(cluster, "node-a", "True");
+    let node = wait_ready(cluster, "node-a", "True");
+    let declared = node["status"]["declaredFeatures"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !declared.iter().any(|f| f == "ExtendWebSocketsToKubelet"),
+        "{declared:?}"
+    );
     cluster.apply(&POD.replace("IMAGE", BUSYBOX_IMAGE));
     cluster.wait_for("every container of the pod runs", || {
         let pod = cluster.get(&["pod", "streams"]);

@@ -15,6 +15,7 @@ mod cri;
 mod harness;
 mod kubelet_auth;
 mod kubelet_server;
+mod kubelet_streams;
 mod multi;
 mod node;
 mod static_pods;

@@ -1,5 +1,5 @@
 //! The kubelet server's routes (upstream: `pkg/kubelet/server/server.go`): `/healthz`, `/pods`,
-//! `/configz`, `/containerLogs`, `/exec`, `/attach`, `/portForward`, over a [`NodeApi`] the
+//! `/configz`, `/containerLogs`, `/exec`, `/attach`, `/portForward`, `/run`, over a [`NodeApi`] the
 //! binary implements (the pod manager, the status manager and the CRI live there).
 //!
 //! The router has no authentication of its own: the binary wraps it in
@@ -11,13 +11,13 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request, State};
-use axum::routing::get;
-use http::{HeaderValue, Response, StatusCode, Uri, header};
+use axum::routing::{get, post};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, Uri, header};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use tokio::io::AsyncReadExt as _;
 
 use crate::logs::{ContainerRunning, LogOptions, LogReader, parse_pod_log_query};
-use crate::streaming::{ProxyConfig, proxy_upgrade};
+use crate::streaming::{ProxyConfig, is_upgrade_request, proxy_upgrade};
 
 /// Why the node could not answer a route's question.
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +107,21 @@ pub trait NodeApi: Send + Sync {
     /// The runtime's stream URL to forward `ports` of `pod`'s sandbox (upstream:
     /// `GetPortForward`, CRI `PortForward`).
     async fn port_forward_url(&self, pod: &Pod, ports: Vec<i32>) -> Result<Uri, NodeApiError>;
+
+    /// Runs `cmd` in the running `container` of `pod` to its end; its stdout then its stderr
+    /// (upstream: `RunInContainer`, CRI `ExecSync`). A command that exits non-zero is an error
+    /// naming its exit code.
+    async fn run_in_container(
+        &self,
+        pod: &Pod,
+        container: &str,
+        cmd: Vec<String>,
+    ) -> Result<Vec<u8>, NodeApiError> {
+        let _ = (pod, container, cmd);
+        Err(NodeApiError::Unsupported(
+            "this node cannot run commands in containers".to_owned(),
+        ))
+    }
 }
 
 /// The router's state.
@@ -137,6 +152,8 @@ pub fn router(api: Arc<dyn NodeApi>, proxy: ProxyConfig) -> Router {
             "/attach/{ns}/{pod}/{uid}/{container}",
             get(attach_uid).post(attach_uid),
         )
+        .route("/run/{ns}/{pod}/{container}", post(run))
+        .route("/run/{ns}/{pod}/{uid}/{container}", post(run_uid))
         .route(
             "/portForward/{ns}/{pod}",
             get(port_forward).post(port_forward),
@@ -396,6 +413,53 @@ fn stream_options(query: Option<&str>) -> Result<StreamOptions, String> {
     Ok(opts)
 }
 
+/// Whether the request upgrades to a WebSocket (upstream: `wsstream.IsWebSocketRequest`).
+fn is_websocket_request(headers: &HeaderMap) -> bool {
+    is_upgrade_request(headers)
+        && headers
+            .get_all(header::UPGRADE)
+            .iter()
+            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"))
+}
+
+/// upstream: `portforward.NewV4Options`. A SPDY client names its ports per stream, so the
+/// query's are not read; a WebSocket client must name them there (`port=80&port=8080` or
+/// `port=80,8080`), each in 1..=65535, with upstream's wording (and Go's `strconv` text).
+fn port_forward_ports(headers: &HeaderMap, query: Option<&str>) -> Result<Vec<i32>, String> {
+    if !is_websocket_request(headers) {
+        return Ok(Vec::new());
+    }
+    let values = query_values(query, "port");
+    if values.is_empty() {
+        return Err("query parameter \"port\" is required".to_owned());
+    }
+    let mut ports = Vec::new();
+    for value in values {
+        if value.is_empty() {
+            return Err("query parameter \"port\" cannot be empty".to_owned());
+        }
+        for p in value.split(',') {
+            // Go's `ParseUint(p, 10, 16)`: digits only, then the range.
+            let why = if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                Some("invalid syntax")
+            } else {
+                p.parse::<u16>().err().map(|_| "value out of range")
+            };
+            if let Some(why) = why {
+                return Err(format!(
+                    "unable to parse {value:?} as a port: strconv.ParseUint: parsing {p:?}: {why}"
+                ));
+            }
+            let port: u16 = p.parse().unwrap_or_default();
+            if port < 1 {
+                return Err(format!("port {value:?} must be > 0"));
+            }
+            ports.push(i32::from(port));
+        }
+    }
+    Ok(ports)
+}
+
 /// upstream: `streaming.WriteError` (NotFound 404, else 500, the error's text).
 fn stream_error(e: &NodeApiError) -> Response<Body> {
     let status = match e {
@@ -424,27 +488,26 @@ async fn session(
     req: Request,
 ) -> Response<Body> {
     let query = req.uri().query().map(str::to_owned);
-    let streams = match kind {
-        Session::PortForward => StreamOptions::default(),
-        _ => match stream_options(query.as_deref()) {
-            Ok(opts) => opts,
-            Err(message) => return text(StatusCode::BAD_REQUEST, message),
-        },
+    let options = match kind {
+        Session::PortForward => port_forward_ports(req.headers(), query.as_deref())
+            .map(|ports| (StreamOptions::default(), ports)),
+        _ => stream_options(query.as_deref()).map(|streams| (streams, Vec::new())),
+    };
+    let (streams, ports) = match options {
+        Ok(options) => options,
+        Err(message) => return text(StatusCode::BAD_REQUEST, message),
     };
     let Some(pod) = server.api.pod_by_name(&ns, &pod_name).await else {
         return text(StatusCode::NOT_FOUND, "pod does not exist");
     };
-    // upstream: a UID that is not the pod's finds no container (exec, attach) or no pod
-    // (port-forward).
-    if let Some(uid) = uid.as_deref().filter(|u| !u.is_empty())
+    // upstream: `getPortForward` answers a UID that is not the pod's with `pod not found`;
+    // exec and attach do not compare it (`findContainer` → `Pods.FindPod` looks the pod up by
+    // its full name whenever it has one, and it always has).
+    if let Session::PortForward = kind
+        && let Some(uid) = uid.as_deref().filter(|u| !u.is_empty())
         && pod.metadata.uid.as_deref() != Some(uid)
     {
-        return match kind {
-            Session::PortForward => text(StatusCode::NOT_FOUND, "pod not found"),
-            Session::Exec { container } | Session::Attach { container } => stream_error(
-                &NodeApiError::NotFound(format!("container not found ({container:?})")),
-            ),
-        };
+        return text(StatusCode::NOT_FOUND, "pod not found");
     }
     let url = match kind {
         Session::Exec { container } => {
@@ -452,21 +515,7 @@ async fn session(
             server.api.exec_url(&pod, &container, cmd, streams).await
         }
         Session::Attach { container } => server.api.attach_url(&pod, &container, streams).await,
-        Session::PortForward => {
-            let mut ports = Vec::new();
-            for port in query_values(query.as_deref(), "port") {
-                match port.parse::<u16>() {
-                    Ok(p) if p > 0 => ports.push(i32::from(p)),
-                    _ => {
-                        return text(
-                            StatusCode::BAD_REQUEST,
-                            format!("unable to parse {port:?} as a port"),
-                        );
-                    }
-                }
-            }
-            server.api.port_forward_url(&pod, ports).await
-        }
+        Session::PortForward => server.api.port_forward_url(&pod, ports).await,
     };
     let url = match url {
         Ok(url) => url,
@@ -532,6 +581,58 @@ async fn port_forward_uid(
     req: Request,
 ) -> Response<Body> {
     session(server, ns, pod, Some(uid), Session::PortForward, req).await
+}
+
+/// upstream: `getRun`. The command is the `cmd` parameter split at spaces (upstream: "for
+/// legacy reasons, run uses different query param than exec"); the answer is its output
+/// (labelled JSON as upstream's `writeJSONResponse` does, though it is the command's bytes),
+/// any failure a 500 with the error's text.
+async fn run_command(
+    server: Server,
+    ns: String,
+    pod_name: String,
+    container: String,
+    query: Option<String>,
+) -> Response<Body> {
+    let Some(pod) = server.api.pod_by_name(&ns, &pod_name).await else {
+        return text(StatusCode::NOT_FOUND, "pod does not exist");
+    };
+    let cmd_text = query_values(query.as_deref(), "cmd")
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let cmd = cmd_text.split(' ').map(str::to_owned).collect();
+    match server.api.run_in_container(&pod, &container, cmd).await {
+        Ok(output) if output.is_empty() => Response::new(Body::empty()),
+        Ok(output) => {
+            let mut response = Response::new(Body::from(output));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn run(
+    State(server): State<Server>,
+    Path((ns, pod, container)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response<Body> {
+    run_command(server, ns, pod, container, query).await
+}
+
+/// The `{uid}` form. Upstream's `RunInContainer` finds the pod by its full name and does not
+/// compare the UID (`Pods.FindPod` looks a pod up by its name when it has one): neither
+/// does this.
+async fn run_uid(
+    State(server): State<Server>,
+    Path((ns, pod, _uid, container)): Path<(String, String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response<Body> {
+    run_command(server, ns, pod, container, query).await
 }
 
 #[cfg(test)]

@@ -7,7 +7,11 @@
 //! Whatever the protocol (SPDY/3.1 from the API server, a WebSocket from a client that speaks
 //! it), the bytes after the `101 Switching Protocols` are the runtime's business: nothing here
 //! parses them. An idle session (no byte either way) ends after the idle timeout
-//! (`streamingConnectionIdleTimeout`, 4 h by default).
+//! (`streamingConnectionIdleTimeout`, 4 h by default; none when it is `0`). Deviation: upstream
+//! fed that setting to the in-process streaming server of the runtimes it once built in
+//! (`getStreamingConfig`'s `StreamIdleTimeout`); with a remote runtime only the runtime's own
+//! stream server times sessions out (containerd's `stream_idle_timeout`), so the agent's proxy
+//! applies it here, as the kubelet's documentation of the setting promises.
 
 use std::time::Duration;
 
@@ -31,15 +35,16 @@ const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
 pub struct ProxyConfig {
     /// Connecting to the runtime's stream server and reading its answer's head.
     pub connect_timeout: Duration,
-    /// A session with no byte either way for this long is closed.
-    pub idle_timeout: Duration,
+    /// A session with no byte either way for this long is closed; `None`: never (upstream's
+    /// `streamingConnectionIdleTimeout: 0`).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for ProxyConfig {
     fn default() -> Self {
         Self {
             connect_timeout: Duration::from_secs(30),
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
         }
     }
 }
@@ -93,7 +98,7 @@ pub fn is_upgrade_request(headers: &HeaderMap) -> bool {
 /// Proxies the client's upgrade request `req` to the runtime's stream URL `runtime_url`: the
 /// runtime's answer goes back to the client; when it is `101 Switching Protocols`, a task
 /// copies bytes both ways until either side closes or the session is idle for
-/// `config.idle_timeout`.
+/// `config.idle_timeout` (when it has one).
 pub async fn proxy_upgrade(
     mut req: Request<Body>,
     runtime_url: &Uri,
@@ -265,8 +270,9 @@ pub enum SessionEnd {
 }
 
 /// Copies bytes both ways between `a` and `b` until both have finished sending, or nothing
-/// moved for `idle`. A side that finishes sending gets its peer's write half shut down.
-pub async fn copy_until_idle<A, B>(a: &mut A, b: &mut B, idle: Duration) -> SessionEnd
+/// moved for `idle` (when it is `Some`). A side that finishes sending gets its peer's write
+/// half shut down.
+pub async fn copy_until_idle<A, B>(a: &mut A, b: &mut B, idle: Option<Duration>) -> SessionEnd
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -277,7 +283,7 @@ where
     let mut b_buf = vec![0u8; 32 * 1024];
     let (mut a_open, mut b_open) = (true, true);
     while a_open || b_open {
-        let step = tokio::time::timeout(idle, async {
+        let step = async {
             tokio::select! {
                 read = a_read.read(&mut a_buf), if a_open => match read {
                     Ok(0) => { a_open = false; b_write.shutdown().await }
@@ -290,15 +296,20 @@ where
                     Err(e) => Err(e),
                 },
             }
-        })
-        .await;
+        };
+        let step = match idle {
+            Some(idle) => match tokio::time::timeout(idle, step).await {
+                Ok(step) => step,
+                Err(_) => return SessionEnd::Idle,
+            },
+            None => step.await,
+        };
         match step {
-            Err(_) => return SessionEnd::Idle,
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotConnected => {
+            Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
                 return SessionEnd::Closed;
             }
-            Ok(Err(e)) => return SessionEnd::Failed(e.to_string()),
-            Ok(Ok(())) => {}
+            Err(e) => return SessionEnd::Failed(e.to_string()),
+            Ok(()) => {}
         }
     }
     SessionEnd::Closed
@@ -469,10 +480,9 @@ mod tests {
     async fn an_idle_session_ends_after_the_idle_timeout() {
         let (mut a, mut a_peer) = tokio::io::duplex(64);
         let (mut b, mut b_peer) = tokio::io::duplex(64);
-        let session =
-            tokio::spawn(
-                async move { copy_until_idle(&mut a, &mut b, Duration::from_secs(60)).await },
-            );
+        let session = tokio::spawn(async move {
+            copy_until_idle(&mut a, &mut b, Some(Duration::from_secs(60))).await
+        });
         a_peer.write_all(b"x").await.unwrap();
         let mut one = [0u8; 1];
         b_peer.read_exact(&mut one).await.unwrap();
@@ -481,15 +491,53 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_secs(60));
     }
 
+    /// upstream's `streamingConnectionIdleTimeout: 0` ("0 indicates no timeout"): a session
+    /// that passes nothing for days is still open, and bytes still flow.
+    #[tokio::test(start_paused = true)]
+    async fn without_an_idle_timeout_an_idle_session_stays_open() {
+        let (mut a, mut a_peer) = tokio::io::duplex(64);
+        let (mut b, mut b_peer) = tokio::io::duplex(64);
+        let session = tokio::spawn(async move { copy_until_idle(&mut a, &mut b, None).await });
+        tokio::time::sleep(Duration::from_secs(30 * 24 * 3600)).await;
+        assert!(!session.is_finished());
+        a_peer.write_all(b"late").await.unwrap();
+        let mut got = [0u8; 4];
+        b_peer.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"late");
+    }
+
+    /// `streamingConnectionIdleTimeout` through the proxy: once nothing moved for the idle
+    /// timeout, the client's upgraded connection is closed.
+    #[tokio::test]
+    async fn an_idle_proxied_session_is_closed_after_the_idle_timeout() {
+        let (url, _head) = fake_runtime().await;
+        let config = ProxyConfig {
+            idle_timeout: Some(Duration::from_millis(100)),
+            ..ProxyConfig::default()
+        };
+        let port = agent(url, config).await;
+        let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        client
+            .write_all(
+                b"POST /exec/ns/pod/main?command=sh&input=1 HTTP/1.1\r\nHost: x\r\n\
+                  Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        read_until(&mut client, b"hello").await;
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "{rest:?}");
+    }
+
     /// Each side finishing its sending half is passed on; the session ends when both have.
     #[tokio::test]
     async fn half_closes_are_passed_on_and_end_the_session() {
         let (mut a, mut a_peer) = tokio::io::duplex(64);
         let (mut b, mut b_peer) = tokio::io::duplex(64);
-        let session =
-            tokio::spawn(
-                async move { copy_until_idle(&mut a, &mut b, DEFAULT_IDLE_TIMEOUT).await },
-            );
+        let session = tokio::spawn(async move {
+            copy_until_idle(&mut a, &mut b, Some(DEFAULT_IDLE_TIMEOUT)).await
+        });
         a_peer.write_all(b"last").await.unwrap();
         a_peer.shutdown().await.unwrap();
         let mut got = Vec::new();

@@ -210,6 +210,9 @@ pub struct FileConfig {
     healthz_port: Option<u16>,
     /// The healthz endpoint's address (kubelet `healthzBindAddress`, 127.0.0.1).
     healthz_bind_address: Option<String>,
+    /// How long an exec, attach or port-forward session may pass no byte before it is closed
+    /// (kubelet `streamingConnectionIdleTimeout`, `4h`; `0` never closes one).
+    streaming_connection_idle_timeout: Option<String>,
 }
 
 /// `authentication` with the kubelet's names.
@@ -328,6 +331,9 @@ pub struct ServerSettings {
     pub authentication: KubeletAuthentication,
     /// `authorization`.
     pub authorization: KubeletAuthorization,
+    /// `streamingConnectionIdleTimeout`: an exec, attach or port-forward session that passes
+    /// no byte for this long is closed; `None` (the key's `0`) never closes one.
+    pub streaming_connection_idle_timeout: Option<Duration>,
 }
 
 /// Everything the agent runs with.
@@ -597,6 +603,7 @@ impl AgentConfig {
             tls_private_key_file: file.tls_private_key_file.clone(),
             authentication: file.authentication.take(),
             authorization: file.authorization.take(),
+            streaming_connection_idle_timeout: file.streaming_connection_idle_timeout.take(),
         };
         let root_dir = cli
             .root_dir
@@ -863,6 +870,7 @@ struct FileServer {
     tls_private_key_file: Option<PathBuf>,
     authentication: Option<FileAuthentication>,
     authorization: Option<FileAuthorization>,
+    streaming_connection_idle_timeout: Option<String>,
 }
 
 /// The kubelet server's settings, flags over the file over upstream's v1beta1 defaults. Kube
@@ -955,12 +963,19 @@ fn kubelet_server(
             )?,
         },
     };
+    let idle = ttl(
+        "streamingConnectionIdleTimeout",
+        &file.streaming_connection_idle_timeout,
+        rustlet_server::streaming::DEFAULT_IDLE_TIMEOUT,
+    )?;
     Ok(KubeletServer::Serve(ServerSettings {
         listen: SocketAddr::new(address, port),
         tls_cert_file,
         tls_private_key_file,
         authentication,
         authorization,
+        // upstream: "0 indicates no timeout".
+        streaming_connection_idle_timeout: (!idle.is_zero()).then_some(idle),
     }))
 }
 
@@ -1018,6 +1033,45 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("rustlet").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
         AgentConfig::resolve(cli, false).map_err(|e| e.to_string())
+    }
+
+    /// Issue 26 item 4: `streamingConnectionIdleTimeout` as the kubelet's: 4h by default, a Go
+    /// duration, `0` for none.
+    #[test]
+    fn streaming_connection_idle_timeout_is_the_kubelets() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, "").unwrap();
+        let idle = |yaml: &str| {
+            let file = dir.path().join("c.yaml");
+            std::fs::write(&file, yaml).unwrap();
+            let server = parse(&[
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--config",
+                file.to_str().unwrap(),
+            ])
+            .map(|c| c.server)?;
+            let KubeletServer::Serve(set) = server else {
+                panic!("kube mode serves by default");
+            };
+            Ok::<_, String>(set.streaming_connection_idle_timeout)
+        };
+        assert_eq!(idle("{}").unwrap(), Some(Duration::from_secs(4 * 3600)));
+        assert_eq!(
+            idle("streamingConnectionIdleTimeout: 5m\n").unwrap(),
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(
+            idle("streamingConnectionIdleTimeout: \"0\"\n").unwrap(),
+            None
+        );
+        let err = idle("streamingConnectionIdleTimeout: soon\n").unwrap_err();
+        assert!(err.contains("streamingConnectionIdleTimeout"), "{err}");
     }
 
     /// Issue 26 item 3: the kubelet server with the kubelet's names and defaults: on in kube

@@ -54,7 +54,9 @@ fn parse_url(url: &str) -> Result<Uri, NodeApiError> {
 
 /// The running instance of `container` as the pod's status names it. Upstream's
 /// `findContainer` asks the runtime's pod list; the status the status manager holds is the
-/// runtime's, one relist later at most.
+/// runtime's, one relist later at most. None is upstream's plain `container not found (...)`
+/// error, which `streaming.WriteError` answers with a 500 (only the runtime's gRPC NotFound
+/// is a 404).
 fn running_container_id(pod: &Pod, container: &str) -> Result<String, NodeApiError> {
     let status = pod.status.as_ref();
     let lists: [Option<&Vec<ContainerStatus>>; 3] = [
@@ -68,7 +70,7 @@ fn running_container_id(pod: &Pod, container: &str) -> Result<String, NodeApiErr
         .flatten()
         .find(|s| s.name == container && s.state.as_ref().is_some_and(|st| st.running.is_some()))
         .and_then(|s| s.container_id.clone())
-        .ok_or_else(|| NodeApiError::NotFound(format!("container not found ({container:?})")))
+        .ok_or_else(|| NodeApiError::Runtime(format!("container not found ({container:?})")))
 }
 
 fn streams(s: StreamOptions) -> Streams {
@@ -211,6 +213,33 @@ impl NodeApi for NodeServer {
         parse_url(&url)
     }
 
+    /// upstream: `RunInContainer` (no timeout), the runtime manager's `RunInContainer` (CRI
+    /// `ExecSync`, stdout then stderr) and the CRI client's `ExecSync` (a non-zero exit is
+    /// an error with upstream's wording). Deviation: the runtime hands stdout and stderr back
+    /// as one, so the error shows both where upstream's shows stderr alone.
+    async fn run_in_container(
+        &self,
+        pod: &Pod,
+        container: &str,
+        cmd: Vec<String>,
+    ) -> Result<Vec<u8>, NodeApiError> {
+        let id = running_container_id(pod, container)?;
+        let out = self
+            .runtime
+            .exec_sync(&id, &cmd, std::time::Duration::ZERO)
+            .await
+            .map_err(node_error)?;
+        if out.exit_code != 0 {
+            return Err(NodeApiError::Runtime(format!(
+                "command '{}' exited with {}: {}",
+                cmd.join(" "),
+                out.exit_code,
+                out.output
+            )));
+        }
+        Ok(out.output.into_bytes())
+    }
+
     async fn port_forward_url(&self, pod: &Pod, ports: Vec<i32>) -> Result<Uri, NodeApiError> {
         let url = self
             .runtime
@@ -303,7 +332,11 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("the kubelet server on --address/--port {}", settings.listen))?;
-    let app = router(node, ProxyConfig::default()).layer(AuthLayer::new(Arc::new(auth)));
+    let proxy = ProxyConfig {
+        idle_timeout: settings.streaming_connection_idle_timeout,
+        ..ProxyConfig::default()
+    };
+    let app = router(node, proxy).layer(AuthLayer::new(Arc::new(auth)));
     info!(listen = %settings.listen, "kubelet server listening");
     Ok(tokio::spawn(async move {
         let stop = async move { cancel.cancelled().await };
@@ -316,6 +349,37 @@ pub async fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// upstream `GetExec`/`GetAttach`/`RunInContainer`: a container that does not run is
+    /// `container not found ("c")`, a plain error (HTTP 500), not the runtime's NotFound.
+    #[test]
+    fn a_container_that_does_not_run_is_not_found_as_upstreams_plain_error() {
+        let pod = Pod {
+            status: Some(k8s_openapi::api::core::v1::PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "main".into(),
+                    container_id: Some("containerd://abc".into()),
+                    state: Some(k8s_openapi::api::core::v1::ContainerState {
+                        running: Some(Default::default()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            running_container_id(&pod, "main").unwrap(),
+            "containerd://abc"
+        );
+        match running_container_id(&pod, "side") {
+            Err(NodeApiError::Runtime(message)) => {
+                assert_eq!(message, "container not found (\"side\")");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     /// `/configz` shows Go's duration text, as the kubelet's `metav1.Duration` does.
     #[test]

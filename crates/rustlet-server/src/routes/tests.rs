@@ -31,6 +31,7 @@ enum Call {
     Exec(String, Vec<String>, StreamOptions),
     Attach(String, StreamOptions),
     PortForward(Vec<i32>),
+    Run(String, Vec<String>),
 }
 
 struct FakeNode {
@@ -103,6 +104,24 @@ impl NodeApi for FakeNode {
     async fn port_forward_url(&self, _pod: &Pod, ports: Vec<i32>) -> Result<Uri, NodeApiError> {
         self.calls.lock().unwrap().push(Call::PortForward(ports));
         Ok(self.stream_url.clone())
+    }
+    async fn run_in_container(
+        &self,
+        _pod: &Pod,
+        container: &str,
+        cmd: Vec<String>,
+    ) -> Result<Vec<u8>, NodeApiError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Run(container.to_owned(), cmd.clone()));
+        match cmd[0].as_str() {
+            "false" => Err(NodeApiError::Runtime(
+                "command 'false' exited with 1: ".to_owned(),
+            )),
+            "true" => Ok(Vec::new()),
+            _ => Ok(b"foo bar".to_vec()),
+        }
     }
 }
 
@@ -196,11 +215,21 @@ fn fixture(pods: Vec<Pod>) -> Fixture {
 }
 
 async fn call(app: &Router, method: &str, uri: &str, upgrade: bool) -> (StatusCode, String) {
+    call_upgrading(app, method, uri, upgrade.then_some("SPDY/3.1")).await
+}
+
+/// [`call`] upgrading to `protocol` (`SPDY/3.1`, `websocket`) when one is given.
+async fn call_upgrading(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    protocol: Option<&str>,
+) -> (StatusCode, String) {
     let mut req = http::Request::builder().method(method).uri(uri);
-    if upgrade {
+    if let Some(protocol) = protocol {
         req = req
             .header(header::CONNECTION, "Upgrade")
-            .header(header::UPGRADE, "SPDY/3.1");
+            .header(header::UPGRADE, protocol);
     }
     let response = app
         .clone()
@@ -433,6 +462,7 @@ async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
             }
         )]
     );
+    f.node.calls.lock().unwrap().clear();
     assert_eq!(
         call(&f.app, "POST", "/exec/default/web/main?command=true", true).await,
         (
@@ -440,6 +470,8 @@ async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
             "you must specify at least 1 of stdin, stdout, stderr".into()
         )
     );
+    // upstream's `findContainer` finds the pod by name: a UID that is not the pod's still
+    // reaches the runtime.
     assert_eq!(
         call(
             &f.app,
@@ -447,11 +479,9 @@ async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
             "/exec/default/web/uid-2/main?command=true&output=1",
             true
         )
-        .await,
-        (
-            StatusCode::NOT_FOUND,
-            "container not found (\"main\")".into()
-        )
+        .await
+        .0,
+        StatusCode::BAD_GATEWAY
     );
     assert_eq!(
         call(
@@ -473,10 +503,23 @@ async fn exec_passes_command_and_streams_to_the_runtime_and_proxies() {
         .await,
         (StatusCode::BAD_REQUEST, "Upgrade request required".into())
     );
+    // The wrong UID's and the plain request's: both asked the runtime (upstream checks the
+    // upgrade in the proxy, after `GetExec`).
+    let asked = Call::Exec(
+        "main".into(),
+        vec!["true".into()],
+        StreamOptions {
+            stdout: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(*f.node.calls.lock().unwrap(), vec![asked.clone(), asked]);
 }
 
 /// upstream `getAttach`/`getPortForward`: a TTY drops stderr, the runtime's NotFound is a 404,
-/// a port-forward with a wrong UID is `pod not found`, WebSocket `port=`s reach the runtime.
+/// a port-forward with a wrong UID is `pod not found`; `NewV4Options`: a WebSocket's `port=`s
+/// reach the runtime (refused with upstream's wording when missing or bad), a SPDY request's
+/// are not read.
 #[tokio::test]
 async fn attach_and_port_forward_as_upstream() {
     let f = fixture(vec![pod(running(), None)]);
@@ -497,24 +540,46 @@ async fn attach_and_port_forward_as_upstream() {
         call(&f.app, "GET", "/portForward/default/web/uid-2", true).await,
         (StatusCode::NOT_FOUND, "pod not found".into())
     );
+    let ws = Some("websocket");
     assert_eq!(
-        call(
+        call_upgrading(
             &f.app,
             "GET",
-            "/portForward/default/web/uid-1?port=80&port=8080",
-            true
+            "/portForward/default/web/uid-1?port=80&port=8080,9090",
+            ws
         )
         .await
         .0,
         StatusCode::BAD_GATEWAY
     );
+    // SPDY names its ports per stream: the query's are not read.
     assert_eq!(
-        call(&f.app, "GET", "/portForward/default/web?port=http", true).await,
-        (
-            StatusCode::BAD_REQUEST,
-            "unable to parse \"http\" as a port".into()
-        )
+        call(&f.app, "GET", "/portForward/default/web?port=http", true)
+            .await
+            .0,
+        StatusCode::BAD_GATEWAY
     );
+    for (query, refusal) in [
+        ("", "query parameter \"port\" is required"),
+        ("?port=", "query parameter \"port\" cannot be empty"),
+        (
+            "?port=http",
+            "unable to parse \"http\" as a port: strconv.ParseUint: parsing \"http\": invalid syntax",
+        ),
+        (
+            "?port=80,70000",
+            "unable to parse \"80,70000\" as a port: strconv.ParseUint: parsing \"70000\": value out of range",
+        ),
+        ("?port=0", "port \"0\" must be > 0"),
+    ] {
+        // Refused before the pod is looked up, as upstream's `getPortForward`.
+        let uri = format!("/portForward/default/nope{query}");
+        assert_eq!(
+            call_upgrading(&f.app, "GET", &uri, ws).await,
+            (StatusCode::BAD_REQUEST, refusal.into()),
+            "{query}"
+        );
+    }
     assert_eq!(
         *f.node.calls.lock().unwrap(),
         vec![
@@ -526,7 +591,70 @@ async fn attach_and_port_forward_as_upstream() {
                     ..Default::default()
                 }
             ),
-            Call::PortForward(vec![80, 8080]),
+            Call::PortForward(vec![80, 8080, 9090]),
+            Call::PortForward(Vec::new()),
+        ]
+    );
+}
+
+/// upstream `TestServeRunInContainer`: `POST /run/{ns}/{pod}/{container}?cmd=ls%20-a` runs
+/// `["ls", "-a"]` in the container and answers its output; the `{uid}` form too; a failed
+/// command is a 500 with the error's text, an unknown pod a 404; GET is not a route.
+#[tokio::test]
+async fn run_in_container_answers_the_commands_output() {
+    let f = fixture(vec![pod(running(), None)]);
+    let response = f
+        .app
+        .clone()
+        .oneshot(
+            http::Request::builder()
+                .method("POST")
+                .uri("/run/default/web/main?cmd=ls%20-a")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers().get(header::CONTENT_TYPE).unwrap(),
+        "application/json"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"foo bar");
+    assert_eq!(
+        call(
+            &f.app,
+            "POST",
+            "/run/default/web/uid-1/main?cmd=true",
+            false
+        )
+        .await,
+        (StatusCode::OK, String::new())
+    );
+    assert_eq!(
+        call(&f.app, "POST", "/run/default/web/main?cmd=false", false).await,
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "command 'false' exited with 1: ".into()
+        )
+    );
+    assert_eq!(
+        call(&f.app, "POST", "/run/default/nope/main?cmd=true", false).await,
+        (StatusCode::NOT_FOUND, "pod does not exist".into())
+    );
+    assert_eq!(
+        call(&f.app, "GET", "/run/default/web/main?cmd=true", false)
+            .await
+            .0,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    assert_eq!(
+        *f.node.calls.lock().unwrap(),
+        vec![
+            Call::Run("main".into(), vec!["ls".into(), "-a".into()]),
+            Call::Run("main".into(), vec!["true".into()]),
+            Call::Run("main".into(), vec!["false".into()]),
         ]
     );
 }

@@ -112,9 +112,20 @@ fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
+/// The pod's log directory (`<root>/pod-logs/<namespace>_<name>_<uid>`), if there is one.
+fn pod_log_dir(root: &Path, uid: &str) -> Option<PathBuf> {
+    let pod = rustlet_core::PodUid::new(uid);
+    rustlet_cri::logs::pod_log_directories(&root.join("pod-logs"), &pod)
+        .unwrap()
+        .pop()
+}
+
 /// The lines a container wrote to stdout, from its CRI log file.
 fn log_lines(root: &Path, uid: &str, container: &str) -> Vec<String> {
-    let path = root.join(format!("pod-logs/{uid}/{container}/0.log"));
+    let Some(dir) = pod_log_dir(root, uid) else {
+        return Vec::new();
+    };
+    let path = dir.join(format!("{container}/0.log"));
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -228,7 +239,7 @@ fn cri_two_containers_share_an_empty_dir_and_deletion_stops_and_removes_them() {
     });
     // The log directory goes in the same cleanup, after the pod directory: waited for too.
     agent.wait_for("the pod's log directory removed", || {
-        (!cri.root.join("pod-logs").join(&uid).exists()).then_some(())
+        pod_log_dir(&cri.root, &uid).is_none().then_some(())
     });
 }
 
@@ -785,7 +796,13 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
     let pod: k8s_openapi::api::core::v1::Pod = serde_saphyr::from_str(&manifest).unwrap();
     let spec_container = pod.spec.as_ref().unwrap().containers[0].clone();
     let endpoint = cri.containerd.endpoint().to_owned();
-    let log_dir = cri.root.join("pod-logs").join(uid);
+    let log_dir = rustlet_cri::logs::pod_logs_directory(
+        &cri.root.join("pod-logs"),
+        "default",
+        "stale",
+        &rustlet_core::PodUid::new(uid),
+    )
+    .unwrap();
     std::fs::create_dir_all(log_dir.join("main")).unwrap();
     let (sandbox, stale) = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -16,15 +16,20 @@ use crate::support::{Cluster, POD_NETWORK_GATEWAY, TEST_EVICTION_HARD, cluster};
 
 /// The control plane and the agent (kubelet server on, the node certificate serving it), all
 /// in the private containerd's network namespace.
-struct ServedNode {
+pub(crate) struct ServedNode {
     // Dropped first: the agent, then the cluster, then containerd and its namespace.
-    _agent: Agent,
-    cluster: Cluster,
-    containerd: PrivateContainerd,
+    pub(crate) _agent: Agent,
+    pub(crate) cluster: Cluster,
+    pub(crate) containerd: PrivateContainerd,
 }
 
 impl ServedNode {
     fn start(test: &str, node: &str) -> Option<Self> {
+        Self::start_with_config(test, node, "")
+    }
+
+    /// [`Self::start`] with more lines in the agent's config file.
+    pub(crate) fn start_with_config(test: &str, node: &str, extra_config: &str) -> Option<Self> {
         let containerd = PrivateContainerd::start_blocking(test)?;
         let cluster = cluster(test, &[node], |o| {
             o.netns = Some(containerd.netns());
@@ -34,7 +39,11 @@ impl ServedNode {
         let root = containerd.dir().join("root");
         let gateway = std::net::Ipv4Addr::from(POD_NETWORK_GATEWAY);
         let config = containerd.dir().join("config.yaml");
-        std::fs::write(&config, format!("nodeIP: {gateway}\n{TEST_EVICTION_HARD}")).unwrap();
+        std::fs::write(
+            &config,
+            format!("nodeIP: {gateway}\n{TEST_EVICTION_HARD}{extra_config}"),
+        )
+        .unwrap();
         let pki = |f: &str| cluster.inner.pki(f).display().to_string();
         let (cert, key, ca) = (
             pki(&format!("node-{node}.crt")),

@@ -133,7 +133,8 @@ pub fn container_log_symlink(
 }
 
 /// The pod log directories of `uid` under `pod_logs_dir` (`*_<uid>`; upstream's container GC
-/// parses the UID the same way, `parsePodUIDFromLogsDirectory`).
+/// parses the UID the same way, `parsePodUIDFromLogsDirectory`), and `<uid>` itself: the
+/// layout of agents before this one, whose directories a newer agent removes too.
 pub fn pod_log_directories(
     pod_logs_dir: &Path,
     uid: &PodUid,
@@ -159,7 +160,7 @@ pub fn pod_log_directories(
         if entry
             .file_name()
             .to_str()
-            .is_some_and(|n| n.ends_with(&suffix))
+            .is_some_and(|n| n.ends_with(&suffix) || n == uid)
         {
             out.push(entry.path());
         }
@@ -340,7 +341,9 @@ mod tests {
         std::fs::create_dir_all(&links).unwrap();
         let mine = pod_logs_directory(&pods, "ns", "p", &PodUid::new("u1")).unwrap();
         let other = pod_logs_directory(&pods, "ns", "q", &PodUid::new("xu1")).unwrap();
-        for dir in [&mine, &other] {
+        // An older agent's layout, `<uid>` alone.
+        let legacy = pods.join("u1");
+        for dir in [&mine, &other, &legacy] {
             std::fs::create_dir_all(dir.join("c")).unwrap();
             std::fs::write(dir.join("c/0.log"), "x").unwrap();
         }
@@ -350,6 +353,7 @@ mod tests {
         std::os::unix::fs::symlink(other.join("c/0.log"), &other_link).unwrap();
         remove_pod_logs(&pods, &links, &PodUid::new("u1")).unwrap();
         assert!(!mine.exists());
+        assert!(!legacy.exists());
         assert!(std::fs::symlink_metadata(&my_link).is_err());
         assert!(other.join("c/0.log").exists());
         assert!(std::fs::symlink_metadata(&other_link).is_ok());

@@ -1147,7 +1147,6 @@ impl Runtime for CriRuntime {
             .map_err(|e| config_error(e.to_string()))?;
         let _ =
             tokio::task::spawn_blocking(move || std::fs::create_dir_all(container_log_dir)).await;
-        let container_log = log_dir.join(&config.log_path);
         let id = self
             .client
             .create_container(&sandbox.id, config, sandbox_cfg)
@@ -1171,8 +1170,12 @@ impl Runtime for CriRuntime {
             }
         })?;
         debug!(container = %container.name, id = %id, "container started");
-        if let Some(link) = record.log_symlink.clone() {
-            self.link_container_log(container_log, link).await;
+        // The file containerd writes, as it says (the sandbox's directory and the container's
+        // path): a sandbox an older agent made may have another directory.
+        if let Some(link) = record.log_symlink.clone()
+            && !record.log_path.as_os_str().is_empty()
+        {
+            self.link_container_log(record.log_path.clone(), link).await;
         }
         self.update(&uid, |p| p.containers.insert(0, record));
         Ok(())

@@ -42,21 +42,28 @@ impl Cri {
 
     /// [`Self::start`] with environment variables for the agent.
     fn start_with_env(&self, env: &[(&str, &str)]) -> Agent {
+        self.start_with(&[], env)
+    }
+
+    /// [`Self::start`] with more flags and environment variables for the agent.
+    fn start_with(&self, flags: &[&str], env: &[(&str, &str)]) -> Agent {
         let netns = self.containerd.netns();
+        let mut args = vec![
+            "--node-name",
+            "node-a",
+            "--root-dir",
+            self.root.to_str().unwrap(),
+            "--local",
+            self.manifests.to_str().unwrap(),
+            "--runtime",
+            "cri",
+            "--container-runtime-endpoint",
+            self.containerd.endpoint(),
+        ];
+        args.extend(flags);
         start_with_env(
             Some(&netns),
-            &[
-                "--node-name",
-                "node-a",
-                "--root-dir",
-                self.root.to_str().unwrap(),
-                "--local",
-                self.manifests.to_str().unwrap(),
-                "--runtime",
-                "cri",
-                "--container-runtime-endpoint",
-                self.containerd.endpoint(),
-            ],
+            &args,
             env,
             &self.containerd.dir().join("agent.log"),
         )
@@ -112,9 +119,20 @@ fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
+/// The pod's log directory (`<root>/pod-logs/<namespace>_<name>_<uid>`), if there is one.
+fn pod_log_dir(root: &Path, uid: &str) -> Option<PathBuf> {
+    let pod = rustlet_core::PodUid::new(uid);
+    rustlet_cri::logs::pod_log_directories(&root.join("pod-logs"), &pod)
+        .unwrap()
+        .pop()
+}
+
 /// The lines a container wrote to stdout, from its CRI log file.
 fn log_lines(root: &Path, uid: &str, container: &str) -> Vec<String> {
-    let path = root.join(format!("pod-logs/{uid}/{container}/0.log"));
+    let Some(dir) = pod_log_dir(root, uid) else {
+        return Vec::new();
+    };
+    let path = dir.join(format!("{container}/0.log"));
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -228,7 +246,7 @@ fn cri_two_containers_share_an_empty_dir_and_deletion_stops_and_removes_them() {
     });
     // The log directory goes in the same cleanup, after the pod directory: waited for too.
     agent.wait_for("the pod's log directory removed", || {
-        (!cri.root.join("pod-logs").join(&uid).exists()).then_some(())
+        pod_log_dir(&cri.root, &uid).is_none().then_some(())
     });
 }
 
@@ -785,7 +803,13 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
     let pod: k8s_openapi::api::core::v1::Pod = serde_saphyr::from_str(&manifest).unwrap();
     let spec_container = pod.spec.as_ref().unwrap().containers[0].clone();
     let endpoint = cri.containerd.endpoint().to_owned();
-    let log_dir = cri.root.join("pod-logs").join(uid);
+    let log_dir = rustlet_cri::logs::pod_logs_directory(
+        &cri.root.join("pod-logs"),
+        "default",
+        "stale",
+        &rustlet_core::PodUid::new(uid),
+    )
+    .unwrap();
     std::fs::create_dir_all(log_dir.join("main")).unwrap();
     let (sandbox, stale) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1422,4 +1446,95 @@ fn cri_an_always_pods_container_in_unknown_state_is_killed_before_a_new_one_star
     });
     assert_eq!(pod["status"]["phase"], "Running", "{pod}");
     assert_eq!(container(&pod, "main")["restartCount"], 1, "{pod}");
+}
+
+const CHATTY: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: chatty
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "i=0; while [ $i -lt 20 ]; do echo line-$i; i=$((i+1)); done; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after-rotation; exec sleep 1000"]
+"#;
+
+/// Issue 26 item 3: the agent runs the kubelet's container log manager on the CRI runtime
+/// with the config file's `containerLogMaxSize` and `containerLogMonitorInterval`: a log above
+/// the size is renamed `0.log.<time>` and containerd writes a new `0.log`; the container's
+/// `/var/log/containers`-style symlink under `<root>/container-logs` names the live file.
+#[test]
+fn cri_the_agent_rotates_a_container_log_above_container_log_max_size() {
+    let Some(cri) = Cri::new(
+        "cri_the_agent_rotates_a_container_log",
+        &[("chatty.yaml", CHATTY)],
+    ) else {
+        return;
+    };
+    let config = cri.containerd.dir().join("config.yaml");
+    std::fs::write(
+        &config,
+        "containerLogMaxSize: 200\ncontainerLogMonitorInterval: 3s\n",
+    )
+    .unwrap();
+    let agent = cri.start_with(&["--config", config.to_str().unwrap()], &[]);
+    let pod = running(&agent, "chatty");
+    let uid = uid(&pod);
+    let id = container(&pod, "main")["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_owned();
+    let dir = pod_log_dir(&cri.root, &uid).unwrap().join("main");
+    let rotated = agent.wait_for("the log rotated", || {
+        std::fs::read_dir(&dir)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("0.log."))
+            })
+    });
+    assert!(
+        std::fs::read_to_string(&rotated)
+            .unwrap()
+            .contains("line-19"),
+        "{}",
+        rotated.display()
+    );
+    let link = cri
+        .root
+        .join("container-logs")
+        .join(format!("chatty_default_main-{id}.log"));
+    assert_eq!(std::fs::read_link(&link).unwrap(), dir.join("0.log"));
+    // containerd writes the reopened file.
+    let endpoint = cri.containerd.endpoint().to_owned();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                .await
+                .unwrap();
+            let out = client
+                .exec_sync(
+                    &id,
+                    vec!["touch".into(), "/tmp/go".into()],
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+            assert_eq!(out.exit_code, 0);
+        });
+    agent.wait_for("the new file written", || {
+        std::fs::read_to_string(&link)
+            .ok()
+            .filter(|s| s.contains("after-rotation") && !s.contains("line-"))
+    });
+    assert!(agent.terminate().success());
 }

@@ -8,6 +8,7 @@
 //! `RUSTLET_REQUIRE_CLUSTER=1` (as `.ci/run` sets) that fails instead. Tests that run
 //! containers need root as the CRI tests do (`RUSTLET_REQUIRE_PRIVILEGED=1` makes a skip fail).
 
+mod container_logs;
 mod cri;
 // The agent harness is shared with `tests/agent`; not every helper is used here.
 #[allow(dead_code)]

@@ -98,10 +98,12 @@ fn container_logs(node: &CriNode, pod: &Value) -> String {
     }
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
     let mut out = String::new();
-    walk(
-        &node.containerd.dir().join("root/pod-logs").join(uid),
-        &mut out,
-    );
+    let pod_logs = node.containerd.dir().join("root/pod-logs");
+    for dir in rustlet_cri::logs::pod_log_directories(&pod_logs, &rustlet_core::PodUid::new(uid))
+        .unwrap_or_default()
+    {
+        walk(&dir, &mut out);
+    }
     out
 }
 

@@ -166,7 +166,7 @@ fn cri_item_3_scale_down_terminates_gracefully_and_a_deleted_namespace_leaves_no
     cluster.wait_for(
         "no pod directory, mount, sandbox or container left",
         || {
-            let dirs: BTreeSet<String> = ["pods", "pod-logs"]
+            let dirs: BTreeSet<String> = ["pods", "pod-logs", "container-logs"]
                 .iter()
                 .flat_map(|d| entries(&root.join(d)).into_iter().map(move |e| format!("{d}/{e}")))
                 .collect();

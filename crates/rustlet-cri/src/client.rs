@@ -399,6 +399,47 @@ impl CriClient {
         Ok(containers)
     }
 
+    /// `ReopenContainerLog`: the runtime closes the container's log file and opens a new one
+    /// at the same path (after the log manager renamed it).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {
+        let mut rt = self.runtime.clone();
+        let request = cri::ReopenContainerLogRequest {
+            container_id: id.to_owned(),
+        };
+        self.call(
+            "ReopenContainerLog",
+            self.timeout,
+            rt.reopen_container_log(request),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `ListContainers` of the running containers that carry every label of `selector`.
+    pub async fn list_running_containers_labelled(
+        &self,
+        selector: &HashMap<String, String>,
+    ) -> Result<Vec<cri::Container>, CriError> {
+        let mut rt = self.runtime.clone();
+        let request = cri::ListContainersRequest {
+            filter: Some(cri::ContainerFilter {
+                state: Some(cri::ContainerStateValue {
+                    state: cri::ContainerState::ContainerRunning as i32,
+                }),
+                label_selector: selector.clone(),
+                ..Default::default()
+            }),
+        };
+        let r = self
+            .call("ListContainers", self.timeout, rt.list_containers(request))
+            .await?;
+        let mut containers = r.containers;
+        containers.retain(|c| {
+            carries(&c.labels, selector) && c.state == cri::ContainerState::ContainerRunning as i32
+        });
+        Ok(containers)
+    }
+
     /// `ContainerStatus`.
     pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
         let mut rt = self.runtime.clone();

@@ -8,6 +8,8 @@
 //! * [`security`]: the Linux security context of a sandbox and of each container from the pod's
 //!   and the container's `securityContext` (container fields win), `runAsNonRoot` refused
 //!   against the image's user; pure.
+//! * [`logs`]: the kubelet's log layout: `<podLogsDir>/<namespace>_<name>_<uid>/<container>/
+//!   <n>.log` and the `/var/log/containers`-style symlinks; hostile names refused.
 //! * [`runtime`]: [`CriRuntime`], the `Runtime` over CRI with a relisted cache (upstream's
 //!   generic PLEG), image pulls with back-off, adoption and orphan removal by pod UID label.
 //!
@@ -26,6 +28,7 @@
 
 pub mod client;
 pub mod config;
+pub mod logs;
 pub mod runtime;
 pub mod security;
 #[cfg(feature = "test-util")]

@@ -25,8 +25,8 @@ use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
 use rustlet_pods::runtime::{
-    ContainerInstance, ContainerKind, ContainerLogInfo, ExecOutput, InstanceState, Runtime,
-    RuntimeError, RuntimePodStatus, Sandbox, Streams, full_name,
+    ContainerInstance, ContainerKind, ContainerLogInfo, ExecOutput, InstanceState,
+    RunningContainerLog, Runtime, RuntimeError, RuntimePodStatus, Sandbox, Streams, full_name,
 };
 use rustlet_volume::objects::VolumeObjects;
 use rustlet_volume::subpath::ContainerMount;
@@ -37,8 +37,10 @@ use tracing::{debug, info, warn};
 use crate::client::{CriClient, CriError};
 use crate::config::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources,
-    POD_UID_LABEL, PodAddresses, PullPolicy, container_config, container_env, sandbox_config,
+    POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodAddresses, PullPolicy, container_config,
+    container_env, sandbox_config,
 };
+use crate::logs::{self, LogLayoutError};
 use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
 
 /// Settings of the CRI runtime.
@@ -52,8 +54,15 @@ pub struct CriConfig {
     pub pull_timeout: Duration,
     /// How often what runs is listed again (upstream's PLEG: 1 s).
     pub relist_period: Duration,
-    /// The agent's root directory: pod logs go to `<root>/pod-logs/<uid>`.
+    /// The agent's root directory.
     pub root_dir: PathBuf,
+    /// The pods' log directories go under it, `<namespace>_<name>_<uid>/<container>/<n>.log`
+    /// (the kubelet's `podLogsDir`, upstream's default `/var/log/pods`; here
+    /// `<root>/pod-logs` unless configured: see [`crate::logs`]). Absolute.
+    pub pod_logs_dir: PathBuf,
+    /// The `/var/log/containers`-style symlinks to each container's log go under it
+    /// (`<root>/container-logs` unless configured). Absolute.
+    pub container_logs_dir: PathBuf,
     /// The node's address: the IP of host-network pods.
     pub node_ip: String,
     /// First image pull back-off (upstream 10 s), doubling up to `image_backoff_max` (300 s).
@@ -70,6 +79,11 @@ pub struct CriConfig {
     pub node_name: String,
 }
 
+/// The pods' log directories' default place under the root directory.
+pub const DEFAULT_POD_LOGS_DIR: &str = "pod-logs";
+/// The container log symlinks' default place under the root directory.
+pub const DEFAULT_CONTAINER_LOGS_DIR: &str = "container-logs";
+
 /// The label naming the node of the agent that created a sandbox or container.
 pub const OWNER_NODE_LABEL: &str = "io.rustlet.node-name";
 /// The label naming the root directory of the agent that created a sandbox or container.
@@ -78,12 +92,15 @@ pub const OWNER_ROOT_DIR_LABEL: &str = "io.rustlet.root-dir";
 impl CriConfig {
     /// Upstream's timings for `endpoint` under `root_dir`.
     pub fn new(endpoint: impl Into<String>, root_dir: impl Into<PathBuf>) -> Self {
+        let root_dir: PathBuf = root_dir.into();
         Self {
             endpoint: endpoint.into(),
             request_timeout: Duration::from_secs(120),
             pull_timeout: Duration::from_secs(300),
             relist_period: Duration::from_secs(1),
-            root_dir: root_dir.into(),
+            pod_logs_dir: root_dir.join(DEFAULT_POD_LOGS_DIR),
+            container_logs_dir: root_dir.join(DEFAULT_CONTAINER_LOGS_DIR),
+            root_dir,
             node_ip: "127.0.0.1".into(),
             image_backoff_initial: Duration::from_secs(10),
             image_backoff_max: Duration::from_secs(300),
@@ -127,6 +144,10 @@ struct ContainerRecord {
     cri_state: i32,
     instance: ContainerInstance,
     created_at: i64,
+    /// The file the runtime writes (CRI `log_path`); empty if it writes none.
+    log_path: PathBuf,
+    /// Its `/var/log/containers`-style symlink.
+    log_symlink: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -255,9 +276,15 @@ impl CriRuntime {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn log_dir(&self, uid: &PodUid) -> Option<PathBuf> {
-        let uid = uid.as_path_component().ok()?;
-        Some(self.config.root_dir.join("pod-logs").join(uid))
+    /// The pod's log directory (upstream: `BuildPodLogsDirectory`).
+    fn log_dir(&self, pod: &Pod) -> Result<PathBuf, LogLayoutError> {
+        let m = &pod.metadata;
+        logs::pod_logs_directory(
+            &self.config.pod_logs_dir,
+            m.namespace.as_deref().unwrap_or("default"),
+            m.name.as_deref().unwrap_or_default(),
+            &PodUid::of(pod),
+        )
     }
 
     /// Relists every `relist_period` until `cancel` fires; a failing relist keeps the last
@@ -382,11 +409,22 @@ impl CriRuntime {
             _ => ContainerKind::Regular,
         };
         let metadata = status.metadata.clone().unwrap_or_default();
+        let label = |key: &str| status.labels.get(key).map_or("", String::as_str);
+        let log_symlink = logs::container_log_symlink(
+            &self.config.container_logs_dir,
+            label(POD_NAMESPACE_LABEL),
+            label(POD_NAME_LABEL),
+            &metadata.name,
+            id,
+        )
+        .ok();
         Ok(ContainerRecord {
             id: id.to_owned(),
             sandbox_id: sandbox_id.to_owned(),
             cri_state: status.state,
             created_at: status.created_at,
+            log_path: PathBuf::from(&status.log_path),
+            log_symlink,
             instance: ContainerInstance {
                 id: format!("{}://{id}", self.scheme),
                 name: metadata.name,
@@ -527,11 +565,32 @@ impl CriRuntime {
         if containers.is_empty() && sandboxes.is_empty() {
             return;
         }
+        let logs: HashMap<String, (PathBuf, Option<PathBuf>)> = {
+            let state = self.state();
+            state
+                .pods
+                .values()
+                .flat_map(|p| &p.containers)
+                .filter(|c| containers.contains(&c.id))
+                .map(|c| (c.id.clone(), (c.log_path.clone(), c.log_symlink.clone())))
+                .collect()
+        };
         tokio::spawn(async move {
             for id in &containers {
                 debug!(container = %id, "removing a dead container");
                 if let Err(e) = this.client.remove_container(id).await {
                     warn!(container = %id, error = %e, "removing a dead container failed");
+                    continue;
+                }
+                // upstream: `removeContainerLog`: its log files and its symlink go with it.
+                if let Some((path, link)) = logs.get(id).cloned() {
+                    let removed = tokio::task::spawn_blocking(move || {
+                        logs::remove_container_logs(&path, link.as_deref())
+                    })
+                    .await;
+                    if let Ok(Err(e)) = removed {
+                        warn!(container = %id, error = %e, "removing a dead container's logs failed");
+                    }
                 }
             }
             for id in &sandboxes {
@@ -727,6 +786,28 @@ impl CriRuntime {
         self.refresh_pod(uid).await
     }
 
+    /// The container's `/var/log/containers`-style symlink to its log, made only when the log
+    /// exists (upstream: `startContainer`'s legacy symlink; a failure is logged, not fatal).
+    async fn link_container_log(&self, log: PathBuf, link: PathBuf) {
+        let links_dir = self.config.container_logs_dir.clone();
+        let made = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            match std::fs::symlink_metadata(&log) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                _ => {}
+            }
+            std::fs::create_dir_all(&links_dir)?;
+            // A link of the same name is a leftover: the container IDs are unique.
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&log, &link)
+        })
+        .await;
+        match made {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "failed to create the container log symlink"),
+            Err(e) => warn!(error = %e, "failed to create the container log symlink"),
+        }
+    }
+
     /// Removes every container and sandbox of `uid` and its log directory.
     async fn remove_all(&self, uid: &PodUid) -> Result<(), CriError> {
         // The pod's image pull back-offs go with it (deviation: upstream's keyed back-off keeps
@@ -751,8 +832,18 @@ impl CriRuntime {
         // Cleared, not forgotten: a relist that began before the removal must not bring the
         // old record back; the next one drops the empty record.
         self.store(uid, PodRecord::default());
-        if let Some(dir) = self.log_dir(uid) {
-            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+        // Found by the UID (the pod object may be gone), never across a mount point; the
+        // symlinks into it go first.
+        let (pods_dir, links_dir, pod) = (
+            self.config.pod_logs_dir.clone(),
+            self.config.container_logs_dir.clone(),
+            uid.clone(),
+        );
+        let removed =
+            tokio::task::spawn_blocking(move || logs::remove_pod_logs(&pods_dir, &links_dir, &pod))
+                .await;
+        if let Ok(Err(e)) = removed {
+            warn!(%uid, error = %e, "removing the pod's log directory failed");
         }
         Ok(())
     }
@@ -903,9 +994,7 @@ impl Runtime for CriRuntime {
             message,
         };
         let attempt = newest.map_or(0, |s| s.attempt + 1);
-        let log_dir = self
-            .log_dir(&uid)
-            .ok_or_else(|| failed(format!("refusing the pod UID {uid:?}")))?;
+        let log_dir = self.log_dir(pod).map_err(|e| failed(e.to_string()))?;
         let dir = log_dir.clone();
         tokio::task::spawn_blocking(move || std::fs::create_dir_all(dir))
             .await
@@ -999,9 +1088,9 @@ impl Runtime for CriRuntime {
                 format!("container name {name:?} is not a valid name"),
             ));
         }
-        let log_dir = self.log_dir(&uid).unwrap_or_default();
         let config_error =
             |message: String| waiting(pod, name, "CreateContainerConfigError", message);
+        let log_dir = self.log_dir(pod).map_err(|e| config_error(e.to_string()))?;
         let mut sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir)
             .map_err(|e| config_error(e.to_string()))?;
         sandbox_cfg.labels.extend(self.config.owner_labels());
@@ -1054,10 +1143,8 @@ impl Runtime for CriRuntime {
         )
         .map_err(|e| config_error(e.to_string()))?;
         config.labels.extend(self.config.owner_labels());
-        let container_log_dir = log_dir.join(
-            rustlet_core::path_component("container name", &container.name)
-                .map_err(|e| config_error(e.to_string()))?,
-        );
+        let container_log_dir = logs::container_logs_directory(&log_dir, &container.name)
+            .map_err(|e| config_error(e.to_string()))?;
         let _ =
             tokio::task::spawn_blocking(move || std::fs::create_dir_all(container_log_dir)).await;
         let id = self
@@ -1083,6 +1170,13 @@ impl Runtime for CriRuntime {
             }
         })?;
         debug!(container = %container.name, id = %id, "container started");
+        // The file containerd writes, as it says (the sandbox's directory and the container's
+        // path): a sandbox an older agent made may have another directory.
+        if let Some(link) = record.log_symlink.clone()
+            && !record.log_path.as_os_str().is_empty()
+        {
+            self.link_container_log(record.log_path.clone(), link).await;
+        }
         self.update(&uid, |p| p.containers.insert(0, record));
         Ok(())
     }
@@ -1229,6 +1323,42 @@ impl Runtime for CriRuntime {
         })
     }
 
+    /// upstream: the container log manager's `rotateLogs` (`ListContainers`, running only) and
+    /// `processContainer` (`ContainerStatus.log_path`): this agent's containers only. One whose
+    /// status is gone meanwhile is left out.
+    async fn running_container_logs(&self) -> Result<Vec<RunningContainerLog>, RuntimeError> {
+        let query = |e: CriError| RuntimeError::Query {
+            runtime: self.scheme.clone(),
+            operation: "list the running containers' logs".into(),
+            message: e.to_string(),
+        };
+        let running = self
+            .client
+            .list_running_containers_labelled(&self.config.owner_labels())
+            .await
+            .map_err(query)?;
+        let mut out = Vec::with_capacity(running.len());
+        for c in running {
+            match self.client.container_status(&c.id).await {
+                Ok(status) if !status.log_path.is_empty() => out.push(RunningContainerLog {
+                    id: c.id,
+                    path: PathBuf::from(status.log_path),
+                }),
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(query(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
+        self.client
+            .reopen_container_log(raw_id(id))
+            .await
+            .map_err(|e| stream_error(format!("reopen the log of container {id}"), &e))
+    }
+
     async fn kill_container(
         &self,
         pod: &Pod,
@@ -1351,6 +1481,8 @@ mod tests {
             sandbox_id: sandbox.into(),
             cri_state: 0,
             created_at: 0,
+            log_path: PathBuf::new(),
+            log_symlink: None,
             instance: ContainerInstance {
                 id: format!("containerd://{id}"),
                 name: name.into(),

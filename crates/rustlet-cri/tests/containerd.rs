@@ -302,7 +302,13 @@ async fn run_to_exit(
     containers
         .iter()
         .map(|c| {
-            let log = root.join(format!("pod-logs/{uid}/{}/0.log", c.name));
+            let m = &pod.metadata;
+            let log = root.join(format!(
+                "pod-logs/{}_{}_{uid}/{}/0.log",
+                m.namespace.as_deref().unwrap_or("default"),
+                m.name.as_deref().unwrap_or_default(),
+                c.name
+            ));
             let lines = std::fs::read_to_string(&log)
                 .unwrap_or_default()
                 .lines()
@@ -653,8 +659,8 @@ async fn the_runtime_reports_its_type_version_and_conditions() {
 }
 
 /// Issue 26 item 2: the node's server reaches a container through the runtime: CRI
-/// `ContainerStatus`' `log_path` names the file containerd writes (`<root>/pod-logs/<uid>/
-/// <container>/<attempt>.log`) and whether the instance runs; `Exec`, `Attach` and
+/// `ContainerStatus`' `log_path` names the file containerd writes (`<root>/pod-logs/
+/// <namespace>_<name>_<uid>/<container>/<attempt>.log`) and whether the instance runs; `Exec`, `Attach` and
 /// `PortForward` answer with the URL of containerd's stream server; an unknown container is
 /// `NotFound` (the server answers 404).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -696,7 +702,10 @@ async fn the_runtime_names_a_containers_log_file_and_its_stream_urls() {
     let id = instance.id.clone();
 
     let log = runtime.container_log(&id).await.unwrap();
-    assert_eq!(log.path, root.join("pod-logs/uid-talk/main/0.log"));
+    assert_eq!(
+        log.path,
+        root.join("pod-logs/default_talk_uid-talk/main/0.log")
+    );
     assert!(log.running);
 
     let streams = Streams {
@@ -729,4 +738,132 @@ async fn the_runtime_names_a_containers_log_file_and_its_stream_urls() {
         .await
         .unwrap();
     runtime.remove_pod(&uid).await;
+}
+
+/// Waits (real time, bounded: a real containerd) until `done` holds, relisting in between.
+async fn relist_until(runtime: &rustlet_cri::CriRuntime, what: &str, done: impl Fn() -> bool) {
+    for _ in 0..1000 {
+        runtime.relist().await.unwrap();
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what}: not within 10 s");
+}
+
+/// Issue 26 item 3: the kubelet's log layout (upstream: `BuildPodLogsDirectory`,
+/// `BuildContainerLogsDirectory`, `legacyLogSymlink`): containerd writes
+/// `<podLogsDir>/<namespace>_<name>_<uid>/<container>/<restartCount>.log`; each started
+/// container gets `<containerLogsDir>/<pod>_<namespace>_<container>-<id>.log` pointing at it;
+/// the container GC removes a dead instance's log and symlink; the pod's removal removes its
+/// log directory and its symlinks, but nothing beneath a mount point in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_log_layout_and_symlinks_come_and_go_with_the_containers() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+
+    let Some(containerd) =
+        PrivateContainerd::start("the_kubelets_log_layout_and_symlinks_come_and_go").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let pod_logs = scratch(&containerd, "var-log-pods");
+    let links = containerd.dir().join("var-log-containers");
+    let runtime = CriRuntime::connect(
+        CriConfig {
+            pod_logs_dir: pod_logs.clone(),
+            container_logs_dir: links.clone(),
+            ..CriConfig::new(containerd.endpoint(), &root)
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-1", "namespace": "team-a", "uid": "uid-layout"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{"name": "main", "image": BUSYBOX_IMAGE,
+                "command": ["/bin/sh", "-c", "echo run"]}]
+        }
+    }))
+    .unwrap();
+    let uid = rustlet_core::PodUid::of(&pod);
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    let pod_dir = pod_logs.join("team-a_web-1_uid-layout");
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    // Three instances one after the other: the third makes the first garbage (the newest two
+    // of a name are kept, the second is `lastState`).
+    let mut ids = Vec::new();
+    for attempt in 0..3 {
+        runtime
+            .start_container(&pod, container, ContainerKind::Regular, &[])
+            .await
+            .unwrap();
+        let status = runtime.pod_status(&uid).await;
+        let id = status.containers[0].id.clone();
+        let raw = id.split_once("://").unwrap().1.to_owned();
+        let log = pod_dir.join(format!("main/{attempt}.log"));
+        assert_eq!(runtime.container_log(&id).await.unwrap().path, log);
+        let link = links.join(format!("web-1_team-a_main-{raw}.log"));
+        assert_eq!(std::fs::read_link(&link).unwrap(), log, "the symlink");
+        if attempt < 2 {
+            relist_until(&runtime, "the instance exits", || {
+                futures::executor::block_on(runtime.pod_status(&uid))
+                    .containers
+                    .iter()
+                    .all(|c| matches!(c.state, InstanceState::Exited { .. }))
+            })
+            .await;
+        }
+        ids.push((raw, log, link));
+    }
+    let (first_log, first_link) = (ids[0].1.clone(), ids[0].2.clone());
+    relist_until(&runtime, "the first instance's log and symlink go", || {
+        !first_log.exists() && std::fs::symlink_metadata(&first_link).is_err()
+    })
+    .await;
+    for (_, log, link) in &ids[1..] {
+        assert!(log.exists(), "{}", log.display());
+        assert!(
+            std::fs::symlink_metadata(link).is_ok(),
+            "{}",
+            link.display()
+        );
+    }
+
+    // A mount point inside the pod's log directory: the removal stops there.
+    let mount = pod_dir.join("main/mnt");
+    std::fs::create_dir_all(&mount).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&mount)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    std::fs::write(mount.join("keep"), "x").unwrap();
+    runtime
+        .kill_pod(&pod, Duration::from_secs(0))
+        .await
+        .unwrap();
+    runtime.remove_pod(&uid).await;
+    assert!(mount.join("keep").exists(), "nothing beneath a mount point");
+    for (_, _, link) in &ids {
+        assert!(
+            std::fs::symlink_metadata(link).is_err(),
+            "{}",
+            link.display()
+        );
+    }
+    let unmounted = std::process::Command::new("umount")
+        .arg(&mount)
+        .status()
+        .unwrap();
+    assert!(unmounted.success());
+    // Without the mount, the next removal takes the whole directory.
+    runtime.remove_pod(&uid).await;
+    assert!(!pod_dir.exists());
 }

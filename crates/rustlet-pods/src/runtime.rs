@@ -268,6 +268,15 @@ pub struct ContainerLogInfo {
     pub running: bool,
 }
 
+/// A running container instance's log file, for the container log manager's rotation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningContainerLog {
+    /// The runtime's container ID (without the `<runtime>://` scheme: the CRI's own).
+    pub id: String,
+    /// The file the runtime writes (CRI `ContainerStatus.log_path`).
+    pub path: std::path::PathBuf,
+}
+
 /// The container runtime as the pod workers use it.
 #[async_trait]
 pub trait Runtime: Send + Sync {
@@ -389,6 +398,19 @@ pub trait Runtime: Send + Sync {
     async fn container_log(&self, id: &str) -> Result<ContainerLogInfo, RuntimeError> {
         let _ = id;
         Err(self.unsupported("container logs"))
+    }
+
+    /// The running containers' log files (upstream's container log manager: CRI
+    /// `ListContainers` of the running ones, then `ContainerStatus.log_path` of each).
+    async fn running_container_logs(&self) -> Result<Vec<RunningContainerLog>, RuntimeError> {
+        Err(self.unsupported("container log rotation"))
+    }
+
+    /// CRI `ReopenContainerLog` of the container `id` (as [`RunningContainerLog::id`]): the
+    /// runtime closes its log file and creates a new one at the same path.
+    async fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
+        let _ = id;
+        Err(self.unsupported("container log rotation"))
     }
 
     /// [`RuntimeError::Unsupported`] of `operation` on this runtime.

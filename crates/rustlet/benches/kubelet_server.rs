@@ -53,7 +53,7 @@ const NODE: &str = "node-a";
 const LOG_BYTES: u64 = 100_000_000;
 /// The agent's config besides the node IP and the eviction thresholds: no rotation of the big
 /// log while it is measured.
-const EXTRA_CONFIG: &str = "";
+const EXTRA_CONFIG: &str = "containerLogMaxSize: 1Gi\n";
 
 struct Settings {
     runs: usize,

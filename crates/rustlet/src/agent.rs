@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{
-    AgentConfig, HealthzEndpoint, KubeletServer, Mode, ReadOnlyEndpoints, RuntimeKind,
+    AgentConfig, HealthzEndpoint, KubeletServer, LogRotation, Mode, ReadOnlyEndpoints, RuntimeKind,
 };
 use crate::http::{Endpoints, Health, healthz_router, router};
 use crate::process::ProcessMetrics;
@@ -277,6 +277,8 @@ pub async fn run(config: AgentConfig) -> Result<()> {
                 CriConfig {
                     node_ip: config.node_ip.clone(),
                     node_name: config.node_name.clone(),
+                    pod_logs_dir: config.logs.pod_logs_dir.clone(),
+                    container_logs_dir: config.logs.container_logs_dir.clone(),
                     ..CriConfig::new(&config.container_runtime_endpoint, &config.root_dir)
                 },
                 Some(objects.clone()),
@@ -380,13 +382,28 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         tasks.push(supervise("volumesInUse reporting", &health, &cancel, task));
     }
     if let Some(cri) = cri {
-        let task = tokio::spawn(cri.run(cancel.clone()));
+        let task = tokio::spawn(cri.clone().run(cancel.clone()));
         tasks.push(supervise(
             "the container runtime relist",
             &health,
             &cancel,
             task,
         ));
+        // The kubelet's container log manager runs for the CRI runtime (the simulated one
+        // writes no logs).
+        if let LogRotation::Rotate(rotation) = config.logs.rotation {
+            let task = tokio::spawn(crate::logs::run(
+                cri as Arc<dyn Runtime>,
+                rotation,
+                cancel.clone(),
+            ));
+            tasks.push(supervise(
+                "the container log manager",
+                &health,
+                &cancel,
+                task,
+            ));
+        }
     }
     let status_task = status
         .start(cancel.clone())

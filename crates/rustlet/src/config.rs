@@ -14,6 +14,7 @@ use rustlet_server::auth::{
     AnonymousAuthentication, AuthorizationMode, KubeletAuthentication, KubeletAuthorization,
     WebhookAuthentication, WebhookAuthorization, X509Authentication,
 };
+use rustlet_server::logs::rotation::{ContainerLogManagerConfig, LogRotatePolicy};
 use serde::Deserialize;
 
 /// rustlet: a Kubernetes node agent (status and volume managers of the kubelet, in Rust).
@@ -213,6 +214,19 @@ pub struct FileConfig {
     /// How long an exec, attach or port-forward session may pass no byte before it is closed
     /// (kubelet `streamingConnectionIdleTimeout`, `4h`; `0` never closes one).
     streaming_connection_idle_timeout: Option<String>,
+    /// Where the pods' log directories go (kubelet `podLogsDir`; `<root>/pod-logs`).
+    pod_logs_dir: Option<PathBuf>,
+    /// Where the `/var/log/containers`-style symlinks go (`<root>/container-logs`).
+    container_logs_dir: Option<PathBuf>,
+    /// A container log this large is rotated (kubelet `containerLogMaxSize`, a quantity,
+    /// `10Mi`; negative: no rotation).
+    container_log_max_size: Option<String>,
+    /// Log files kept per container, the live one included (kubelet `containerLogMaxFiles`, 5).
+    container_log_max_files: Option<i64>,
+    /// Containers whose logs are rotated at once (kubelet `containerLogMaxWorkers`, 1).
+    container_log_max_workers: Option<i64>,
+    /// How often the logs' sizes are checked (kubelet `containerLogMonitorInterval`, `10s`).
+    container_log_monitor_interval: Option<String>,
 }
 
 /// `authentication` with the kubelet's names.
@@ -336,6 +350,26 @@ pub struct ServerSettings {
     pub streaming_connection_idle_timeout: Option<Duration>,
 }
 
+/// Container log rotation (the kubelet's container log manager; `--runtime cri` only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogRotation {
+    /// `containerLogMaxSize` negative: logs grow unbounded (upstream's stub manager).
+    Off,
+    /// Rotated with these settings.
+    Rotate(ContainerLogManagerConfig),
+}
+
+/// Where the container logs go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogSettings {
+    /// `podLogsDir`: the pods' log directories.
+    pub pod_logs_dir: PathBuf,
+    /// `containerLogsDir`: the `/var/log/containers`-style symlinks.
+    pub container_logs_dir: PathBuf,
+    /// Rotation.
+    pub rotation: LogRotation,
+}
+
 /// Everything the agent runs with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentConfig {
@@ -393,6 +427,8 @@ pub struct AgentConfig {
     pub port: u16,
     /// The kubelet server.
     pub server: KubeletServer,
+    /// The container logs' directories and rotation.
+    pub logs: LogSettings,
     /// Simulated container start delay.
     pub simulated_start_delay: Duration,
     /// First simulated pod IP.
@@ -728,6 +764,17 @@ impl AgentConfig {
             return Err(bad("--port: must be 1-65535"));
         }
         let server = kubelet_server(&cli_server, &mode, port, &mut file_server)?;
+        let logs = log_settings(
+            &root_dir,
+            FileLogs {
+                pod_logs_dir: file.pod_logs_dir.take(),
+                container_logs_dir: file.container_logs_dir.take(),
+                max_size: file.container_log_max_size.take(),
+                max_files: file.container_log_max_files,
+                max_workers: file.container_log_max_workers,
+                monitor_interval: file.container_log_monitor_interval.take(),
+            },
+        )?;
         let node_lease_duration_seconds = file.node_lease_duration_seconds.unwrap_or(40);
         if node_lease_duration_seconds <= 0 {
             return Err(bad(
@@ -841,6 +888,7 @@ impl AgentConfig {
             max_pods,
             port,
             server,
+            logs,
             eviction_hard: match &file.eviction_hard {
                 Some(map) => eviction_hard(map).map_err(bad)?,
                 None => EvictionThresholds::default(),
@@ -851,6 +899,109 @@ impl AgentConfig {
             simulated_pod_ip_base,
         })
     }
+}
+
+/// The container log keys of the file.
+struct FileLogs {
+    pod_logs_dir: Option<PathBuf>,
+    container_logs_dir: Option<PathBuf>,
+    max_size: Option<String>,
+    max_files: Option<i64>,
+    max_workers: Option<i64>,
+    monitor_interval: Option<String>,
+}
+
+/// A log directory key: absolute and normalized (upstream's `podLogsDir` validation).
+fn log_dir(key: &str, dir: Option<&PathBuf>, default: PathBuf) -> Result<PathBuf, ConfigError> {
+    let Some(dir) = dir else {
+        return Ok(default);
+    };
+    if !dir.is_absolute() {
+        return Err(bad(format!(
+            "config key {key}: pod logs path {:?} must be absolute path",
+            dir.display()
+        )));
+    }
+    // Checked on the text: `Path::components` would hide `a/./b` and a trailing `/`.
+    let text = dir.as_os_str().as_encoded_bytes();
+    let clean = text == b"/"
+        || text[1..]
+            .split(|b| *b == b'/')
+            .all(|seg| !matches!(seg, b"" | b"." | b".."));
+    if !clean {
+        return Err(bad(format!(
+            "config key {key}: pod logs path {:?} must be normalized",
+            dir.display()
+        )));
+    }
+    Ok(dir.clone())
+}
+
+/// The container log keys with the kubelet's names, defaults and checks (upstream:
+/// `ValidateKubeletConfiguration`, `NewContainerLogManager`). Deviation: the directories
+/// default under the root directory, not `/var/log/pods` and `/var/log/containers`: an agent
+/// beside a kubelet or another agent on the same node must not share them (each removes the
+/// log directories of pods it does not know), and a test agent writes nothing outside its root.
+fn log_settings(root_dir: &Path, file: FileLogs) -> Result<LogSettings, ConfigError> {
+    let pod_logs_dir = log_dir(
+        "podLogsDir",
+        file.pod_logs_dir.as_ref(),
+        root_dir.join(rustlet_cri::runtime::DEFAULT_POD_LOGS_DIR),
+    )?;
+    let container_logs_dir = log_dir(
+        "containerLogsDir",
+        file.container_logs_dir.as_ref(),
+        root_dir.join(rustlet_cri::runtime::DEFAULT_CONTAINER_LOGS_DIR),
+    )?;
+    let size_text = file.max_size.as_deref().unwrap_or("10Mi");
+    let max_size = rustlet_core::quantity::quantity_ceil(
+        &k8s_openapi::apimachinery::pkg::api::resource::Quantity(size_text.to_owned()),
+    )
+    .and_then(|n| i64::try_from(n).ok())
+    .ok_or_else(|| {
+        bad(format!(
+            "config key containerLogMaxSize: {size_text:?} is not a quantity (such as 10Mi)"
+        ))
+    })?;
+    let max_files = file.max_files.unwrap_or(5);
+    let max_workers = file.max_workers.unwrap_or(1);
+    if max_workers < 1 {
+        return Err(bad(
+            "config key containerLogMaxWorkers: must be greater than or equal to 1",
+        ));
+    }
+    let monitor_interval = match &file.monitor_interval {
+        Some(text) => go_duration("containerLogMonitorInterval", text)?,
+        None => Duration::from_secs(10),
+    };
+    if monitor_interval < Duration::from_secs(3) {
+        return Err(bad(
+            "config key containerLogMonitorInterval: must be a positive time duration greater than or equal to 3s",
+        ));
+    }
+    let rotation = match u64::try_from(max_size) {
+        Err(_) => LogRotation::Off,
+        Ok(max_size) => {
+            let policy = usize::try_from(max_files)
+                .map_err(|_| ())
+                .and_then(|n| LogRotatePolicy::new(max_size, n).map_err(|_| ()))
+                .map_err(|()| {
+                    bad(format!(
+                        "config key containerLogMaxFiles: invalid MaxFiles {max_files}, must be > 1"
+                    ))
+                })?;
+            LogRotation::Rotate(ContainerLogManagerConfig {
+                policy,
+                monitor_interval,
+                max_workers: usize::try_from(max_workers).unwrap_or(1),
+            })
+        }
+    };
+    Ok(LogSettings {
+        pod_logs_dir,
+        container_logs_dir,
+        rotation,
+    })
 }
 
 /// The kubelet server's flags.
@@ -1535,6 +1686,88 @@ mod tests {
             ])
             .unwrap_err();
             assert!(err.contains(key), "{err}");
+        }
+    }
+
+    /// Issue 26 item 3: the container log keys take the kubelet's names and defaults (the
+    /// directories under the root unless configured) and refuse what upstream's validation
+    /// refuses; a negative size turns rotation off.
+    #[test]
+    fn the_container_log_keys_take_the_kubelets_names_and_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        let local = dir.path().to_str().unwrap();
+        let resolve = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            parse(&[
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--local",
+                local,
+                "--config",
+                file.to_str().unwrap(),
+            ])
+        };
+        let defaults = resolve("").unwrap().logs;
+        assert_eq!(
+            defaults,
+            LogSettings {
+                pod_logs_dir: "/r/pod-logs".into(),
+                container_logs_dir: "/r/container-logs".into(),
+                rotation: LogRotation::Rotate(ContainerLogManagerConfig {
+                    policy: LogRotatePolicy::new(10 * 1024 * 1024, 5).unwrap(),
+                    monitor_interval: Duration::from_secs(10),
+                    max_workers: 1,
+                }),
+            }
+        );
+        let set = resolve(
+            "podLogsDir: /var/log/pods\ncontainerLogsDir: /var/log/containers\n\
+             containerLogMaxSize: 1Ki\ncontainerLogMaxFiles: 2\ncontainerLogMaxWorkers: 3\n\
+             containerLogMonitorInterval: 1m\n",
+        )
+        .unwrap()
+        .logs;
+        assert_eq!(
+            set,
+            LogSettings {
+                pod_logs_dir: "/var/log/pods".into(),
+                container_logs_dir: "/var/log/containers".into(),
+                rotation: LogRotation::Rotate(ContainerLogManagerConfig {
+                    policy: LogRotatePolicy::new(1024, 2).unwrap(),
+                    monitor_interval: Duration::from_secs(60),
+                    max_workers: 3,
+                }),
+            }
+        );
+        assert_eq!(
+            resolve("containerLogMaxSize: \"-1\"\n")
+                .unwrap()
+                .logs
+                .rotation,
+            LogRotation::Off
+        );
+        for (text, want) in [
+            ("podLogsDir: logs\n", "must be absolute path"),
+            ("podLogsDir: /var/log/../pods\n", "must be normalized"),
+            ("containerLogsDir: /a/./b\n", "must be normalized"),
+            ("containerLogsDir: /a//b\n", "must be normalized"),
+            ("podLogsDir: /a/b/\n", "must be normalized"),
+            ("containerLogMaxSize: ten\n", "containerLogMaxSize"),
+            (
+                "containerLogMaxFiles: 1\n",
+                "invalid MaxFiles 1, must be > 1",
+            ),
+            ("containerLogMaxWorkers: 0\n", "containerLogMaxWorkers"),
+            (
+                "containerLogMonitorInterval: 2s\n",
+                "greater than or equal to 3s",
+            ),
+        ] {
+            let err = resolve(text).unwrap_err();
+            assert!(err.contains(want), "{text}: {err}");
         }
     }
 

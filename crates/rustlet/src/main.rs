@@ -8,6 +8,7 @@
 mod agent;
 mod config;
 mod http;
+mod logs;
 mod process;
 mod server;
 

@@ -11,22 +11,39 @@ use flate2::read::GzDecoder;
 use super::*;
 
 /// A fake runtime: its running containers, and a reopen that creates the file anew (as
-/// containerd does) unless told to fail.
+/// containerd does) unless told to fail. With a gate, each reopen waits for a permit; the
+/// listings' (paused) times and the reopens in progress are recorded.
 #[derive(Default)]
 struct FakeRuntime {
     containers: Mutex<Vec<ContainerLog>>,
     reopened: Mutex<Vec<String>>,
     fail_reopen: Mutex<bool>,
+    gate: Option<Arc<tokio::sync::Semaphore>>,
+    listed_at: Mutex<Vec<tokio::time::Instant>>,
+    in_flight: Mutex<(usize, usize)>,
 }
 
 #[async_trait::async_trait]
 impl LogRuntime for Arc<FakeRuntime> {
     async fn running_container_logs(&self) -> Result<Vec<ContainerLog>, StatusError> {
+        self.listed_at
+            .lock()
+            .unwrap()
+            .push(tokio::time::Instant::now());
         Ok(self.containers.lock().unwrap().clone())
     }
     async fn reopen_container_log(&self, id: &str) -> Result<(), StatusError> {
         if *self.fail_reopen.lock().unwrap() {
             return Err("reopen refused".into());
+        }
+        if let Some(gate) = &self.gate {
+            {
+                let mut n = self.in_flight.lock().unwrap();
+                n.0 += 1;
+                n.1 = n.1.max(n.0);
+            }
+            gate.acquire().await.unwrap().forget();
+            self.in_flight.lock().unwrap().0 -= 1;
         }
         self.reopened.lock().unwrap().push(id.to_owned());
         let path = self
@@ -122,6 +139,7 @@ async fn test_rotate_logs() {
     let config = ContainerLogManagerConfig {
         policy: LogRotatePolicy::new(10, 3).unwrap(),
         monitor_interval: Duration::from_secs(10),
+        max_workers: 1,
     };
     let clock = TokioClock {
         base: "2026-12-03T15:00:00Z".parse().unwrap(),
@@ -314,4 +332,78 @@ async fn test_clean() {
     }
     clean_logs(&dir.path().join("0.log")).await.unwrap();
     assert_eq!(names(dir.path()), set(["1.log"]));
+}
+
+/// upstream: `Start` with `containerLogMaxWorkers` and `containerLogMonitorInterval`: the loop
+/// lists at once and then every interval, never while a pass is still working, and works on at
+/// most `max_workers` containers at a time however many are due (paused time).
+#[tokio::test(start_paused = true)]
+async fn the_loop_honours_the_interval_and_max_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let runtime = Arc::new(FakeRuntime {
+        gate: Some(Arc::clone(&gate)),
+        ..FakeRuntime::default()
+    });
+    let mut containers = Vec::new();
+    for i in 0..5 {
+        let log_path = dir.path().join(format!("c{i}.log"));
+        std::fs::write(&log_path, "longer than the limit\n").unwrap();
+        containers.push(ContainerLog {
+            id: format!("c{i}"),
+            log_path,
+        });
+    }
+    *runtime.containers.lock().unwrap() = containers;
+    let config = ContainerLogManagerConfig {
+        policy: LogRotatePolicy::new(10, 5).unwrap(),
+        monitor_interval: Duration::from_secs(10),
+        max_workers: 2,
+    };
+    let manager = Arc::new(ContainerLogManager::new(Arc::clone(&runtime), config));
+    let start = tokio::time::Instant::now();
+    let runner = Arc::clone(&manager);
+    let task = tokio::spawn(async move { runner.run().await });
+    let in_flight = || runtime.in_flight.lock().unwrap().0;
+    // Three intervals pass while the first pass waits on its reopens: two workers busy, no
+    // third one, and no second listing.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(in_flight(), 2);
+    assert_eq!(runtime.listed_at.lock().unwrap().len(), 1);
+    // Every reopen may finish: the pass ends having rotated each container once, at once.
+    gate.add_permits(1000);
+    for _ in 0..10_000 {
+        if runtime.reopened.lock().unwrap().len() == 5 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(runtime.reopened.lock().unwrap().len(), 5);
+    let done = tokio::time::Instant::now();
+    assert_eq!(
+        runtime.in_flight.lock().unwrap().1,
+        2,
+        "never more than two at once"
+    );
+    // The files are small again: the next passes come one interval apart.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    task.abort();
+    let listed: Vec<Duration> = runtime
+        .listed_at
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|t| *t - start)
+        .collect();
+    let after = done - start;
+    assert_eq!(
+        listed,
+        [
+            Duration::ZERO,
+            after,
+            after + Duration::from_secs(10),
+            after + Duration::from_secs(20)
+        ]
+    );
+    assert_eq!(runtime.reopened.lock().unwrap().len(), 5);
 }

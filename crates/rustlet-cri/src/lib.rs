@@ -28,6 +28,7 @@ pub mod client;
 pub mod config;
 pub mod runtime;
 pub mod security;
+pub mod stats;
 #[cfg(feature = "test-util")]
 pub mod testing;
 

@@ -10,6 +10,7 @@ mod config;
 mod http;
 mod process;
 mod server;
+mod stats;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

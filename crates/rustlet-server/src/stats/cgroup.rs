@@ -151,6 +151,21 @@ impl NodeReader {
         }
     }
 
+    /// When the machine booted (`btime` of `/proc/stat`): the node's stats start then, as
+    /// cAdvisor's root container.
+    pub fn boot_time(&self) -> Result<Timestamp, StatsError> {
+        let path = self.roots.proc.join("stat");
+        let text = read(&path)?;
+        let secs = flat_key(&text, "btime").ok_or_else(|| StatsError::Missing {
+            path: path.clone(),
+            field: "btime",
+        })?;
+        Timestamp::from_second(i64::try_from(secs).unwrap_or(0)).map_err(|_| StatsError::Missing {
+            path,
+            field: "btime",
+        })
+    }
+
     /// The root cgroup's CPU and memory now.
     pub fn read(&self) -> Result<NodeSample, StatsError> {
         let meminfo_path = self.roots.proc.join("meminfo");
@@ -235,7 +250,7 @@ const CACHE_PERIOD: SignedDuration = SignedDuration::from_secs(600);
 /// two readings (upstream: the CRI stats provider's `cpuUsageCache`).
 #[derive(Debug, Default)]
 pub struct CpuRates {
-    previous: Mutex<HashMap<String, CpuReading>>,
+    previous: Mutex<HashMap<String, (CpuReading, Option<u64>)>>,
 }
 
 impl CpuRates {
@@ -244,20 +259,30 @@ impl CpuRates {
     /// restarted container). upstream: `getAndUpdateContainerUsageNanoCores`.
     pub fn update(&self, key: &str, now: CpuReading) -> Option<u64> {
         let mut previous = self.previous.lock().unwrap_or_else(|e| e.into_inner());
-        let before = previous.insert(key.to_owned(), now)?;
-        let nanos = now.at.duration_since(before.at).as_nanos();
-        if nanos <= 0 || now.usage_core_nanos < before.usage_core_nanos {
-            return None;
-        }
-        let used = (now.usage_core_nanos - before.usage_core_nanos) as f64;
-        Some((used / nanos as f64 * 1e9) as u64)
+        let rate = previous.get(key).and_then(|(before, _)| {
+            let nanos = now.at.duration_since(before.at).as_nanos();
+            if nanos <= 0 || now.usage_core_nanos < before.usage_core_nanos {
+                return None;
+            }
+            let used = (now.usage_core_nanos - before.usage_core_nanos) as f64;
+            Some((used / nanos as f64 * 1e9) as u64)
+        });
+        previous.insert(key.to_owned(), (now, rate));
+        rate
+    }
+
+    /// The rate the last [`Self::update`] of `key` made, without a new reading (upstream:
+    /// `getContainerUsageNanoCores`, for the CPU-and-memory summary).
+    pub fn last(&self, key: &str) -> Option<u64> {
+        let previous = self.previous.lock().unwrap_or_else(|e| e.into_inner());
+        previous.get(key).and_then(|(_, rate)| *rate)
     }
 
     /// Forgets readings older than the cache period before `now` (upstream:
     /// `cleanupOutdatedCaches`).
     pub fn forget_older_than_period(&self, now: Timestamp) {
         let mut previous = self.previous.lock().unwrap_or_else(|e| e.into_inner());
-        previous.retain(|_, r| now.duration_since(r.at) <= CACHE_PERIOD);
+        previous.retain(|_, (r, _)| now.duration_since(r.at) <= CACHE_PERIOD);
     }
 }
 
@@ -293,8 +318,10 @@ mod tests {
              pgfault 77\npgmajfault 3\n",
         );
         write(&proc, "meminfo", MEMINFO);
+        write(&proc, "stat", "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n");
         let reader = NodeReader::new(StatsRoots { cgroup, proc });
         assert_eq!(reader.version(), CgroupVersion::V2);
+        assert_eq!(reader.boot_time().unwrap().as_second(), 1_700_000_000);
         let sample = reader.read().unwrap();
         let usage = (8_000_000 - 3_000_000) * 1024;
         assert_eq!(
@@ -373,10 +400,12 @@ mod tests {
         };
         assert_eq!(rates.update("c", reading(1_000_000_000, 0)), None);
         // 0.5 s of CPU in 2 s: a quarter of a core.
+        assert_eq!(rates.last("c"), None);
         assert_eq!(
             rates.update("c", reading(1_500_000_000, 2)),
             Some(250_000_000)
         );
+        assert_eq!(rates.last("c"), Some(250_000_000));
         assert_eq!(rates.update("c", reading(10, 3)), None);
         assert_eq!(rates.update("c", reading(10, 3)), None, "not newer");
         rates.forget_older_than_period(at(3 + 601));

@@ -16,19 +16,29 @@ use crate::support::{Cluster, POD_NETWORK_GATEWAY, TEST_EVICTION_HARD, cluster};
 
 /// The control plane and the agent (kubelet server on, the node certificate serving it), all
 /// in the private containerd's network namespace.
-struct ServedNode {
+pub(crate) struct ServedNode {
     // Dropped first: the agent, then the cluster, then containerd and its namespace.
     _agent: Agent,
-    cluster: Cluster,
-    containerd: PrivateContainerd,
+    pub(crate) cluster: Cluster,
+    pub(crate) containerd: PrivateContainerd,
 }
 
 impl ServedNode {
     fn start(test: &str, node: &str) -> Option<Self> {
+        Self::start_with(test, node, |_| {})
+    }
+
+    /// [`Self::start`] with the cluster's options also changed by `tune`.
+    pub(crate) fn start_with(
+        test: &str,
+        node: &str,
+        tune: impl FnOnce(&mut xtask::cluster::Options),
+    ) -> Option<Self> {
         let containerd = PrivateContainerd::start_blocking(test)?;
         let cluster = cluster(test, &[node], |o| {
             o.netns = Some(containerd.netns());
             o.extra_node_ips.push(POD_NETWORK_GATEWAY);
+            tune(o);
         })?;
         let kubeconfig = cluster.inner.node_kubeconfig(node);
         let root = containerd.dir().join("root");

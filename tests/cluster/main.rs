@@ -15,6 +15,7 @@ mod cri;
 mod harness;
 mod kubelet_auth;
 mod kubelet_server;
+mod kubelet_stats;
 mod multi;
 mod node;
 mod static_pods;

@@ -7,7 +7,8 @@
 //! `v1beta1.metrics.k8s.io` behind a Service whose endpoints are the process's address, and
 //! the API server's aggregation layer on (`Options::aggregation`). It scrapes the agent's
 //! `/metrics/resource` over TLS verified with the cluster CA (the agent serves the node
-//! certificate), at the node's InternalIP.
+//! certificate), at the node's InternalIP. `/stats/summary` is read through the API server's
+//! node proxy too.
 
 use std::process::{Child, Command, Stdio};
 
@@ -299,6 +300,47 @@ fn kubectl_top_node_and_pod_through_metrics_server() {
             .any(|l| l.split_whitespace().nth(1) == Some("work")),
         "{out}"
     );
+
+    // `/stats/summary` through the API server's node proxy (`nodes/stats`): the node and the
+    // pod's container with its CPU, memory, writable layer and log directory from CRI.
+    let summary = || -> serde_json::Value {
+        serde_json::from_str(&cluster.kubectl(&[
+            "get",
+            "--raw",
+            "/api/v1/nodes/node-a/proxy/stats/summary",
+        ]))
+        .unwrap()
+    };
+    let _first = summary();
+    let summary = summary();
+    assert_eq!(summary["node"]["nodeName"], "node-a");
+    assert!(
+        summary["node"]["cpu"]["usageNanoCores"].is_u64(),
+        "a rate of two readings: {}",
+        summary["node"]
+    );
+    let busy = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "busy")
+        .unwrap_or_else(|| panic!("{summary}"));
+    let work = &busy["containers"][0];
+    assert_eq!(work["name"], "work", "{busy}");
+    assert!(
+        work["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0,
+        "{work}"
+    );
+    assert!(
+        work["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0,
+        "{work}"
+    );
+    assert!(work["rootfs"]["capacityBytes"].is_u64(), "{work}");
+    assert!(
+        work["logs"]["inodesUsed"].as_u64().unwrap_or(0) >= 2,
+        "the log directory and its file: {work}"
+    );
+    assert!(busy["ephemeral-storage"]["usedBytes"].is_u64(), "{busy}");
     assert_eq!(
         cluster.refused_requests_of("system:node:node-a"),
         Vec::<String>::new()

@@ -231,7 +231,41 @@ impl StatsProvider {
         Ok(Summary { node, pods })
     }
 
-    fn container_stats(&self, c: &ContainerUsage, full: bool) -> ContainerStats {
+    /// The container's log directory (its instances' log files, rotated ones too) measured
+    /// (upstream: `getContainerLogStats` of the directory of CRI `ContainerStatus.log_path`);
+    /// `None` when the runtime names no log file.
+    async fn log_stats(&self, id: &str) -> Option<FsStats> {
+        let info = self.runtime.container_log(id).await.ok()?;
+        let dir = info.path.parent()?.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let usage = match measure(&dir, UsageMethod::Du) {
+                Ok(usage) => usage?,
+                Err(error) => {
+                    tracing::debug!(%error, dir = %dir.display(), "measuring a container's logs");
+                    return None;
+                }
+            };
+            Some(FsStats {
+                time: Time(now()),
+                available_bytes: Some(usage.available_bytes),
+                capacity_bytes: Some(usage.capacity_bytes),
+                used_bytes: Some(usage.used_bytes),
+                inodes_free: Some(usage.inodes_free),
+                inodes: Some(usage.inodes),
+                inodes_used: Some(usage.inodes_used),
+            })
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    async fn container_stats(&self, c: &ContainerUsage, full: bool) -> ContainerStats {
+        let logs = if full {
+            self.log_stats(&c.id).await
+        } else {
+            None
+        };
         ContainerStats {
             name: c.name.clone(),
             start_time: Time(c.created_at),
@@ -243,8 +277,7 @@ impl StatsProvider {
             rootfs: full
                 .then(|| c.writable_layer.as_ref().map(runtime_fs))
                 .flatten(),
-            // Deviation: the container's log files are not measured yet.
-            logs: None,
+            logs,
             swap: c.swap.as_ref().map(|s| SwapStats {
                 time: Time(s.at),
                 swap_available_bytes: s.available,
@@ -254,11 +287,10 @@ impl StatsProvider {
     }
 
     async fn pod_stats(&self, pod: PodUsage, spec: Option<Arc<Pod>>, full: bool) -> PodStats {
-        let containers: Vec<ContainerStats> = pod
-            .containers
-            .iter()
-            .map(|c| self.container_stats(c, full))
-            .collect();
+        let mut containers = Vec::with_capacity(pod.containers.len());
+        for c in &pod.containers {
+            containers.push(self.container_stats(c, full).await);
+        }
         let volume_stats = match (&spec, full) {
             (Some(spec), true) => self.volume_stats(spec).await,
             _ => Vec::new(),
@@ -270,6 +302,10 @@ impl StatsProvider {
             let mut used = 0u64;
             let mut inodes_used = 0u64;
             for c in &containers {
+                if let Some(logs) = &c.logs {
+                    used += logs.used_bytes.unwrap_or(0);
+                    inodes_used += logs.inodes_used.unwrap_or(0);
+                }
                 if let Some(root) = &c.rootfs {
                     used += root.used_bytes.unwrap_or(0);
                     inodes_used += root.inodes_used.unwrap_or(0);

@@ -12,3 +12,4 @@ mod interfaces;
 mod kube_mode;
 mod kubelet_server;
 mod local_mode;
+mod stats;

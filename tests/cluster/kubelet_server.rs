@@ -26,15 +26,27 @@ pub(crate) struct ServedNode {
 
 impl ServedNode {
     pub(crate) fn start(test: &str, node: &str) -> Option<Self> {
-        Self::start_with_config(test, node, "")
+        Self::start_with(test, node, "", |_| {})
     }
 
     /// [`Self::start`] with more lines in the agent's config file.
     pub(crate) fn start_with_config(test: &str, node: &str, extra_config: &str) -> Option<Self> {
+        Self::start_with(test, node, extra_config, |_| {})
+    }
+
+    /// [`Self::start`] with `extra_config` in the agent's config file and the cluster's options
+    /// also changed by `tune`.
+    pub(crate) fn start_with(
+        test: &str,
+        node: &str,
+        extra_config: &str,
+        tune: impl FnOnce(&mut xtask::cluster::Options),
+    ) -> Option<Self> {
         let containerd = PrivateContainerd::start_blocking(test)?;
         let cluster = cluster(test, &[node], |o| {
             o.netns = Some(containerd.netns());
             o.extra_node_ips.push(POD_NETWORK_GATEWAY);
+            tune(o);
         })?;
         let kubeconfig = cluster.inner.node_kubeconfig(node);
         let root = containerd.dir().join("root");

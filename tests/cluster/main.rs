@@ -16,6 +16,7 @@ mod cri;
 mod harness;
 mod kubelet_auth;
 mod kubelet_server;
+mod kubelet_stats;
 mod kubelet_streams;
 mod multi;
 mod node;

@@ -123,6 +123,23 @@ pub struct Options {
     /// node's port 10250) names besides 127.0.0.1: the node IPs the API server reaches the
     /// nodes at (it verifies them with the cluster CA, `--kubelet-certificate-authority`).
     pub extra_node_ips: Vec<[u8; 4]>,
+    /// The API server's aggregation layer for an extension API server such as
+    /// metrics-server (`--aggregation`).
+    pub aggregation: Aggregation,
+}
+
+/// Whether the API server proxies to extension API servers (upstream's aggregation layer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Aggregation {
+    /// No `--requestheader-*` or `--proxy-client-*` flags (the default).
+    #[default]
+    Off,
+    /// The front proxy as kubeadm sets it up: `--requestheader-client-ca-file` (the cluster CA;
+    /// kubeadm has a CA of its own for it), `--requestheader-allowed-names=front-proxy-client`,
+    /// the `X-Remote-*` headers, the proxy's client certificate `pki/front-proxy-client.crt`,
+    /// and `--enable-aggregator-routing` (no kube-proxy here: the API server goes to an
+    /// APIService's endpoints directly).
+    FrontProxy,
 }
 
 impl Options {
@@ -137,6 +154,7 @@ impl Options {
             netns: None,
             sha1_tls_signatures: false,
             extra_node_ips: Vec::new(),
+            aggregation: Aggregation::Off,
         }
     }
 
@@ -174,6 +192,7 @@ impl Options {
                     opts.extra_apiserver_ips.push(ip.octets());
                 }
                 "--audit" => opts.audit = true,
+                "--aggregation" => opts.aggregation = Aggregation::FrontProxy,
                 other => bail!("unknown option {other:?}"),
             }
         }
@@ -247,8 +266,8 @@ fn parse_go_mod(text: &str) -> Result<Versions> {
     })
 }
 
-/// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet/k8s-<v>-etcd-<v>/bin`.
-fn bin_dir(v: &Versions) -> Result<PathBuf> {
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet`: where the Go-built test tools are cached.
+pub(crate) fn cache_dir() -> Result<PathBuf> {
     let cache = match std::env::var_os("XDG_CACHE_HOME").filter(|s| !s.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(
@@ -256,14 +275,18 @@ fn bin_dir(v: &Versions) -> Result<PathBuf> {
         )
         .join(".cache"),
     };
-    Ok(cache
-        .join("rustlet")
+    Ok(cache.join("rustlet"))
+}
+
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet/k8s-<v>-etcd-<v>/bin`.
+fn bin_dir(v: &Versions) -> Result<PathBuf> {
+    Ok(cache_dir()?
         .join(format!("k8s-{}-etcd-{}", v.kubernetes, v.etcd))
         .join("bin"))
 }
 
 /// The Go toolchain: `$GO`, else `go` on `PATH`, else `/usr/local/go/bin/go`.
-fn go_binary() -> PathBuf {
+pub(crate) fn go_binary() -> PathBuf {
     if let Some(go) = std::env::var_os("GO").filter(|s| !s.is_empty()) {
         return PathBuf::from(go);
     }
@@ -498,6 +521,8 @@ fn write_pki(
             Some("system:masters"),
         ),
         client_leaf("admin", "kubernetes-admin", Some("system:masters")),
+        // The aggregation layer's client certificate to extension API servers.
+        client_leaf("front-proxy-client", "front-proxy-client", None),
         client_leaf(
             "kube-controller-manager",
             "system:kube-controller-manager",
@@ -676,6 +701,23 @@ fn server_args(server: &str, layout: &Layout, ports: Ports, opts: &Options) -> V
             "--profiling=false".into(),
         ]
         .into_iter()
+        .chain(
+            (opts.aggregation == Aggregation::FrontProxy)
+                .then(|| {
+                    [
+                        format!("--requestheader-client-ca-file={}", p("ca.crt")),
+                        "--requestheader-allowed-names=front-proxy-client".to_owned(),
+                        "--requestheader-username-headers=X-Remote-User".to_owned(),
+                        "--requestheader-group-headers=X-Remote-Group".to_owned(),
+                        "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+                        format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
+                        format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
+                        "--enable-aggregator-routing=true".to_owned(),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
         .chain(
             opts.audit
                 .then(|| {
@@ -1481,6 +1523,46 @@ mod tests {
         }
     }
 
+    /// `--aggregation` gives the API server the front proxy's flags (the request-header CA,
+    /// the allowed name and headers, its client certificate, the aggregator's endpoint
+    /// routing), and nothing of it by default.
+    #[test]
+    fn the_aggregation_layer_is_set_up_only_when_asked() {
+        let layout = Layout {
+            dir: PathBuf::from("/c"),
+        };
+        let ports = Ports {
+            etcd_client: 1,
+            etcd_peer: 2,
+            apiserver: 3,
+            controller_manager: 4,
+            scheduler: 5,
+        };
+        let off = Options::parse(&[]).unwrap();
+        let args = server_args("kube-apiserver", &layout, ports, &off);
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.starts_with("--requestheader") || a.starts_with("--proxy-client")),
+            "{args:?}"
+        );
+        let on = Options::parse(&["--aggregation".to_owned()]).unwrap();
+        assert_eq!(on.aggregation, Aggregation::FrontProxy);
+        let args = server_args("kube-apiserver", &layout, ports, &on);
+        for flag in [
+            "--requestheader-client-ca-file=/c/pki/ca.crt",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            "--proxy-client-cert-file=/c/pki/front-proxy-client.crt",
+            "--proxy-client-key-file=/c/pki/front-proxy-client.key",
+            "--enable-aggregator-routing=true",
+        ] {
+            assert!(args.contains(&flag.to_owned()), "{flag} in {args:?}");
+        }
+    }
+
     /// `Options::sha1_tls_signatures` reaches the API server alone, as the GODEBUG setting
     /// that lets Go sign TLS 1.2 handshakes with SHA-1; no server gets it by default.
     #[test]
@@ -1511,6 +1593,7 @@ mod tests {
             ("admin", "CN=kubernetes-admin, O=system:masters"),
             ("node-n1", "CN=system:node:n1, O=system:nodes"),
             ("apiserver", "CN=kube-apiserver"),
+            ("front-proxy-client", "CN=front-proxy-client"),
             (
                 "kube-controller-manager",
                 "CN=system:kube-controller-manager",

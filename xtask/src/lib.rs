@@ -1,12 +1,14 @@
 //! The library half of `cargo xtask`: what the binary's tasks and the end-to-end tests share.
 //! Today that is [`cluster`], the real control plane on loopback, which `cargo xtask cluster`
 //! drives from the command line and the real-cluster tests (`tests/cluster`) start per test
-//! through [`cluster::TestCluster`].
+//! through [`cluster::TestCluster`]; and [`metrics_server`], metrics-server built from its Go
+//! module for the `kubectl top` test.
 //!
 //! Test tooling only: nothing here is linked into Rustlet's product crates, and it never
 //! depends on a workspace crate.
 
 pub mod cluster;
+pub mod metrics_server;
 
 use std::path::{Path, PathBuf};
 

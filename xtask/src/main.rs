@@ -12,6 +12,9 @@
 //!   kube-apiserver, kube-controller-manager, kube-scheduler, built from `tools/k8s/`) on
 //!   loopback for tests; see the `cluster` module. `ci` builds it (cached) before the tests,
 //!   whose `cluster` test binary starts one per test.
+//! * `cargo xtask metrics-server build`: metrics-server built from `tools/metrics-server/`
+//!   (cached per version outside the repository) for the `kubectl top` test; `ci` builds it
+//!   too.
 //! * `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets of `fuzz/` (nightly and
 //!   `cargo-fuzz` needed), each for N seconds (default [`FUZZ_SECONDS`]), all in turn by default.
 //!
@@ -19,7 +22,7 @@
 
 mod tidy;
 
-use xtask::{cluster, workspace_root};
+use xtask::{cluster, metrics_server, workspace_root};
 
 use std::path::Path;
 use std::process::Command;
@@ -36,10 +39,11 @@ fn main() -> Result<()> {
         "tidy" => tidy_report(&root),
         "bench" => bench(&root),
         "cluster" => cluster::main(&root, &args[1..]),
+        "metrics-server" => metrics_server::main(&root, &args[1..]),
         "fuzz" => fuzz(&root, &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|test|tidy|bench|cluster|fuzz [TARGET] [--seconds N]>"
+                "usage: cargo xtask <ci|test|tidy|bench|cluster|metrics-server|fuzz [TARGET] [--seconds N]>"
             );
             bail!("unknown task {task:?}")
         }
@@ -86,6 +90,9 @@ fn ci(root: &Path) -> Result<()> {
     // version into a cache outside the repository; a warm machine builds nothing.
     let bin = cluster::build(root)?;
     eprintln!("xtask: the control plane's binaries: {}", bin.display());
+    // metrics-server for the `kubectl top` test, cached the same way.
+    let metrics_server = metrics_server::build(root)?;
+    eprintln!("xtask: metrics-server: {}", metrics_server.display());
     test(root)
 }
 

@@ -512,6 +512,63 @@ impl CriClient {
         Ok(r.url)
     }
 
+    /// `ListContainerStats` of the containers that carry every label of `selector`.
+    pub async fn list_container_stats(
+        &self,
+        selector: &HashMap<String, String>,
+    ) -> Result<Vec<cri::ContainerStats>, CriError> {
+        let mut rt = self.runtime.clone();
+        let request = cri::ListContainerStatsRequest {
+            filter: (!selector.is_empty()).then(|| cri::ContainerStatsFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }),
+        };
+        let r = self
+            .call(
+                "ListContainerStats",
+                self.timeout,
+                rt.list_container_stats(request),
+            )
+            .await?;
+        Ok(r.stats)
+    }
+
+    /// `ListPodSandboxStats` of the sandboxes that carry every label of `selector`.
+    pub async fn list_pod_sandbox_stats(
+        &self,
+        selector: &HashMap<String, String>,
+    ) -> Result<Vec<cri::PodSandboxStats>, CriError> {
+        let mut rt = self.runtime.clone();
+        let request = cri::ListPodSandboxStatsRequest {
+            filter: (!selector.is_empty()).then(|| cri::PodSandboxStatsFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }),
+        };
+        let r = self
+            .call(
+                "ListPodSandboxStats",
+                self.timeout,
+                rt.list_pod_sandbox_stats(request),
+            )
+            .await?;
+        Ok(r.stats)
+    }
+
+    /// `ImageFsInfo`: the image filesystems' use.
+    pub async fn image_fs_info(&self) -> Result<Vec<cri::FilesystemUsage>, CriError> {
+        let mut im = self.images.clone();
+        let r = self
+            .call(
+                "ImageFsInfo",
+                self.timeout,
+                im.image_fs_info(cri::ImageFsInfoRequest {}),
+            )
+            .await?;
+        Ok(r.image_filesystems)
+    }
+
     /// `ImageStatus`: `None` when the image is absent.
     pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, CriError> {
         let mut im = self.images.clone();

@@ -25,8 +25,9 @@ use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
 use rustlet_pods::runtime::{
-    ContainerInstance, ContainerKind, ContainerLogInfo, ExecOutput, InstanceState,
-    RunningContainerLog, Runtime, RuntimeError, RuntimePodStatus, Sandbox, Streams, full_name,
+    ContainerInstance, ContainerKind, ContainerLogInfo, ExecOutput, FsUsage, InstanceState,
+    PodUsage, RunningContainerLog, Runtime, RuntimeError, RuntimePodStatus, Sandbox, Streams,
+    full_name,
 };
 use rustlet_volume::objects::VolumeObjects;
 use rustlet_volume::subpath::ContainerMount;
@@ -1357,6 +1358,60 @@ impl Runtime for CriRuntime {
             .reopen_container_log(raw_id(id))
             .await
             .map_err(|e| stream_error(format!("reopen the log of container {id}"), &e))
+    }
+
+    async fn pod_usage(&self) -> Result<Vec<PodUsage>, RuntimeError> {
+        let owner = self.config.owner_labels();
+        let query = |e: CriError| RuntimeError::Query {
+            runtime: self.scheme.clone(),
+            operation: "stats".into(),
+            message: e.to_string(),
+        };
+        let sandboxes = self
+            .client
+            .list_pod_sandboxes_labelled(&owner)
+            .await
+            .map_err(query)?;
+        let containers = self
+            .client
+            .list_containers_labelled(&owner)
+            .await
+            .map_err(query)?;
+        let container_stats = self
+            .client
+            .list_container_stats(&owner)
+            .await
+            .map_err(query)?;
+        // An older runtime may not answer it: the pods' figures are then their containers'.
+        let sandbox_stats = match self.client.list_pod_sandbox_stats(&owner).await {
+            Ok(stats) => stats,
+            Err(e) => {
+                debug!(error = %e, "ListPodSandboxStats");
+                Vec::new()
+            }
+        };
+        Ok(crate::stats::pod_usage(
+            &crate::stats::CriLists {
+                sandboxes,
+                containers,
+                container_stats,
+                sandbox_stats,
+            },
+            &self.scheme,
+        ))
+    }
+
+    async fn image_fs_usage(&self) -> Result<Vec<FsUsage>, RuntimeError> {
+        let filesystems = self
+            .client
+            .image_fs_info()
+            .await
+            .map_err(|e| RuntimeError::Query {
+                runtime: self.scheme.clone(),
+                operation: "image filesystem stats".into(),
+                message: e.to_string(),
+            })?;
+        Ok(filesystems.iter().map(crate::stats::fs).collect())
     }
 
     async fn kill_container(

@@ -867,3 +867,78 @@ async fn the_kubelets_log_layout_and_symlinks_come_and_go_with_the_containers() 
     runtime.remove_pod(&uid).await;
     assert!(!pod_dir.exists());
 }
+
+/// Issue 26 item 5: `/stats/summary`'s pods come from CRI: the running pod with its sandbox's
+/// time, its running container with CPU time and a working set from `ListContainerStats`, the
+/// pod's figures from `ListPodSandboxStats` (or its containers'), and the image filesystem
+/// from `ImageFsInfo`; a removed pod has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_reports_a_running_pods_cpu_and_memory() {
+    use rustlet_cri::testing::BUSYBOX_IMAGE as IMAGE;
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::ContainerKind;
+
+    let Some(containerd) =
+        PrivateContainerd::start("the_runtime_reports_a_running_pods_cpu_and_memory").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "busy", "namespace": "default", "uid": "uid-busy"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{"name": "main", "image": IMAGE,
+                "command": ["/bin/sh", "-c",
+                    "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; exec sleep 1000"]}]
+        }
+    }))
+    .unwrap();
+    let uid = rustlet_core::PodUid::of(&pod);
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    runtime
+        .start_container(&pod, container, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    let pods = runtime.pod_usage().await.unwrap();
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    let usage = &pods[0];
+    assert_eq!(
+        (
+            usage.uid.as_str(),
+            usage.name.as_str(),
+            usage.namespace.as_str()
+        ),
+        ("uid-busy", "busy", "default")
+    );
+    assert_eq!(usage.containers.len(), 1, "{usage:?}");
+    let main = &usage.containers[0];
+    assert_eq!(main.name, "main");
+    assert!(main.id.starts_with("containerd://"), "{}", main.id);
+    assert!(main.created_at >= usage.created_at, "{usage:?}");
+    let cpu = main.cpu.expect("the container's CPU");
+    assert!(cpu.usage_core_nanos.unwrap_or(0) > 0, "{cpu:?}");
+    let memory = main.memory.expect("the container's memory");
+    assert!(memory.working_set.unwrap_or(0) > 0, "{memory:?}");
+    assert!(usage.cpu.and_then(|c| c.usage_core_nanos).unwrap_or(0) > 0);
+    assert!(usage.memory.and_then(|m| m.working_set).unwrap_or(0) > 0);
+    let images = runtime.image_fs_usage().await.unwrap();
+    // containerd sums the snapshots' use in the background: the mount point is there at once.
+    assert!(
+        images
+            .iter()
+            .any(|fs| fs.mountpoint.contains("snapshotter") && fs.used_bytes.is_some()),
+        "{images:?}"
+    );
+    runtime
+        .kill_pod(&pod, Duration::from_secs(0))
+        .await
+        .unwrap();
+    runtime.remove_pod(&uid).await;
+    assert!(runtime.pod_usage().await.unwrap().is_empty());
+}

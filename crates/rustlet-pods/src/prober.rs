@@ -18,7 +18,7 @@
 //! [`Runtime::exec_sync`], HTTP GET and TCP connect go from the agent to the pod IP (or the
 //! probe's host), each under the probe's timeout.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -105,6 +105,53 @@ impl ProbeResults {
     /// Forgets every result of these instances (the pod is gone).
     pub fn forget(&self, ids: &[String]) {
         self.lock().retain(|(id, _), _| !ids.contains(id));
+    }
+}
+
+/// One series of upstream's `prober_probe_total`: a container's probe of one kind, by
+/// result.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProbeSeries {
+    /// `Liveness`, `Readiness` or `Startup` (upstream's `probe_type`).
+    pub probe_type: &'static str,
+    /// `successful` or `failed` (upstream's `result`; `unknown` is never counted: an errored
+    /// probe is thrown away before the count, as upstream's `doProbe`).
+    pub result: &'static str,
+    /// The container's name.
+    pub container: String,
+    /// The pod's name.
+    pub pod: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's UID.
+    pub pod_uid: String,
+}
+
+/// The probes run, by series (upstream: `ProberResults`, served on `/metrics/probes`). A
+/// probe task's series go when the task ends, as upstream's worker deletes its labels.
+#[derive(Debug, Default)]
+pub struct ProbeCounts {
+    map: Mutex<BTreeMap<ProbeSeries, u64>>,
+}
+
+impl ProbeCounts {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<ProbeSeries, u64>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn inc(&self, series: ProbeSeries) {
+        *self.lock().entry(series).or_insert(0) += 1;
+    }
+
+    fn forget(&self, probe_type: &str, container: &str, pod_uid: &str) {
+        self.lock().retain(|s, _| {
+            !(s.probe_type == probe_type && s.container == container && s.pod_uid == pod_uid)
+        });
+    }
+
+    /// Every series with its count.
+    pub fn snapshot(&self) -> Vec<(ProbeSeries, u64)> {
+        self.lock().iter().map(|(s, n)| (s.clone(), *n)).collect()
     }
 }
 
@@ -431,6 +478,8 @@ pub(crate) struct ProbeTask {
     pub container: Container,
     pub runtime: Arc<dyn Runtime>,
     pub results: Arc<ProbeResults>,
+    /// `prober_probe_total`.
+    pub counts: Arc<ProbeCounts>,
     pub events: Arc<dyn EventRecorder>,
     /// Called when a result changes.
     pub on_change: OnChange,
@@ -545,6 +594,7 @@ impl ProbeTask {
                     continue;
                 }
             };
+            self.count(outcome.result);
             if outcome.result == ProbeResult::Failure {
                 self.event(&format!(
                     "{} probe failed: {}",
@@ -578,6 +628,24 @@ impl ProbeTask {
         if let Some(id) = current {
             self.results.remove(&id, self.kind);
         }
+        self.counts
+            .forget(self.kind.title(), &self.container.name, self.uid.as_str());
+    }
+
+    /// upstream: `doProbe`'s `ProberResults.With(...).Inc()` after each probe that did not
+    /// error.
+    fn count(&self, result: ProbeResult) {
+        self.counts.inc(ProbeSeries {
+            probe_type: self.kind.title(),
+            result: match result {
+                ProbeResult::Success => "successful",
+                ProbeResult::Failure => "failed",
+            },
+            container: self.container.name.clone(),
+            pod: self.pod.metadata.name.clone().unwrap_or_default(),
+            namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
+            pod_uid: self.uid.as_str().to_owned(),
+        });
     }
 
     fn set(&self, id: &str, result: ProbeResult) {
@@ -702,6 +770,7 @@ mod tests {
             Arc::new(ProbeResults::default()),
             Arc::new(FakeRecorder::default()),
         );
+        let counts = Arc::new(ProbeCounts::default());
         let cancel = CancellationToken::new();
         let changes = Arc::new(Mutex::new(Vec::new()));
         let task = ProbeTask {
@@ -711,6 +780,7 @@ mod tests {
             container,
             runtime: runtime.clone(),
             results: results.clone(),
+            counts: counts.clone(),
             events: events.clone(),
             on_change: {
                 let changes = changes.clone();
@@ -722,10 +792,12 @@ mod tests {
             adopted_before: Timestamp::UNIX_EPOCH,
             trigger: Arc::new(tokio::sync::Notify::new()),
         };
-        tokio::spawn(task.run());
+        let done = tokio::spawn(task.run());
         Probed {
             runtime,
             results,
+            counts,
+            done,
             events,
             id,
             cancel,
@@ -738,6 +810,8 @@ mod tests {
     struct Probed {
         runtime: Arc<Scripted>,
         results: Arc<ProbeResults>,
+        counts: Arc<ProbeCounts>,
+        done: tokio::task::JoinHandle<()>,
         events: Arc<FakeRecorder>,
         id: String,
         cancel: CancellationToken,
@@ -768,6 +842,7 @@ mod tests {
             id,
             cancel,
             changes,
+            ..
         } = probed(
             ProbeKind::Readiness,
             exec_probe(10, 2, 3),
@@ -834,6 +909,35 @@ mod tests {
         tokio::time::sleep_until(at(9)).await;
         assert_eq!(*runtime.execs.lock().unwrap(), 8);
         assert_eq!(result(), None);
+    }
+
+    /// upstream's `prober_probe_total`: each probe run counts once under its type and result
+    /// with the container's and pod's labels; the series go when the probe task ends.
+    #[tokio::test(start_paused = true)]
+    async fn prober_probe_total_counts_each_probe_by_result() {
+        let start = Instant::now();
+        let Probed {
+            counts,
+            cancel,
+            done,
+            ..
+        } = probed(ProbeKind::Readiness, exec_probe(10, 1, 1), &[0, 1, 0]).await;
+        tokio::time::sleep_until(start + Duration::from_secs(20) + Duration::from_millis(1)).await;
+        let series = |result: &'static str| ProbeSeries {
+            probe_type: "Readiness",
+            result,
+            container: "c".into(),
+            pod: "p".into(),
+            namespace: "default".into(),
+            pod_uid: "uid-p".into(),
+        };
+        assert_eq!(
+            counts.snapshot(),
+            vec![(series("failed"), 1), (series("successful"), 2)]
+        );
+        cancel.cancel();
+        done.await.unwrap();
+        assert_eq!(counts.snapshot(), Vec::new());
     }
 
     #[tokio::test(start_paused = true)]

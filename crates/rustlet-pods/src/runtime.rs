@@ -277,6 +277,101 @@ pub struct RunningContainerLog {
     pub path: std::path::PathBuf,
 }
 
+/// CPU use as the runtime measures it (CRI `CpuUsage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuUsage {
+    /// When measured.
+    pub at: Timestamp,
+    /// CPU time used since creation, in core-nanoseconds.
+    pub usage_core_nanos: Option<u64>,
+    /// CPU use over the runtime's last window, in core-nanoseconds per second (the agent
+    /// makes it of two readings when the runtime does not).
+    pub usage_nano_cores: Option<u64>,
+}
+
+/// Memory use as the runtime measures it (CRI `MemoryUsage`), in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// When measured.
+    pub at: Timestamp,
+    /// Usage minus the inactive file pages.
+    pub working_set: Option<u64>,
+    /// The limit minus the working set.
+    pub available: Option<u64>,
+    /// All memory in use.
+    pub usage: Option<u64>,
+    /// Anonymous memory.
+    pub rss: Option<u64>,
+    /// Minor page faults.
+    pub page_faults: Option<u64>,
+    /// Major page faults.
+    pub major_page_faults: Option<u64>,
+}
+
+/// Swap use as the runtime measures it (CRI `SwapUsage`), in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwapUsage {
+    /// When measured.
+    pub at: Timestamp,
+    /// Swap in use.
+    pub usage: Option<u64>,
+    /// The swap limit minus the swap in use.
+    pub available: Option<u64>,
+}
+
+/// A filesystem's use as the runtime measures it (CRI `FilesystemUsage`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsUsage {
+    /// When measured.
+    pub at: Timestamp,
+    /// The filesystem's mount point.
+    pub mountpoint: String,
+    /// The bytes this use takes.
+    pub used_bytes: Option<u64>,
+    /// The inodes this use takes.
+    pub inodes_used: Option<u64>,
+}
+
+/// A running container's figures (CRI `ContainerStats` with its `CreatedAt`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerUsage {
+    /// The instance's ID (`<runtime>://...`).
+    pub id: String,
+    /// The spec container's name.
+    pub name: String,
+    /// When the instance was created.
+    pub created_at: Timestamp,
+    /// CPU.
+    pub cpu: Option<CpuUsage>,
+    /// Memory.
+    pub memory: Option<MemoryUsage>,
+    /// Swap.
+    pub swap: Option<SwapUsage>,
+    /// The writable layer.
+    pub writable_layer: Option<FsUsage>,
+}
+
+/// A pod's figures: its sandbox's (CRI `PodSandboxStats`) and its running containers'.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodUsage {
+    /// The pod's UID.
+    pub uid: PodUid,
+    /// Its name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// When its sandbox was created.
+    pub created_at: Timestamp,
+    /// The pod cgroup's CPU.
+    pub cpu: Option<CpuUsage>,
+    /// The pod cgroup's memory.
+    pub memory: Option<MemoryUsage>,
+    /// The pod cgroup's swap.
+    pub swap: Option<SwapUsage>,
+    /// Its running containers.
+    pub containers: Vec<ContainerUsage>,
+}
+
 /// The container runtime as the pod workers use it.
 #[async_trait]
 pub trait Runtime: Send + Sync {
@@ -411,6 +506,18 @@ pub trait Runtime: Send + Sync {
     async fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
         let _ = id;
         Err(self.unsupported("container log rotation"))
+    }
+
+    /// The figures of the pods with a ready sandbox and of their running containers
+    /// (upstream: the CRI stats provider's `ListPodStats`, from CRI `ListPodSandboxStats` and
+    /// `ListContainerStats`).
+    async fn pod_usage(&self) -> Result<Vec<PodUsage>, RuntimeError> {
+        Err(self.unsupported("stats"))
+    }
+
+    /// The image filesystems' use (CRI `ImageFsInfo`).
+    async fn image_fs_usage(&self) -> Result<Vec<FsUsage>, RuntimeError> {
+        Err(self.unsupported("image filesystem stats"))
     }
 
     /// [`RuntimeError::Unsupported`] of `operation` on this runtime.

@@ -14,6 +14,8 @@
 //!   by themselves, as after a node reboot) and [`SimulatedRuntime::lose_track`] (the runtime
 //!   no longer knows a container's state, CRI `CONTAINER_UNKNOWN`); each is announced through
 //!   [`Runtime::changes`].
+//! * Stats ([`Runtime::pod_usage`]): the running pods and containers, using no CPU and no
+//!   memory.
 //! * Pod IPs come from a configurable IPv4 range, one per sandbox; host-network pods get the
 //!   node's address.
 //!
@@ -33,8 +35,8 @@ use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
 
 use crate::runtime::{
-    ContainerInstance, ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus,
-    Sandbox, container_hash, full_name,
+    ContainerInstance, ContainerKind, ContainerUsage, CpuUsage, InstanceState, MemoryUsage,
+    PodUsage, Runtime, RuntimeError, RuntimePodStatus, Sandbox, container_hash, full_name,
 };
 
 /// Annotation: seconds after which every regular container exits.
@@ -84,6 +86,10 @@ struct SimContainer {
 #[derive(Debug, Default)]
 struct SimPod {
     sandbox: Option<Sandbox>,
+    /// The pod's name and namespace, and when its sandbox was made (for [`Runtime::pod_usage`]).
+    name: String,
+    namespace: String,
+    sandbox_created_at: Option<Timestamp>,
     /// Newest first.
     containers: Vec<SimContainer>,
 }
@@ -289,7 +295,12 @@ impl Runtime for SimulatedRuntime {
             host_network,
             ip: Some(ip),
         };
-        state.pods.entry(uid).or_default().sandbox = Some(sandbox.clone());
+        let created_at = self.wall(Instant::now());
+        let sim = state.pods.entry(uid).or_default();
+        sim.sandbox = Some(sandbox.clone());
+        sim.name = pod.metadata.name.clone().unwrap_or_default();
+        sim.namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        sim.sandbox_created_at = Some(created_at);
         Ok(sandbox)
     }
 
@@ -367,6 +378,63 @@ impl Runtime for SimulatedRuntime {
             *n <= 2
         });
         Ok(())
+    }
+
+    /// The pods with a ready sandbox and their running containers, using no CPU and no
+    /// memory (nothing runs).
+    async fn pod_usage(&self) -> Result<Vec<PodUsage>, RuntimeError> {
+        let now = Instant::now();
+        let at = self.wall(now);
+        let cpu = CpuUsage {
+            at,
+            usage_core_nanos: Some(0),
+            usage_nano_cores: Some(0),
+        };
+        let memory = MemoryUsage {
+            at,
+            working_set: Some(0),
+            available: None,
+            usage: Some(0),
+            rss: Some(0),
+            page_faults: Some(0),
+            major_page_faults: Some(0),
+        };
+        let mut state = self.lock();
+        let mut out = Vec::new();
+        for (uid, pod) in &mut state.pods {
+            self.settle(pod, now);
+            if !pod.sandbox.as_ref().is_some_and(|s| s.ready) {
+                continue;
+            }
+            let containers = pod
+                .containers
+                .iter()
+                .filter_map(|c| match c.instance.state {
+                    InstanceState::Running { started_at } => Some(ContainerUsage {
+                        id: c.instance.id.clone(),
+                        name: c.instance.name.clone(),
+                        created_at: started_at,
+                        cpu: Some(cpu),
+                        memory: Some(memory),
+                        swap: None,
+                        writable_layer: None,
+                    }),
+                    _ => None,
+                })
+                .collect();
+            out.push(PodUsage {
+                uid: uid.clone(),
+                name: pod.name.clone(),
+                namespace: pod.namespace.clone(),
+                created_at: pod.sandbox_created_at.unwrap_or(at),
+                cpu: Some(cpu),
+                memory: Some(memory),
+                swap: None,
+                containers,
+            });
+        }
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(out)
     }
 
     async fn pod_status(&self, uid: &PodUid) -> RuntimePodStatus {

@@ -649,3 +649,40 @@ async fn the_simulated_runtime_is_ready_and_names_its_version() {
     let conditions = runtime.status().await.unwrap();
     assert_eq!(runtime_readiness(&conditions), RuntimeReadiness::default());
 }
+
+/// Issue 26 item 5: the simulated runtime's stats are its running pods and containers, named
+/// as the pod, using nothing; an exited container and a killed pod have none.
+#[tokio::test(start_paused = true)]
+async fn the_simulated_runtime_reports_its_running_pods_using_nothing() {
+    let runtime = SimulatedRuntime::new(SimulatedConfig::default());
+    let mut p = pod("Never", &[], &["a", "b"]);
+    p.metadata.annotations = Some(
+        [("rustlet.io/simulate-exit-after".to_owned(), "5".to_owned())]
+            .into_iter()
+            .collect(),
+    );
+    runtime.run_pod_sandbox(&p).await.unwrap();
+    let a = p.spec.as_ref().unwrap().containers[0].clone();
+    runtime
+        .start_container(&p, &a, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    let usage = runtime.pod_usage().await.unwrap();
+    assert_eq!(usage.len(), 1);
+    assert_eq!(usage[0].uid, rustlet_core::PodUid::of(&p));
+    assert_eq!(usage[0].name, p.metadata.name.clone().unwrap());
+    let names: Vec<&str> = usage[0]
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["a"]);
+    assert_eq!(
+        usage[0].containers[0].cpu.unwrap().usage_core_nanos,
+        Some(0)
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(runtime.pod_usage().await.unwrap()[0].containers.is_empty());
+    runtime.kill_pod(&p, Duration::ZERO).await.unwrap();
+    assert!(runtime.pod_usage().await.unwrap().is_empty());
+}

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions::{ContainerToKill, KillReason, ProbeFailures, compute_pod_actions};
-use crate::prober::{OnChange, ProbeKind, ProbeResult, ProbeResults, ProbeTask};
+use crate::prober::{OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask};
 use crate::runtime::{
     ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, container_hash,
     full_name,
@@ -251,6 +251,8 @@ pub struct PodWorkers {
 
 struct Shared {
     probe_results: Arc<ProbeResults>,
+    /// `prober_probe_total` (`/metrics/probes`).
+    probe_counts: Arc<ProbeCounts>,
     /// W9: the UIDs of static pods by full name (`<name>_<namespace>`), in the order their
     /// workers were made. A static pod starts only when every UID before it has terminated,
     /// so two incarnations of one manifest (an etcd, an API server) never run at once.
@@ -303,6 +305,7 @@ impl PodWorkers {
         Self {
             shared: Arc::new(Shared {
                 probe_results: Arc::new(ProbeResults::default()),
+                probe_counts: Arc::new(ProbeCounts::default()),
                 static_turns: Mutex::new(HashMap::new()),
                 adopted_before: adopted_before(),
                 pods: deps.pods,
@@ -315,6 +318,11 @@ impl PodWorkers {
             }),
             changes: deps.changes,
         }
+    }
+
+    /// The probes run so far, by container and result (`/metrics/probes`).
+    pub fn probe_counts(&self) -> Arc<ProbeCounts> {
+        self.shared.probe_counts.clone()
     }
 
     /// A pod present with the UID of a finished worker whose status the status manager has
@@ -846,6 +854,7 @@ impl Worker {
                     container: container.clone(),
                     runtime: self.shared.runtime.clone(),
                     results: self.shared.probe_results.clone(),
+                    counts: self.shared.probe_counts.clone(),
                     events: self.shared.events.clone(),
                     on_change,
                     cancel: cancel.clone(),

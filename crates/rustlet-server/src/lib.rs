@@ -15,7 +15,9 @@
 //! * [`logs`]: the `/containerLogs` query, the CRI container-log reader (tail, since, limit,
 //!   timestamps, stream, follow) and the container log manager's rotation.
 //! * [`routes`]: the axum router (`/healthz`, `/pods`, `/configz`, `/containerLogs`, `/exec`,
-//!   `/attach`, `/portForward`) over [`routes::NodeApi`], which the binary implements.
+//!   `/attach`, `/portForward`, `/stats/summary`, `/metrics/resource`, `/metrics/probes`) over [`routes::NodeApi`], which the binary implements.
+//! * [`stats`]: the `/stats/summary` document and the node's figures from the cgroup tree.
+//! * [`metrics`]: `/metrics/resource` and `/metrics/probes` in the Prometheus text format.
 //! * [`streaming`]: the upgrade proxy of exec, attach and port-forward to the runtime's stream
 //!   server.
 //!
@@ -29,7 +31,9 @@
 
 pub mod auth;
 pub mod logs;
+pub mod metrics;
 pub mod routes;
+pub mod stats;
 pub mod streaming;
 pub mod tls;
 

@@ -1,6 +1,8 @@
 //! The kubelet server's routes (upstream: `pkg/kubelet/server/server.go`): `/healthz`, `/pods`,
-//! `/configz`, `/containerLogs`, `/exec`, `/attach`, `/portForward`, `/run`, over a [`NodeApi`] the
-//! binary implements (the pod manager, the status manager and the CRI live there).
+//! `/configz`, `/containerLogs`, `/exec`, `/attach`, `/portForward`, `/run`, `/stats/summary`,
+//! `/metrics/resource`, `/metrics/probes`, over a [`NodeApi`] the binary implements (the pod
+//! manager, the status manager and the CRI live there). [`stats_router`] is the part the
+//! read-only port serves too.
 //!
 //! The router has no authentication of its own: the binary wraps it in
 //! [`crate::auth::AuthLayer`], as upstream's `InstallAuthFilter` wraps every route.
@@ -17,6 +19,9 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use tokio::io::AsyncReadExt as _;
 
 use crate::logs::{ContainerRunning, LogOptions, LogReader, parse_pod_log_query};
+use crate::metrics::probes::{ProbeCount, probe_metrics};
+use crate::metrics::resource::resource_metrics;
+use crate::stats::summary::Summary;
 use crate::streaming::{ProxyConfig, is_upgrade_request, proxy_upgrade};
 
 /// Why the node could not answer a route's question.
@@ -122,6 +127,20 @@ pub trait NodeApi: Send + Sync {
             "this node cannot run commands in containers".to_owned(),
         ))
     }
+
+    /// The stats summary (upstream: `SummaryProvider.Get`; with `only_cpu_and_memory`,
+    /// `GetCPUAndMemoryStats`: no filesystems, volumes or network). Default: unsupported.
+    async fn summary(&self, only_cpu_and_memory: bool) -> Result<Summary, NodeApiError> {
+        let _ = only_cpu_and_memory;
+        Err(NodeApiError::Unsupported(
+            "this node has no stats provider".to_owned(),
+        ))
+    }
+
+    /// The prober's `prober_probe_total` series. Default: none.
+    fn probe_counts(&self) -> Vec<ProbeCount> {
+        Vec::new()
+    }
 }
 
 /// The router's state.
@@ -162,7 +181,18 @@ pub fn router(api: Arc<dyn NodeApi>, proxy: ProxyConfig) -> Router {
             "/portForward/{ns}/{pod}/{uid}",
             get(port_forward_uid).post(port_forward_uid),
         )
+        .merge(stats_router(api.clone()))
         .with_state(Server { api, proxy })
+}
+
+/// `/stats/summary`, `/metrics/resource` and `/metrics/probes` over `api`: the routes the
+/// read-only port serves beside the secure port's.
+pub fn stats_router<S>(api: Arc<dyn NodeApi>) -> Router<S> {
+    Router::new()
+        .route("/stats/summary", get(stats_summary))
+        .route("/metrics/resource", get(metrics_resource))
+        .route("/metrics/probes", get(metrics_probes))
+        .with_state(api)
 }
 
 /// A plain-text answer (upstream's `response.WriteError`/`http.Error`: the status, the text).
@@ -214,6 +244,47 @@ async fn running_pods(State(server): State<Server>) -> Response<Body> {
         "metadata": {},
         "items": items,
     }))
+}
+
+/// upstream: `handleSummary`: `only_cpu_and_memory=true` asks for CPU and memory only; an
+/// error is a 500 with its text.
+async fn stats_summary(
+    State(api): State<Arc<dyn NodeApi>>,
+    RawQuery(query): RawQuery,
+) -> Response<Body> {
+    let only_cpu_and_memory = query_values(query.as_deref(), "only_cpu_and_memory")
+        .first()
+        .is_some_and(|v| v == "true");
+    match api.summary(only_cpu_and_memory).await {
+        Ok(summary) => json(&summary),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Internal Error: {e}"),
+        ),
+    }
+}
+
+fn prometheus_text(body: String) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::metrics::TEXT_CONTENT_TYPE),
+    );
+    response
+}
+
+/// upstream: the `/metrics/resource` handler over `NewResourceMetricsCollector`.
+async fn metrics_resource(State(api): State<Arc<dyn NodeApi>>) -> Response<Body> {
+    let summary = api.summary(true).await;
+    if let Err(error) = &summary {
+        tracing::warn!(%error, "getting the summary for /metrics/resource");
+    }
+    prometheus_text(resource_metrics(summary.as_ref()))
+}
+
+/// upstream: the `/metrics/probes` handler over the prober's registry.
+async fn metrics_probes(State(api): State<Arc<dyn NodeApi>>) -> Response<Body> {
+    prometheus_text(probe_metrics(&api.probe_counts()))
 }
 
 /// upstream: `configz`'s handler, `{"kubeletconfig": {...}}`.

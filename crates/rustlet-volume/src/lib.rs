@@ -44,7 +44,8 @@
 //! ([`plugins::content`]: written by `rustlet_mount::atomic_writer`, never on disk except a
 //! configMap) and local PersistentVolumes reached through their claims ([`claims`],
 //! [`plugins::local`]). [`subpath`] prepares containers' subPaths safely; fsGroup ownership
-//! comes from `rustlet_mount::ownership`.
+//! comes from `rustlet_mount::ownership`. [`usage`] measures a mounted volume for
+//! `/stats/summary`.
 
 pub mod cache;
 pub mod claims;
@@ -65,6 +66,7 @@ pub mod spec;
 pub mod subpath;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod usage;
 
 #[cfg(test)]
 mod tests;

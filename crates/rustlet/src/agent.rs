@@ -48,6 +48,8 @@ use crate::config::{
 };
 use crate::http::{Endpoints, Health, healthz_router, router};
 use crate::process::ProcessMetrics;
+use crate::stats::{StatsDeps, StatsProvider};
+use rustlet_server::stats::cgroup::StatsRoots;
 
 /// How long the HTTP server and the other tasks get to stop after the status flush.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -428,23 +430,38 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             ..PodWorkersConfig::new(&config.root_dir)
         },
     );
+    let probe_counts = workers.probe_counts();
     {
         let task = tokio::spawn(workers.run(cancel.clone()));
         tasks.push(supervise("the pod workers", &health, &cancel, task));
     }
 
+    // What the kubelet server and the read-only port answer `/stats` and `/metrics/*` with.
+    let stats = Arc::new(StatsProvider::new(StatsDeps {
+        node_name: config.node_name.clone(),
+        root_dir: config.root_dir.clone(),
+        roots: StatsRoots::default(),
+        runtime: node_runtime.clone(),
+        pods: pods.clone(),
+        volumes: volumes.clone(),
+    }));
+    let node_api = |configz| {
+        Arc::new(crate::server::NodeServer {
+            pods: pods.clone(),
+            status: status.clone(),
+            runtime: node_runtime.clone(),
+            configz,
+            stats: stats.clone(),
+            probe_counts: probe_counts.clone(),
+        })
+    };
     let kubelet_server = match &config.server {
         KubeletServer::Off => {
             info!("the kubelet server is off");
             None
         }
         KubeletServer::Serve(settings) => {
-            let node = Arc::new(crate::server::NodeServer {
-                pods: pods.clone(),
-                status: status.clone(),
-                runtime: node_runtime,
-                configz: crate::server::configz(&config, settings),
-            });
+            let node = node_api(crate::server::configz(&config, settings));
             Some(
                 crate::server::start(&config, settings, api.client.clone(), node, cancel.clone())
                     .await?,
@@ -458,6 +475,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         status: status.clone(),
         registry: Arc::new(registry),
         process,
+        stats: node_api(serde_json::Value::Null),
     });
     let server = listener.map(|listener| {
         let cancel = cancel.clone();

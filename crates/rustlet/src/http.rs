@@ -1,5 +1,6 @@
 //! The read-only HTTP endpoints (the kubelet's read-only port): `/healthz`, `/pods`,
-//! `/metrics`.
+//! `/metrics`, and `/stats/summary`, `/metrics/resource`, `/metrics/probes` as the kubelet
+//! server answers them.
 
 use std::sync::{Arc, Mutex};
 
@@ -55,6 +56,8 @@ pub struct Endpoints {
     pub registry: Arc<Registry>,
     /// Refreshed at each scrape.
     pub process: crate::process::ProcessMetrics,
+    /// `/stats/summary`, `/metrics/resource`, `/metrics/probes`.
+    pub stats: Arc<dyn rustlet_server::routes::NodeApi>,
 }
 
 /// The router.
@@ -63,6 +66,9 @@ pub fn router(endpoints: Arc<Endpoints>) -> Router {
         .route("/healthz", get(healthz))
         .route("/pods", get(pods))
         .route("/metrics", get(metrics))
+        .merge(rustlet_server::routes::stats_router(
+            endpoints.stats.clone(),
+        ))
         .with_state(endpoints)
 }
 

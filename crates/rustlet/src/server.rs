@@ -15,7 +15,9 @@ use rustlet_pods::runtime::{InstanceState, RuntimeError, Streams};
 use rustlet_server::auth::{AuthLayer, AuthSettings, AuthorizationMode, KubeletAuth, Reviewers};
 use rustlet_server::logs::ContainerRunning;
 use rustlet_server::logs::reader::StatusError;
+use rustlet_server::metrics::probes::ProbeCount;
 use rustlet_server::routes::{ContainerLogSource, NodeApi, NodeApiError, StreamOptions, router};
+use rustlet_server::stats::summary::Summary;
 use rustlet_server::streaming::ProxyConfig;
 use rustlet_server::tls::{
     CLIENT_CA_RELOAD_INTERVAL, ServeOptions, ServingCertificate, TlsSettings, serve, server_config,
@@ -37,6 +39,10 @@ pub struct NodeServer {
     pub runtime: Arc<dyn Runtime>,
     /// `/configz`'s `kubeletconfig`.
     pub configz: serde_json::Value,
+    /// `/stats/summary` and `/metrics/resource`.
+    pub stats: Arc<crate::stats::StatsProvider>,
+    /// `/metrics/probes`.
+    pub probe_counts: Arc<rustlet_pods::prober::ProbeCounts>,
 }
 
 fn node_error(e: RuntimeError) -> NodeApiError {
@@ -247,6 +253,29 @@ impl NodeApi for NodeServer {
             .await
             .map_err(node_error)?;
         parse_url(&url)
+    }
+
+    async fn summary(&self, only_cpu_and_memory: bool) -> Result<Summary, NodeApiError> {
+        self.stats
+            .summary(only_cpu_and_memory)
+            .await
+            .map_err(NodeApiError::Runtime)
+    }
+
+    fn probe_counts(&self) -> Vec<ProbeCount> {
+        self.probe_counts
+            .snapshot()
+            .into_iter()
+            .map(|(s, count)| ProbeCount {
+                probe_type: s.probe_type.to_owned(),
+                result: s.result.to_owned(),
+                container: s.container,
+                pod: s.pod,
+                namespace: s.namespace,
+                pod_uid: s.pod_uid,
+                count,
+            })
+            .collect()
     }
 }
 

@@ -658,3 +658,35 @@ async fn run_in_container_answers_the_commands_output() {
         ]
     );
 }
+
+/// `/stats/summary` without a stats provider: upstream's `handleError`, a 500 with
+/// `Internal Error: ...`; `/metrics/resource` then says `resource_scrape_error 1` in the
+/// Prometheus text format; `/metrics/probes` is empty without probes.
+#[tokio::test]
+async fn stats_routes_report_a_failed_summary_as_upstream() {
+    let f = fixture(vec![pod(running(), None)]);
+    let (status, body) = call(&f.app, "GET", "/stats/summary", false).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body.starts_with("Internal Error: "), "{body}");
+    let response = f
+        .app
+        .clone()
+        .oneshot(
+            http::Request::get("/metrics/resource")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).ends_with("resource_scrape_error 1\n"));
+    assert_eq!(
+        call(&f.app, "GET", "/metrics/probes", false).await,
+        (StatusCode::OK, String::new())
+    );
+}

@@ -156,6 +156,10 @@ fn local_mode_serves_client_certificates_of_its_ca_only() {
     let (code, body) = curl(&url("/pods"), Some(&alice));
     assert_eq!(code, 200, "{body}");
     assert!(body.contains(r#""kind":"PodList""#), "{body}");
+    // `/metrics` (`nodes/metrics`): the agent's registry, as on the read-only port.
+    let (code, body) = curl(&url("/metrics"), Some(&alice));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("process_resident_memory_bytes"), "{body}");
     assert_eq!(
         curl(&url("/pods"), Some(&mallory)),
         (401, "Unauthorized".to_owned())

@@ -137,6 +137,12 @@ pub trait NodeApi: Send + Sync {
         ))
     }
 
+    /// The agent's own metrics in the OpenMetrics text format (upstream: `/metrics`, the
+    /// kubelet's registry). Default: none (404).
+    fn metrics_text(&self) -> Option<String> {
+        None
+    }
+
     /// The prober's `prober_probe_total` series. Default: none.
     fn probe_counts(&self) -> Vec<ProbeCount> {
         Vec::new()
@@ -160,6 +166,7 @@ pub fn router(api: Arc<dyn NodeApi>, proxy: ProxyConfig) -> Router {
         .route("/pods", get(pods))
         .route("/runningpods/", get(running_pods))
         .route("/configz", get(configz))
+        .route("/metrics", get(metrics))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route("/exec/{ns}/{pod}/{container}", get(exec).post(exec))
         .route(
@@ -193,6 +200,22 @@ pub fn stats_router<S>(api: Arc<dyn NodeApi>) -> Router<S> {
         .route("/metrics/resource", get(metrics_resource))
         .route("/metrics/probes", get(metrics_probes))
         .with_state(api)
+}
+
+async fn metrics(State(server): State<Server>) -> Response<Body> {
+    match server.api.metrics_text() {
+        Some(body) => {
+            let mut response = Response::new(Body::from(body));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            response
+        }
+        None => text(StatusCode::NOT_FOUND, "404 page not found\n"),
+    }
 }
 
 /// A plain-text answer (upstream's `response.WriteError`/`http.Error`: the status, the text).

@@ -445,6 +445,10 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         pods: pods.clone(),
         volumes: volumes.clone(),
     }));
+    let metrics = crate::http::AgentMetrics {
+        registry: Arc::new(registry),
+        process,
+    };
     let node_api = |configz| {
         Arc::new(crate::server::NodeServer {
             pods: pods.clone(),
@@ -453,6 +457,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             configz,
             stats: stats.clone(),
             probe_counts: probe_counts.clone(),
+            metrics: metrics.clone(),
         })
     };
     let kubelet_server = match &config.server {
@@ -473,8 +478,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         health: health.clone(),
         pods: pods.clone(),
         status: status.clone(),
-        registry: Arc::new(registry),
-        process,
+        metrics: metrics.clone(),
         stats: node_api(serde_json::Value::Null),
     });
     let server = listener.map(|listener| {

@@ -44,6 +44,26 @@ impl Health {
     }
 }
 
+/// The agent's registry and the process gauges refreshed at each scrape: `/metrics` of the
+/// read-only port and of the kubelet server.
+#[derive(Clone)]
+pub struct AgentMetrics {
+    /// Every metric of the agent.
+    pub registry: Arc<Registry>,
+    /// Refreshed at each scrape.
+    pub process: crate::process::ProcessMetrics,
+}
+
+impl AgentMetrics {
+    /// The OpenMetrics text of every metric, the process gauges refreshed first.
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        self.process.update();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
 /// What the handlers read.
 pub struct Endpoints {
     /// Health.
@@ -53,9 +73,7 @@ pub struct Endpoints {
     /// Their statuses.
     pub status: Arc<StatusManager>,
     /// Every metric of the agent.
-    pub registry: Arc<Registry>,
-    /// Refreshed at each scrape.
-    pub process: crate::process::ProcessMetrics,
+    pub metrics: AgentMetrics,
     /// `/stats/summary`, `/metrics/resource`, `/metrics/probes`.
     pub stats: Arc<dyn rustlet_server::routes::NodeApi>,
 }
@@ -151,11 +169,10 @@ async fn pods(State(e): State<Arc<Endpoints>>) -> Response {
 }
 
 async fn metrics(State(e): State<Arc<Endpoints>>) -> Response {
-    e.process.update();
-    let mut text = String::new();
-    if let Err(err) = prometheus_client::encoding::text::encode(&mut text, &e.registry) {
-        return (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response();
-    }
+    let text = match e.metrics.render() {
+        Ok(text) => text,
+        Err(err) => return (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response(),
+    };
     (
         [(
             header::CONTENT_TYPE,

@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{AgentConfig, ReadOnlyEndpoints, ServerSettings};
+use crate::config::{AgentConfig, HealthzEndpoint, LogRotation, ReadOnlyEndpoints, ServerSettings};
 
 /// What the routes read: the pod cache, the status manager, the runtime.
 pub struct NodeServer {
@@ -43,6 +43,8 @@ pub struct NodeServer {
     pub stats: Arc<crate::stats::StatsProvider>,
     /// `/metrics/probes`.
     pub probe_counts: Arc<rustlet_pods::prober::ProbeCounts>,
+    /// `/metrics`: the agent's registry, as the read-only port serves it.
+    pub metrics: crate::http::AgentMetrics,
 }
 
 fn node_error(e: RuntimeError) -> NodeApiError {
@@ -262,6 +264,10 @@ impl NodeApi for NodeServer {
             .map_err(NodeApiError::Runtime)
     }
 
+    fn metrics_text(&self) -> Option<String> {
+        self.metrics.render().ok()
+    }
+
     fn probe_counts(&self) -> Vec<ProbeCount> {
         self.probe_counts
             .snapshot()
@@ -288,6 +294,14 @@ pub fn configz(config: &AgentConfig, server: &ServerSettings) -> serde_json::Val
     };
     let authn = &server.authentication;
     let authz = &server.authorization;
+    let (healthz_port, healthz_address) = match config.healthz {
+        HealthzEndpoint::Off => (0, String::new()),
+        HealthzEndpoint::Listen(addr) => (addr.port(), addr.ip().to_string()),
+    };
+    let rotation = match config.logs.rotation {
+        LogRotation::Off => None,
+        LogRotation::Rotate(r) => Some(r),
+    };
     serde_json::json!({
         "kind": "KubeletConfiguration",
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -315,7 +329,32 @@ pub fn configz(config: &AgentConfig, server: &ServerSettings) -> serde_json::Val
         "maxPods": config.max_pods,
         "nodeStatusUpdateFrequency": go_duration(config.node_status_update_frequency),
         "nodeStatusReportFrequency": go_duration(config.node_status_report_frequency),
+        "healthzPort": healthz_port,
+        "healthzBindAddress": healthz_address,
+        "streamingConnectionIdleTimeout": go_duration(server.streaming_connection_idle_timeout.unwrap_or_default()),
+        "podLogsDir": config.logs.pod_logs_dir.display().to_string(),
+        "containerLogMaxSize": rotation.map_or_else(|| "-1".to_owned(), |r| quantity(r.policy.max_size)),
+        "containerLogMaxFiles": rotation.map_or(5, |r| r.policy.max_files),
+        "containerLogMaxWorkers": rotation.map_or(1, |r| r.max_workers),
+        "containerLogMonitorInterval": go_duration(rotation.map_or(std::time::Duration::from_secs(10), |r| r.monitor_interval)),
     })
+}
+
+/// A byte count as the kubelet's configuration writes a quantity (`10Mi`, `512Ki`, `7`).
+fn quantity(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "Ti"),
+        (1 << 30, "Gi"),
+        (1 << 20, "Mi"),
+        (1 << 10, "Ki"),
+    ];
+    UNITS
+        .iter()
+        .find(|(unit, _)| bytes >= *unit && bytes.is_multiple_of(*unit))
+        .map_or_else(
+            || bytes.to_string(),
+            |(unit, name)| format!("{}{name}", bytes / unit),
+        )
 }
 
 /// Go's `time.Duration.String()` for whole seconds and minutes (`2m0s`, `30s`).
@@ -408,6 +447,49 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// `/configz` shows the healthz endpoint, the streams' idle timeout and the container log
+    /// keys with the kubelet's names and forms (a quantity, Go durations).
+    #[test]
+    fn configz_shows_the_healthz_streaming_and_container_log_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(
+            &file,
+            "containerLogMaxSize: 5Mi\ncontainerLogMaxFiles: 3\nstreamingConnectionIdleTimeout: 30m\n\
+             healthzPort: 7\n",
+        )
+        .unwrap();
+        let cli = <crate::config::Cli as clap::Parser>::try_parse_from([
+            "rustlet",
+            "--node-name",
+            "n",
+            "--root-dir",
+            "/r",
+            "--local",
+            dir.path().to_str().unwrap(),
+            "--config",
+            file.to_str().unwrap(),
+            "--client-ca-file",
+            "/ca.crt",
+        ])
+        .unwrap();
+        let config = AgentConfig::resolve(cli, false).unwrap();
+        let crate::config::KubeletServer::Serve(settings) = &config.server else {
+            panic!("the server is on with a client CA");
+        };
+        let z = configz(&config, settings);
+        assert_eq!(z["containerLogMaxSize"], "5Mi");
+        assert_eq!(z["containerLogMaxFiles"], 3);
+        assert_eq!(z["containerLogMaxWorkers"], 1);
+        assert_eq!(z["containerLogMonitorInterval"], "10s");
+        assert_eq!(z["streamingConnectionIdleTimeout"], "30m0s");
+        assert_eq!(z["healthzPort"], 7);
+        assert_eq!(z["healthzBindAddress"], "127.0.0.1");
+        assert_eq!(z["podLogsDir"], "/r/pod-logs");
+        assert_eq!(quantity(10 << 20), "10Mi");
+        assert_eq!(quantity(1000), "1000");
     }
 
     /// `/configz` shows Go's duration text, as the kubelet's `metav1.Duration` does.

@@ -540,3 +540,92 @@ fn an_idle_exec_session_ends_after_the_streaming_connection_idle_timeout() {
     assert_eq!(shell["restartCount"], 0, "{shell}");
     assert_no_refusals(cluster);
 }
+
+/// A rustls client of the agent's port inside the node's namespace, as the API server's kubelet
+/// client (`apiserver-kubelet-client.crt`), verifying the node's certificate with the cluster CA.
+fn kubelet_tls(node: &ServedNode) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+    let pki = |f: &str| node.cluster.inner.pki(f);
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(pki("ca.crt")).unwrap() {
+        roots.add(ca.unwrap()).unwrap();
+    }
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(pki("apiserver-kubelet-client.crt"))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    let key = PrivateKeyDer::from_pem_file(pki("apiserver-kubelet-client.key")).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    let tcp = connect_in(&node.containerd.netns(), "10.88.0.1:10250".parse().unwrap());
+    tcp.set_read_timeout(Some(DEADLINE)).unwrap();
+    let server = ServerName::try_from("10.88.0.1").unwrap().to_owned();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), server).unwrap();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+/// Item 4: a client that speaks WebSocket to the node's `/exec` (upstream's `wsstream`,
+/// subprotocol `v4.channel.k8s.io`: one binary message per write, its first byte the
+/// channel) reaches containerd's stream server through the agent, which proxies the upgrade
+/// whatever its protocol: the command's stdout on channel 1, its stderr on channel 2, and its
+/// exit code in the v4 error channel's Status (3).
+#[test]
+fn a_websocket_exec_reaches_the_container_through_the_kubelet_server() {
+    use tungstenite::Message;
+    use tungstenite::client::IntoClientRequest as _;
+
+    let Some(node) = ServedNode::start("kubelet-streams-websocket", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    start_pod(cluster);
+    let mut request = "wss://10.88.0.1:10250/exec/default/streams/shell?command=sh&command=-c\
+        &command=echo%20out%3B%20echo%20err%20%3E%262%3B%20exit%203&output=1&error=1"
+        .into_client_request()
+        .unwrap();
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        http::HeaderValue::from_static("v4.channel.k8s.io"),
+    );
+    let (mut ws, response) = tungstenite::client::client(request, kubelet_tls(&node))
+        .unwrap_or_else(|e| panic!("the WebSocket upgrade: {e}"));
+    assert_eq!(
+        response.headers()["Sec-WebSocket-Protocol"],
+        "v4.channel.k8s.io"
+    );
+    let (mut stdout, mut stderr, mut status) = (Vec::new(), Vec::new(), Vec::new());
+    loop {
+        match ws.read() {
+            Ok(Message::Binary(data)) if !data.is_empty() => match data[0] {
+                1 => stdout.extend_from_slice(&data[1..]),
+                2 => stderr.extend_from_slice(&data[1..]),
+                3 => status.extend_from_slice(&data[1..]),
+                _ => {}
+            },
+            Ok(Message::Close(_)) => break,
+            Ok(_) => {}
+            Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => break,
+            // containerd closes the TCP connection after its close frame without TLS's
+            // close_notify: the session is over.
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                break;
+            }
+            Err(e) => panic!("reading the session: {e}"),
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&stdout), "out\n");
+    assert_eq!(String::from_utf8_lossy(&stderr), "err\n");
+    let status: Value = serde_json::from_slice(&status)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&status)));
+    assert_eq!(status["reason"], "NonZeroExitCode", "{status}");
+    assert_eq!(status["details"]["causes"][0]["message"], "3", "{status}");
+    assert_no_refusals(cluster);
+}

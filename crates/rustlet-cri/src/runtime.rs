@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
+use rustlet_pods::lifecycle::{HookTarget, run_hook};
 use rustlet_pods::runtime::{
     ContainerInstance, ContainerKind, ContainerLogInfo, ExecOutput, InstanceState,
     RunningContainerLog, Runtime, RuntimeError, RuntimePodStatus, Sandbox, Streams, full_name,
@@ -728,19 +729,25 @@ impl CriRuntime {
         Ok(sources)
     }
 
-    /// Stops every container and sandbox of `uid` (`grace` for the containers).
-    async fn stop_pod(&self, uid: &PodUid, grace: Duration) -> Result<(), CriError> {
+    /// Stops every container and sandbox of `uid` (`grace` for the containers; with the pod's
+    /// spec, each container's `preStop` hook runs first, within it).
+    async fn stop_pod(
+        &self,
+        uid: &PodUid,
+        pod: Option<&Pod>,
+        grace: Duration,
+    ) -> Result<(), CriError> {
         self.refresh_pod(uid).await?;
-        let (containers, sandboxes) = {
+        let (containers, sandboxes, pod_ip) = {
             let state = self.state();
             let Some(record) = state.pods.get(uid) else {
                 return Ok(());
             };
-            let containers: Vec<String> = record
+            let containers: Vec<(String, String)> = record
                 .containers
                 .iter()
                 .filter(|c| !matches!(c.instance.state, InstanceState::Exited { .. }))
-                .map(|c| c.id.clone())
+                .map(|c| (c.id.clone(), c.instance.name.clone()))
                 .collect();
             let sandboxes: Vec<String> = record
                 .sandboxes
@@ -748,28 +755,27 @@ impl CriRuntime {
                 .filter(|s| s.ready)
                 .map(|s| s.id.clone())
                 .collect();
-            (containers, sandboxes)
+            let pod_ip = record.sandboxes.first().and_then(|s| s.ip.clone());
+            (containers, sandboxes, pod_ip)
         };
         // In parallel, each with the whole grace period (upstream `killContainersWithSyncResult`).
-        let mut stops = tokio::task::JoinSet::new();
-        for id in containers {
-            let client = self.client.clone();
-            stops.spawn(async move { client.stop_container(&id, grace).await });
-        }
+        let stops = containers.iter().map(|(id, name)| {
+            let stop = StopContainer {
+                pod,
+                spec: pod.and_then(|p| spec_container(p, name)),
+                id,
+                pod_ip: pod_ip.as_deref().unwrap_or_default(),
+                grace,
+            };
+            self.stop_container(stop)
+        });
         let mut first_error = None;
-        while let Some(done) = stops.join_next().await {
+        for done in futures::future::join_all(stops).await {
             match done {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) if e.is_not_found() => {}
-                Ok(Err(e)) => {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
                     first_error.get_or_insert(e);
-                }
-                Err(join) => {
-                    first_error.get_or_insert(CriError::Call {
-                        op: "StopContainer",
-                        code: tonic::Code::Internal,
-                        message: join.to_string(),
-                    });
                 }
             }
         }
@@ -784,6 +790,47 @@ impl CriRuntime {
             }
         }
         self.refresh_pod(uid).await
+    }
+
+    /// Stops one container (upstream: `killContainer`): its `preStop` hook first when it has
+    /// one and the grace period is not zero (upstream: `executePreStopHook`: the hook is waited
+    /// for at most the grace period, a failure is logged and the stop goes on), then
+    /// `StopContainer` with what is left of the grace period, in whole seconds and at least
+    /// upstream's `minimumGracePeriodInSeconds` (2 s). Deviation: without a hook the grace
+    /// period is passed on as it came (upstream clamps it to 2 s too).
+    async fn stop_container(&self, stop: StopContainer<'_>) -> Result<(), CriError> {
+        let StopContainer {
+            pod,
+            spec,
+            id,
+            pod_ip,
+            mut grace,
+        } = stop;
+        let pre_stop = spec.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
+        if let (Some(pod), Some(spec), Some(handler)) = (pod, spec, pre_stop)
+            && !grace.is_zero()
+        {
+            let instance_id = format!("{}://{id}", self.scheme);
+            let target = HookTarget {
+                pod,
+                container: spec,
+                instance_id: &instance_id,
+                pod_ip,
+            };
+            let start = Instant::now();
+            match tokio::time::timeout(grace, run_hook(self, target, handler)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    warn!(container = %spec.name, error = %e, "PreStop hook failed");
+                }
+                Err(_) => {
+                    info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
+                }
+            }
+            let elapsed = Duration::from_secs(start.elapsed().as_secs());
+            grace = grace.saturating_sub(elapsed).max(MINIMUM_GRACE_PERIOD);
+        }
+        self.client.stop_container(raw_id(id), grace).await
     }
 
     /// The container's `/var/log/containers`-style symlink to its log, made only when the log
@@ -850,6 +897,46 @@ impl CriRuntime {
 }
 
 /// A container ID without its `<runtime>://` scheme.
+/// upstream: `minimumGracePeriodInSeconds`, the least a container is given to stop after its
+/// `preStop` hook.
+const MINIMUM_GRACE_PERIOD: Duration = Duration::from_secs(2);
+
+/// One container to stop, and what its `preStop` hook needs.
+struct StopContainer<'a> {
+    /// The pod (`None`: an orphan, whose spec is not known: no hook).
+    pod: Option<&'a Pod>,
+    /// The spec container of that name.
+    spec: Option<&'a Container>,
+    /// The CRI container ID (raw).
+    id: &'a str,
+    /// The pod's IP, for an `httpGet` hook.
+    pod_ip: &'a str,
+    /// The grace period.
+    grace: Duration,
+}
+
+/// The pod's spec container (init or regular) named `name`.
+fn spec_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .find(|c| c.name == name)
+}
+
+/// The grace period a container killed outside a pod's termination gets (upstream
+/// `setTerminationGracePeriod`: the pod's deletion grace period, else its
+/// `terminationGracePeriodSeconds` (the API server defaults it to 30), else 2 s).
+fn termination_grace_period(pod: &Pod) -> Duration {
+    let seconds = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or_else(|| pod.spec.as_ref()?.termination_grace_period_seconds)
+        .unwrap_or(2);
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+}
+
 fn raw_id(id: &str) -> &str {
     id.split_once("://").map_or(id, |(_, raw)| raw)
 }
@@ -1178,6 +1265,43 @@ impl Runtime for CriRuntime {
             self.link_container_log(record.log_path.clone(), link).await;
         }
         self.update(&uid, |p| p.containers.insert(0, record));
+        // upstream: startContainer's step 4, the postStart hook; its failure kills the
+        // container (its `preStop` runs first, as in upstream's `killContainer`) and is the
+        // container's `PostStartHookError`.
+        if let Some(handler) = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.post_start.as_ref())
+        {
+            let instance_id = format!("{}://{id}", self.scheme);
+            let pod_ip = sandbox.ip.as_deref().unwrap_or_default();
+            let target = HookTarget {
+                pod,
+                container,
+                instance_id: &instance_id,
+                pod_ip,
+            };
+            if let Err(e) = run_hook(self, target, handler).await {
+                warn!(container = %container.name, error = %e, "Failed to execute PostStartHook");
+                let stop = StopContainer {
+                    pod: Some(pod),
+                    spec: Some(container),
+                    id: &id,
+                    pod_ip,
+                    grace: termination_grace_period(pod),
+                };
+                if let Err(kill) = self.stop_container(stop).await {
+                    warn!(container = %container.name, error = %kill, "Failed to kill container");
+                }
+                let _ = self.refresh_pod(&uid).await;
+                return Err(waiting(
+                    pod,
+                    &container.name,
+                    "PostStartHookError",
+                    e.to_string(),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -1202,7 +1326,7 @@ impl Runtime for CriRuntime {
     }
 
     async fn kill_pod(&self, pod: &Pod, grace: Duration) -> Result<(), RuntimeError> {
-        self.stop_pod(&PodUid::of(pod), grace)
+        self.stop_pod(&PodUid::of(pod), Some(pod), grace)
             .await
             .map_err(|e| RuntimeError::KillPod {
                 pod: full_name(pod),
@@ -1370,7 +1494,25 @@ impl Runtime for CriRuntime {
             pod: full_name(pod),
             message: e.to_string(),
         };
-        match self.client.stop_container(raw, grace).await {
+        let (name, pod_ip) = {
+            let state = self.state();
+            let record = state.pods.get(&PodUid::of(pod));
+            let name = record
+                .and_then(|p| p.containers.iter().find(|c| c.id == raw))
+                .map(|c| c.instance.name.clone());
+            let pod_ip = record
+                .and_then(|p| p.sandboxes.first())
+                .and_then(|s| s.ip.clone());
+            (name, pod_ip)
+        };
+        let stop = StopContainer {
+            pod: Some(pod),
+            spec: name.as_deref().and_then(|n| spec_container(pod, n)),
+            id: raw,
+            pod_ip: pod_ip.as_deref().unwrap_or_default(),
+            grace,
+        };
+        match self.stop_container(stop).await {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(failed(e)),
@@ -1420,7 +1562,7 @@ impl Runtime for CriRuntime {
             let this = this.clone();
             info!(%uid, "stopping and removing the containers of a pod no worker knows");
             tokio::spawn(async move {
-                let result = match this.stop_pod(&uid, this.config.orphan_grace).await {
+                let result = match this.stop_pod(&uid, None, this.config.orphan_grace).await {
                     Ok(()) => this.remove_all(&uid).await,
                     Err(e) => Err(e),
                 };

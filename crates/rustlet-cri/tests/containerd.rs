@@ -867,3 +867,153 @@ async fn the_kubelets_log_layout_and_symlinks_come_and_go_with_the_containers() 
     runtime.remove_pod(&uid).await;
     assert!(!pod_dir.exists());
 }
+
+/// The runtime's pod with one container whose `lifecycle` is `lifecycle` (host network,
+/// `/hooks` bound from `hooks`), its sandbox started.
+async fn hooked_pod(
+    runtime: &rustlet_cri::CriRuntime,
+    name: &str,
+    lifecycle: serde_json::Value,
+) -> k8s_openapi::api::core::v1::Pod {
+    use rustlet_pods::Runtime;
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {
+            "hostNetwork": true,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX_IMAGE,
+                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+                "lifecycle": lifecycle
+            }]
+        }
+    }))
+    .unwrap();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    pod
+}
+
+fn hooks_mount(hooks: &std::path::Path) -> Vec<rustlet_volume::subpath::ContainerMount> {
+    vec![rustlet_volume::subpath::ContainerMount {
+        name: "hooks".into(),
+        container_path: "/hooks".into(),
+        host_path: hooks.to_owned(),
+        read_only: false,
+    }]
+}
+
+/// Issue 27 (node features), upstream "[sig-node] Container Lifecycle Hook should execute
+/// poststart exec hook properly" and "... prestop exec hook properly" (upstream:
+/// `startContainer`, `killContainer`, `executePreStopHook`): the `postStart` hook has run in
+/// the container when `start_container` returns, the `preStop` hook runs in it before it is
+/// stopped, and then it is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poststart_and_prestop_exec_hooks_run_in_the_container() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+
+    let Some(containerd) = PrivateContainerd::start("poststart_and_prestop_exec_hooks").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let hooks = scratch(&containerd, "hooks");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod = hooked_pod(
+        &runtime,
+        "hooked",
+        serde_json::json!({
+            "postStart": {"exec": {"command": ["/bin/sh", "-c", "echo poststart > /hooks/poststart"]}},
+            "preStop": {"exec": {"command": ["/bin/sh", "-c", "echo prestop > /hooks/prestop"]}}
+        }),
+    )
+    .await;
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    runtime
+        .start_container(
+            &pod,
+            container,
+            ContainerKind::Regular,
+            &hooks_mount(&hooks),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("poststart")).unwrap(),
+        "poststart\n"
+    );
+    assert!(!hooks.join("prestop").exists());
+    runtime
+        .kill_pod(&pod, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("prestop")).unwrap(),
+        "prestop\n"
+    );
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
+    assert!(
+        matches!(status.containers[0].state, InstanceState::Exited { .. }),
+        "{status:?}"
+    );
+}
+
+/// Issue 27 (node features), upstream `startContainer` (`FailedPostStartHook`): a failed
+/// `postStart` hook kills the container and is its `PostStartHookError`; upstream "Lifecycle
+/// Sleep Hook" (`executePreStopHook`): a `preStop` hook that outlives the grace period does not
+/// hold the container's stop (the sleep here is 1000 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_grace_period() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+    use rustlet_pods::{Runtime, RuntimeError};
+
+    let Some(containerd) = PrivateContainerd::start("a_failed_poststart_hook_kills").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let hooks = scratch(&containerd, "hooks");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod = hooked_pod(
+        &runtime,
+        "failing",
+        serde_json::json!({
+            "postStart": {"exec": {"command": ["/bin/sh", "-c", "echo failing; exit 3"]}},
+            "preStop": {"sleep": {"seconds": 1000}}
+        }),
+    )
+    .await;
+    let mut pod = pod;
+    // The kill after the failed hook gets this grace period: the sleep is cut after it.
+    pod.spec.as_mut().unwrap().termination_grace_period_seconds = Some(1);
+    let container = pod.spec.as_ref().unwrap().containers[0].clone();
+    let error = runtime
+        .start_container(
+            &pod,
+            &container,
+            ContainerKind::Regular,
+            &hooks_mount(&hooks),
+        )
+        .await
+        .unwrap_err();
+    match &error {
+        RuntimeError::ContainerWaiting {
+            reason, message, ..
+        } => {
+            assert_eq!(reason, "PostStartHookError");
+            assert!(message.contains("failing"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
+    assert!(
+        matches!(status.containers[0].state, InstanceState::Exited { .. }),
+        "{status:?}"
+    );
+}

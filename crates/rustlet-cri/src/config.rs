@@ -32,6 +32,13 @@ pub const CONTAINER_KIND_ANNOTATION: &str = "rustlet.io/container-kind";
 pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
 /// The hash of the spec a container was made from (upstream's annotation; C11, C19).
 pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+/// The annotation with the container's `terminationMessagePath` (upstream's key): where the
+/// termination message is read back from when it exited.
+pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePath";
+/// The annotation with the container's `terminationMessagePolicy` (upstream's key).
+pub const TERMINATION_MESSAGE_POLICY_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePolicy";
 
 fn meta(pod: &Pod) -> (&str, &str, &str) {
     let m = &pod.metadata;
@@ -135,6 +142,9 @@ pub struct ContainerInputs<'a> {
     pub env: &'a [(String, String)],
     /// The image's user and the node's seccomp profiles, for the security context.
     pub security: ContainerSecurityInputs<'a>,
+    /// The new file bound at the container's `terminationMessagePath` (upstream `makeMounts`;
+    /// [`crate::termination::create_termination_log`]); `None`: the container names none.
+    pub termination_log: Option<&'a Path>,
 }
 
 /// The container's CRI config: command and args with `$(VAR)` expanded from `env`, the
@@ -181,6 +191,20 @@ pub fn container_config(
             CONTAINER_HASH_ANNOTATION.to_owned(),
             rustlet_pods::runtime::container_hash(container),
         ),
+        (
+            TERMINATION_MESSAGE_PATH_ANNOTATION.to_owned(),
+            container
+                .termination_message_path
+                .clone()
+                .unwrap_or_default(),
+        ),
+        (
+            TERMINATION_MESSAGE_POLICY_ANNOTATION.to_owned(),
+            container
+                .termination_message_policy
+                .clone()
+                .unwrap_or_default(),
+        ),
     ]);
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
@@ -213,6 +237,18 @@ pub fn container_config(
                 propagation: cri::MountPropagation::PropagationPrivate as i32,
                 ..Default::default()
             })
+            .chain(
+                container
+                    .termination_message_path
+                    .as_ref()
+                    .filter(|p| !p.is_empty())
+                    .zip(inputs.termination_log)
+                    .map(|(container_path, host_path)| cri::Mount {
+                        container_path: container_path.clone(),
+                        host_path: host_path.display().to_string(),
+                        ..Default::default()
+                    }),
+            )
             .collect(),
         labels,
         annotations,
@@ -611,6 +647,7 @@ mod tests {
                     image_user: &ImageUser::Uid(0),
                     seccomp_profile_root: Path::new("/r/seccomp"),
                 },
+                termination_log: None,
             },
         )
         .unwrap();
@@ -626,6 +663,63 @@ mod tests {
         // Without runAsUser anywhere: the image's user.
         let security = config.linux.unwrap().security_context.unwrap();
         assert_eq!(security.run_as_user, Some(cri::Int64Value { value: 0 }));
+    }
+
+    /// Issue 27 (node features), upstream `makeMounts` and `newContainerAnnotations`: the
+    /// termination-log file is bound at `terminationMessagePath`, and the path and the policy
+    /// are annotations (read back when the container exited); no path, no mount.
+    #[test]
+    fn the_termination_log_is_bound_at_the_termination_message_path() {
+        let mut container = Container {
+            name: "app".into(),
+            termination_message_path: Some("/dev/termination-custom-log".into()),
+            termination_message_policy: Some("FallbackToLogsOnError".into()),
+            ..Default::default()
+        };
+        let log = Path::new("/r/pods/uid-1/containers/app/0a1b2c3d");
+        let config = |container: &Container| {
+            container_config(
+                &pod(false),
+                container,
+                &ContainerInputs {
+                    kind: ContainerKind::Regular,
+                    attempt: 0,
+                    image_ref: "sha256:abc",
+                    mounts: &[],
+                    env: &[],
+                    security: ContainerSecurityInputs {
+                        image_user: &ImageUser::Uid(0),
+                        seccomp_profile_root: Path::new("/r/seccomp"),
+                    },
+                    termination_log: Some(log),
+                },
+            )
+            .unwrap()
+        };
+        let with = config(&container);
+        assert_eq!(with.mounts.len(), 1);
+        assert_eq!(
+            (
+                with.mounts[0].container_path.as_str(),
+                with.mounts[0].host_path.as_str(),
+                with.mounts[0].readonly
+            ),
+            (
+                "/dev/termination-custom-log",
+                "/r/pods/uid-1/containers/app/0a1b2c3d",
+                false
+            )
+        );
+        assert_eq!(
+            with.annotations[TERMINATION_MESSAGE_PATH_ANNOTATION],
+            "/dev/termination-custom-log"
+        );
+        assert_eq!(
+            with.annotations[TERMINATION_MESSAGE_POLICY_ANNOTATION],
+            "FallbackToLogsOnError"
+        );
+        container.termination_message_path = None;
+        assert!(config(&container).mounts.is_empty());
     }
 
     /// Item 24.2 (upstream `generateContainerConfig`): a container that must not run as root
@@ -651,6 +745,7 @@ mod tests {
                 image_user: user,
                 seccomp_profile_root: Path::new("/r/seccomp"),
             },
+            termination_log: None,
         };
         let err = container_config(&pod, &container, &inputs(&ImageUser::Uid(0))).unwrap_err();
         assert_eq!(

@@ -31,6 +31,7 @@ pub mod config;
 pub mod logs;
 pub mod runtime;
 pub mod security;
+pub mod termination;
 #[cfg(feature = "test-util")]
 pub mod testing;
 

@@ -43,6 +43,7 @@ use crate::config::{
 };
 use crate::logs::{self, LogLayoutError};
 use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
+use crate::termination;
 
 /// Settings of the CRI runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,7 +199,9 @@ fn ts(ns: i64) -> Timestamp {
     Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-fn instance_state(status: &cri::ContainerStatus) -> InstanceState {
+/// The instance's state; `message`: an exited one's termination message
+/// ([`termination::termination_message`]).
+fn instance_state(status: &cri::ContainerStatus, message: String) -> InstanceState {
     match cri::ContainerState::try_from(status.state) {
         Ok(cri::ContainerState::ContainerCreated) => InstanceState::Created,
         Ok(cri::ContainerState::ContainerRunning) => InstanceState::Running {
@@ -226,6 +229,7 @@ fn instance_state(status: &cri::ContainerStatus) -> InstanceState {
                 finished_at,
                 exit_code: status.exit_code,
                 reason,
+                message,
             }
         }
     }
@@ -401,6 +405,16 @@ impl CriRuntime {
         sandbox_id: &str,
     ) -> Result<ContainerRecord, CriError> {
         let status = self.client.container_status(id).await?;
+        let message = if cri::ContainerState::try_from(status.state)
+            == Ok(cri::ContainerState::ContainerExited)
+        {
+            let exited = status.clone();
+            tokio::task::spawn_blocking(move || termination::termination_message(&exited))
+                .await
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
         let kind = match status
             .annotations
             .get(CONTAINER_KIND_ANNOTATION)
@@ -443,7 +457,7 @@ impl CriRuntime {
                     .unwrap_or_default(),
                 image_id: status.image_ref.clone(),
                 attempt: i32::try_from(metadata.attempt).unwrap_or(i32::MAX),
-                state: instance_state(&status),
+                state: instance_state(&status, message),
                 sandbox_id: sandbox_id.to_owned(),
                 hash: status.annotations.get(CONTAINER_HASH_ANNOTATION).cloned(),
             },
@@ -1213,6 +1227,36 @@ impl Runtime for CriRuntime {
                 "Keys from envFrom were skipped since they are invalid environment variable names"
             );
         }
+        // upstream: makeMounts: a new file per instance, bound at `terminationMessagePath`.
+        let termination_log = match container
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            None => None,
+            Some(_) => {
+                let dir = uid
+                    .as_path_component()
+                    .map(|uid| {
+                        self.config
+                            .root_dir
+                            .join("pods")
+                            .join(uid)
+                            .join("containers")
+                            .join(name)
+                    })
+                    .map_err(|e| config_error(e.to_string()))?;
+                let made = tokio::task::spawn_blocking(move || {
+                    termination::create_termination_log(&dir).map_err(|e| {
+                        format!("creating the termination log in {}: {e}", dir.display())
+                    })
+                })
+                .await
+                .map_err(|e| config_error(e.to_string()))?
+                .map_err(config_error)?;
+                Some(made)
+            }
+        };
         let mut config = container_config(
             pod,
             container,
@@ -1226,6 +1270,7 @@ impl Runtime for CriRuntime {
                     image_user: &image_user,
                     seccomp_profile_root: &self.config.root_dir.join(SECCOMP_PROFILE_DIR),
                 },
+                termination_log: termination_log.as_deref(),
             },
         )
         .map_err(|e| config_error(e.to_string()))?;
@@ -1612,6 +1657,7 @@ mod tests {
                 finished_at: Timestamp::UNIX_EPOCH,
                 exit_code: 1,
                 reason: "Error".into(),
+                message: String::new(),
             }
         } else {
             InstanceState::Running {
@@ -1713,14 +1759,17 @@ mod tests {
             exit_code: 0,
             ..Default::default()
         };
-        assert_eq!(instance_state(&status), InstanceState::Unknown);
+        assert_eq!(
+            instance_state(&status, String::new()),
+            InstanceState::Unknown
+        );
         let exited = cri::ContainerStatus {
             state: cri::ContainerState::ContainerExited as i32,
             exit_code: 0,
             ..Default::default()
         };
         assert!(matches!(
-            instance_state(&exited),
+            instance_state(&exited, String::new()),
             InstanceState::Exited { exit_code: 0, ref reason, .. } if reason == "Completed"
         ));
     }

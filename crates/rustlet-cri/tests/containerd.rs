@@ -1017,3 +1017,64 @@ async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_g
         "{status:?}"
     );
 }
+
+/// Issue 27 (node features), upstream "[sig-node] Container Runtime blackbox test on terminated
+/// container should report termination message if TerminationMessagePath is set as non-root
+/// user and at a non-default path", "... from log output if TerminationMessagePolicy
+/// FallbackToLogsOnError is set" and "... as empty when pod succeeds and
+/// TerminationMessagePolicy FallbackToLogsOnError is set" (upstream `makeMounts`,
+/// `convertToKubeContainerStatus`): what an exited container wrote to its
+/// `terminationMessagePath`, or with `FallbackToLogsOnError` printed before it failed, is its
+/// termination message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exited_containers_termination_message_is_its_file_or_its_logs_tail() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::InstanceState;
+
+    let Some(containerd) = PrivateContainerd::start("termination_message").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "terminated", "namespace": "default", "uid": "uid-terminated"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [
+                {"name": "file", "image": BUSYBOX_IMAGE,
+                 "command": ["/bin/sh", "-c", "echo -n DONE > /dev/termination-custom-log"],
+                 "securityContext": {"runAsUser": 1000},
+                 "terminationMessagePath": "/dev/termination-custom-log",
+                 "terminationMessagePolicy": "File"},
+                {"name": "logs", "image": BUSYBOX_IMAGE,
+                 "command": ["/bin/sh", "-c", "echo -n DONE; exit 1"],
+                 "terminationMessagePath": "/dev/termination-log",
+                 "terminationMessagePolicy": "FallbackToLogsOnError"},
+                {"name": "success", "image": BUSYBOX_IMAGE,
+                 "command": ["/bin/sh", "-c", "echo -n DONE"],
+                 "terminationMessagePath": "/dev/termination-log",
+                 "terminationMessagePolicy": "FallbackToLogsOnError"}
+            ]
+        }
+    }))
+    .unwrap();
+    run_to_exit(&runtime, &root, &pod).await;
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
+    let message = |name: &str| {
+        let instance = status
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("{name}: {status:?}"));
+        match &instance.state {
+            InstanceState::Exited { message, .. } => message.clone(),
+            other => panic!("{name}: {other:?}"),
+        }
+    };
+    assert_eq!(message("file"), "DONE");
+    assert_eq!(message("logs"), "DONE");
+    assert_eq!(message("success"), "");
+}

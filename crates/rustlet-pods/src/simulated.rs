@@ -184,6 +184,7 @@ impl SimulatedRuntime {
                         finished_at,
                         exit_code: KILLED_EXIT_CODE,
                         reason: exit_reason(KILLED_EXIT_CODE),
+                        message: String::new(),
                     };
                     container.exits = None;
                 }
@@ -241,6 +242,7 @@ impl SimulatedRuntime {
                     finished_at: self.wall(at),
                     exit_code: code,
                     reason: exit_reason(code),
+                    message: String::new(),
                 };
                 container.exits = None;
             }
@@ -412,6 +414,7 @@ impl Runtime for SimulatedRuntime {
                 finished_at,
                 exit_code,
                 reason: exit_reason(exit_code),
+                message: String::new(),
             };
             container.exits = None;
         }
@@ -450,6 +453,7 @@ impl Runtime for SimulatedRuntime {
                 finished_at,
                 exit_code,
                 reason: exit_reason(exit_code),
+                message: String::new(),
             };
             container.exits = None;
         }

@@ -113,10 +113,12 @@ fn state_of(instance: &ContainerInstance, old: Option<&ContainerStatus>) -> Cont
             finished_at,
             exit_code,
             reason,
+            message,
         } => ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: *exit_code,
                 reason: Some(reason.clone()),
+                message: (!message.is_empty()).then(|| message.clone()),
                 started_at: Some(time(*started_at)),
                 finished_at: Some(time(*finished_at)),
                 container_id: Some(instance.id.clone()),

@@ -485,6 +485,7 @@ fn exited_instance(code: i32) -> InstanceState {
         finished_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         exit_code: code,
         reason: if code == 0 { "Completed" } else { "Error" }.into(),
+        message: String::new(),
     }
 }
 
@@ -533,6 +534,37 @@ fn s11_an_unknown_instance_that_ran_is_container_status_unknown_with_exit_code_1
     let waiting = a.state.as_ref().unwrap().waiting.as_ref().unwrap();
     assert_eq!(waiting.reason, None);
     assert_eq!(never_ran.phase.as_deref(), Some("Pending"));
+}
+
+/// Issue 27 (node features), upstream `convertToAPIContainerStatuses`: an exited instance's
+/// termination message is its terminated state's `message`; none when empty.
+#[test]
+fn an_exited_instances_termination_message_is_its_terminated_message() {
+    let gates = FeatureGates::default();
+    let p = pod("Never", &[], &["a", "b"]);
+    let with_message = InstanceState::Exited {
+        started_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        finished_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        exit_code: 1,
+        reason: "Error".into(),
+        message: "DONE".into(),
+    };
+    let runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", true),
+        containers: vec![
+            instance("a", "s1", with_message),
+            instance("b", "s1", exited_instance(0)),
+        ],
+    };
+    let none = HashMap::new();
+    let api = generate_api_status(&input(&p, &runtime, &PodStatus::default(), &none, &gates));
+    let message = |i: usize| {
+        let status = &api.container_statuses.as_ref().unwrap()[i];
+        let state = status.state.as_ref().unwrap();
+        state.terminated.as_ref().unwrap().message.clone()
+    };
+    assert_eq!(message(0).as_deref(), Some("DONE"));
+    assert_eq!(message(1), None);
 }
 
 /// Upstream `TestComputePodActions` "Kill pod and do not restart ok-ed containers if

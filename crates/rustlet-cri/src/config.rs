@@ -69,12 +69,7 @@ pub fn sandbox_config(
     let hostname = if host_network(pod) {
         String::new()
     } else {
-        let h = spec.and_then(|s| s.hostname.as_deref()).unwrap_or(name);
-        h.chars()
-            .take(63)
-            .collect::<String>()
-            .trim_end_matches(['-', '.'])
-            .to_owned()
+        pod_hostname(pod)
     };
     let dns_config = spec
         .and_then(|s| s.dns_config.as_ref())
@@ -125,6 +120,109 @@ pub fn sandbox_config(
         linux: Some(sandbox_linux_config(pod)?),
         ..Default::default()
     })
+}
+
+/// The pod's host name: `spec.hostname`, else its name, cut to 63 characters without a
+/// trailing `-` or `.` (upstream: `GeneratePodHostNameAndDomain`, `truncatePodHostnameIfNeeded`;
+/// the API server validated both).
+pub fn pod_hostname(pod: &Pod) -> String {
+    let (name, _, _) = meta(pod);
+    let spec = pod.spec.as_ref();
+    let h = spec
+        .and_then(|s| s.hostname.as_deref())
+        .filter(|h| !h.is_empty())
+        .unwrap_or(name);
+    h.chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches(['-', '.'])
+        .to_owned()
+}
+
+/// Where the kubelet's hosts file is bound in a container, and where the node's is.
+pub const ETC_HOSTS_PATH: &str = "/etc/hosts";
+
+/// Whether `container` gets the kubelet's hosts file (upstream: `shouldMountHostsFile` and
+/// `makeMounts`): when the pod has an IP or uses the host's network, and the container mounts
+/// nothing of its own at `/etc/hosts`.
+pub fn mounts_hosts_file(pod: &Pod, container: &Container, pod_ip: Option<&str>) -> bool {
+    let has_ip = pod_ip.is_some_and(|ip| !ip.is_empty());
+    (has_ip || host_network(pod))
+        && !container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == ETC_HOSTS_PATH)
+}
+
+/// What the kubelet's hosts file of a pod is made from.
+#[derive(Clone, Copy, Debug)]
+pub enum HostsSource<'a> {
+    /// A pod on the pod network: its IPs.
+    PodNetwork {
+        /// The pod's IPs.
+        pod_ips: &'a [&'a str],
+        /// The cluster's DNS domain (upstream `clusterDomain`), for `spec.subdomain`.
+        cluster_domain: &'a str,
+    },
+    /// A pod on the host's network: the node's hosts file, as read.
+    HostNetwork {
+        /// The node's `/etc/hosts`.
+        node_hosts: &'a [u8],
+    },
+}
+
+/// The pod's hosts file (upstream: `ensureHostsFile`, `managedHostsFileContent`,
+/// `nodeHostsFileContent`, `hostsEntriesFromHostAliases`): upstream's header, then localhost
+/// and the IPv6 names and the pod's IPs with its host name (and its `subdomain`'s FQDN first),
+/// or the node's file for a host-network pod; then the `hostAliases`, one line per IP.
+pub fn hosts_file_content(pod: &Pod, source: HostsSource<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    match source {
+        HostsSource::HostNetwork { node_hosts } => {
+            out.extend_from_slice(b"# Kubernetes-managed hosts file (host network).\n");
+            out.extend_from_slice(node_hosts);
+        }
+        HostsSource::PodNetwork {
+            pod_ips,
+            cluster_domain,
+        } => {
+            out.extend_from_slice(
+                b"# Kubernetes-managed hosts file.\n\
+                  127.0.0.1\tlocalhost\n\
+                  ::1\tlocalhost ip6-localhost ip6-loopback\n\
+                  fe00::0\tip6-localnet\n\
+                  fe00::0\tip6-mcastprefix\n\
+                  fe00::1\tip6-allnodes\n\
+                  fe00::2\tip6-allrouters\n",
+            );
+            let hostname = pod_hostname(pod);
+            let (_, namespace, _) = meta(pod);
+            let subdomain = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.subdomain.as_deref())
+                .filter(|s| !s.is_empty());
+            for ip in pod_ips {
+                let line = match subdomain {
+                    Some(sub) => format!(
+                        "{ip}\t{hostname}.{sub}.{namespace}.svc.{cluster_domain}\t{hostname}\n"
+                    ),
+                    None => format!("{ip}\t{hostname}\n"),
+                };
+                out.extend_from_slice(line.as_bytes());
+            }
+        }
+    }
+    let aliases = pod.spec.as_ref().and_then(|s| s.host_aliases.as_deref());
+    if let Some(aliases) = aliases.filter(|a| !a.is_empty()) {
+        out.extend_from_slice(b"\n# Entries added by HostAliases.\n");
+        for alias in aliases {
+            let names = alias.hostnames.clone().unwrap_or_default().join("\t");
+            out.extend_from_slice(format!("{}\t{names}\n", alias.ip).as_bytes());
+        }
+    }
+    out
 }
 
 /// What a container's config is made of, besides the pod and the spec container.
@@ -720,6 +818,117 @@ mod tests {
         );
         container.termination_message_path = None;
         assert!(config(&container).mounts.is_empty());
+    }
+
+    /// upstream: TestManagedHostsFileContent: the header, localhost and the IPv6 names, each
+    /// pod IP with the host name (the subdomain's FQDN first), then the `hostAliases`.
+    #[test]
+    fn test_managed_hosts_file_content() {
+        let mut p = pod(false);
+        let spec = p.spec.as_mut().unwrap();
+        spec.hostname = Some("hostname".into());
+        spec.host_aliases = Some(vec![
+            k8s_openapi::api::core::v1::HostAlias {
+                ip: "123.45.67.89".into(),
+                hostnames: Some(vec!["foo".into(), "bar".into(), "baz".into()]),
+            },
+            k8s_openapi::api::core::v1::HostAlias {
+                ip: "456.78.90.123".into(),
+                hostnames: Some(vec!["park".into(), "doo".into(), "boo".into()]),
+            },
+        ]);
+        let content = |p: &Pod| {
+            String::from_utf8(hosts_file_content(
+                p,
+                HostsSource::PodNetwork {
+                    pod_ips: &["203.0.113.1", "fd00::6"],
+                    cluster_domain: "cluster.local",
+                },
+            ))
+            .unwrap()
+        };
+        assert_eq!(
+            content(&p),
+            "# Kubernetes-managed hosts file.\n\
+             127.0.0.1\tlocalhost\n\
+             ::1\tlocalhost ip6-localhost ip6-loopback\n\
+             fe00::0\tip6-localnet\n\
+             fe00::0\tip6-mcastprefix\n\
+             fe00::1\tip6-allnodes\n\
+             fe00::2\tip6-allrouters\n\
+             203.0.113.1\thostname\n\
+             fd00::6\thostname\n\
+             \n\
+             # Entries added by HostAliases.\n\
+             123.45.67.89\tfoo\tbar\tbaz\n\
+             456.78.90.123\tpark\tdoo\tboo\n"
+        );
+        let spec = p.spec.as_mut().unwrap();
+        spec.subdomain = Some("sub".into());
+        spec.host_aliases = None;
+        assert!(
+            content(&p).ends_with(
+                "fe00::2\tip6-allrouters\n\
+                 203.0.113.1\thostname.sub.ns1.svc.cluster.local\thostname\n\
+                 fd00::6\thostname.sub.ns1.svc.cluster.local\thostname\n"
+            ),
+            "{}",
+            content(&p)
+        );
+    }
+
+    /// upstream: TestNodeHostsFileContent: a host-network pod's file is the node's, under its
+    /// own header, with the `hostAliases` after it.
+    #[test]
+    fn test_node_hosts_file_content() {
+        let mut p = pod(true);
+        p.spec.as_mut().unwrap().host_aliases = Some(vec![k8s_openapi::api::core::v1::HostAlias {
+            ip: "123.45.67.89".into(),
+            hostnames: Some(vec!["foo".into(), "bar".into()]),
+        }]);
+        let node = b"127.0.0.1\tlocalhost\n10.0.0.1\tnode-a\n";
+        assert_eq!(
+            String::from_utf8(hosts_file_content(
+                &p,
+                HostsSource::HostNetwork { node_hosts: node }
+            ))
+            .unwrap(),
+            "# Kubernetes-managed hosts file (host network).\n\
+             127.0.0.1\tlocalhost\n\
+             10.0.0.1\tnode-a\n\
+             \n\
+             # Entries added by HostAliases.\n\
+             123.45.67.89\tfoo\tbar\n"
+        );
+    }
+
+    /// upstream: TestMakeMounts' hosts cases, `shouldMountHostsFile`: the file is bound when
+    /// the pod has an IP or the host's network, never over a container's own `/etc/hosts`.
+    #[test]
+    fn the_hosts_file_is_mounted_unless_the_container_mounts_its_own() {
+        let mut container = Container {
+            name: "app".into(),
+            ..Default::default()
+        };
+        assert!(mounts_hosts_file(
+            &pod(false),
+            &container,
+            Some("10.88.0.2")
+        ));
+        assert!(!mounts_hosts_file(&pod(false), &container, None));
+        assert!(!mounts_hosts_file(&pod(false), &container, Some("")));
+        assert!(mounts_hosts_file(&pod(true), &container, None));
+        container.volume_mounts = Some(vec![k8s_openapi::api::core::v1::VolumeMount {
+            name: "own".into(),
+            mount_path: "/etc/hosts".into(),
+            ..Default::default()
+        }]);
+        assert!(!mounts_hosts_file(
+            &pod(false),
+            &container,
+            Some("10.88.0.2")
+        ));
+        assert!(!mounts_hosts_file(&pod(true), &container, None));
     }
 
     /// Item 24.2 (upstream `generateContainerConfig`): a container that must not run as root

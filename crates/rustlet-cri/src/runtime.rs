@@ -14,6 +14,7 @@
 //! `lastState`) and dead sandboxes of a pod that has a newer one are garbage-collected.
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -37,9 +38,10 @@ use tracing::{debug, info, warn};
 
 use crate::client::{CriClient, CriError};
 use crate::config::{
-    CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources,
-    POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodAddresses, PullPolicy, container_config,
-    container_env, sandbox_config,
+    CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, ETC_HOSTS_PATH,
+    EnvSources, HostsSource, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodAddresses,
+    PullPolicy, container_config, container_env, hosts_file_content, mounts_hosts_file,
+    sandbox_config,
 };
 use crate::logs::{self, LogLayoutError};
 use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
@@ -79,6 +81,11 @@ pub struct CriConfig {
     /// The node this agent runs as: with `root_dir`, the mark on everything it creates
     /// ([`Self::owner_labels`]).
     pub node_name: String,
+    /// The cluster's DNS domain (upstream `clusterDomain`; empty by default, as upstream's):
+    /// the FQDN of a pod with `subdomain` in its hosts file.
+    pub cluster_domain: String,
+    /// The node's hosts file, the base of a host-network pod's (upstream: `/etc/hosts`).
+    pub node_hosts_file: PathBuf,
 }
 
 /// The pods' log directories' default place under the root directory.
@@ -109,6 +116,8 @@ impl CriConfig {
             orphan_grace: Duration::from_secs(2),
             worker_resync: Duration::from_secs(10),
             node_name: String::new(),
+            cluster_domain: String::new(),
+            node_hosts_file: PathBuf::from(ETC_HOSTS_PATH),
         }
     }
 
@@ -1227,6 +1236,50 @@ impl Runtime for CriRuntime {
                 "Keys from envFrom were skipped since they are invalid environment variable names"
             );
         }
+        // upstream: makeMounts: the kubelet's hosts file, written again at each start.
+        let mut mounts = mounts.to_vec();
+        if mounts_hosts_file(pod, container, sandbox.ip.as_deref()) {
+            let pod_dir = uid
+                .as_path_component()
+                .map(|uid| self.config.root_dir.join("pods").join(uid))
+                .map_err(|e| config_error(e.to_string()))?;
+            let host_path = pod_dir.join("etc-hosts");
+            let (path, node_hosts) = (host_path.clone(), self.config.node_hosts_file.clone());
+            let (pod_copy, pod_ip) = (pod.clone(), sandbox.ip.clone().unwrap_or_default());
+            let cluster_domain = self.config.cluster_domain.clone();
+            let host_network = sandbox.host_network;
+            tokio::task::spawn_blocking(move || -> Result<(), String> {
+                let node = if host_network {
+                    std::fs::read(&node_hosts)
+                        .map_err(|e| format!("reading {}: {e}", node_hosts.display()))?
+                } else {
+                    Vec::new()
+                };
+                let source = if host_network {
+                    HostsSource::HostNetwork { node_hosts: &node }
+                } else {
+                    HostsSource::PodNetwork {
+                        pod_ips: &[pod_ip.as_str()],
+                        cluster_domain: &cluster_domain,
+                    }
+                };
+                std::fs::create_dir_all(&pod_dir)
+                    .and_then(|()| std::fs::write(&path, hosts_file_content(&pod_copy, source)))
+                    .and_then(|()| {
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                    })
+                    .map_err(|e| format!("writing {}: {e}", path.display()))
+            })
+            .await
+            .map_err(|e| config_error(e.to_string()))?
+            .map_err(config_error)?;
+            mounts.push(ContainerMount {
+                name: "k8s-managed-etc-hosts".into(),
+                container_path: ETC_HOSTS_PATH.into(),
+                host_path,
+                read_only: false,
+            });
+        }
         // upstream: makeMounts: a new file per instance, bound at `terminationMessagePath`.
         let termination_log = match container
             .termination_message_path
@@ -1264,7 +1317,7 @@ impl Runtime for CriRuntime {
                 kind,
                 attempt,
                 image_ref: &image_ref,
-                mounts,
+                mounts: &mounts,
                 env: &env.vars,
                 security: ContainerSecurityInputs {
                     image_user: &image_user,

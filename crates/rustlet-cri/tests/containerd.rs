@@ -1078,3 +1078,77 @@ async fn an_exited_containers_termination_message_is_its_file_or_its_logs_tail()
     assert_eq!(message("logs"), "DONE");
     assert_eq!(message("success"), "");
 }
+
+/// Issue 27 (node features), upstream "[sig-node] Kubelet when scheduling an agnhost Pod with
+/// hostAliases should write entries to /etc/hosts", "... when hostNetwork is enabled" and
+/// "KubeletManagedEtcHosts should test kubelet managed /etc/hosts file" (upstream `makeMounts`,
+/// `ensureHostsFile`): a pod-network container's `/etc/hosts` is the kubelet-managed file with
+/// its IP, host name and `hostAliases`; a host-network one's is the node's file under its own
+/// header, with the `hostAliases`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_etc_hosts_is_the_kubelet_managed_file_with_host_aliases() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+
+    let Some(containerd) = PrivateContainerd::start("etc_hosts").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let node_hosts = containerd.dir().join("node-hosts");
+    std::fs::write(&node_hosts, "127.0.0.1\tlocalhost\n10.9.8.7\tthe-node\n").unwrap();
+    let runtime = CriRuntime::connect(
+        CriConfig {
+            node_hosts_file: node_hosts,
+            ..CriConfig::new(containerd.endpoint(), &root)
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let pod = |name: &str, host_network: bool| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {
+                "hostNetwork": host_network,
+                "hostAliases": [{"ip": "123.45.67.89", "hostnames": ["foo", "bar"]}],
+                "containers": [{"name": "c", "image": BUSYBOX_IMAGE,
+                                "command": ["/bin/cat", "/etc/hosts"]}]
+            }
+        }))
+        .unwrap()
+    };
+    let on_pod_network = pod("managed", false);
+    let lines = run_to_exit(&runtime, &root, &on_pod_network)
+        .await
+        .remove("c");
+    let lines = lines.unwrap();
+    assert_eq!(lines[0], "# Kubernetes-managed hosts file.", "{lines:?}");
+    assert!(
+        lines.contains(&"123.45.67.89\tfoo\tbar".to_owned()),
+        "{lines:?}"
+    );
+    let ip = runtime
+        .pod_status(&rustlet_core::PodUid::of(&on_pod_network))
+        .await
+        .sandbox
+        .and_then(|s| s.ip)
+        .expect("a pod IP");
+    assert!(lines.contains(&format!("{ip}\tmanaged")), "{lines:?}");
+
+    let on_host_network = pod("host", true);
+    let lines = run_to_exit(&runtime, &root, &on_host_network)
+        .await
+        .remove("c")
+        .unwrap();
+    assert_eq!(
+        lines,
+        [
+            "# Kubernetes-managed hosts file (host network).",
+            "127.0.0.1\tlocalhost",
+            "10.9.8.7\tthe-node",
+            "",
+            "# Entries added by HostAliases.",
+            "123.45.67.89\tfoo\tbar",
+        ]
+    );
+}

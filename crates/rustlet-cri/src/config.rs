@@ -3,12 +3,12 @@
 //! container's environment (`makeEnvironmentVariables` for what a pod carries itself) and the
 //! image pull policy. No I/O: everything here is unit-tested.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use rustlet_pods::runtime::ContainerKind;
 use rustlet_volume::subpath::ContainerMount;
 
@@ -420,13 +420,90 @@ pub struct EnvError {
     pub message: String,
 }
 
-/// The ConfigMaps and Secrets a container's environment names, as read (`None`: absent).
+/// The ConfigMaps and Secrets a container's environment names, as read (`None`: absent), and
+/// the Services' variables ([`service_env`]).
 #[derive(Clone, Debug, Default)]
 pub struct EnvSources {
     /// By name, in the pod's namespace.
     pub config_maps: HashMap<String, Option<Arc<ConfigMap>>>,
     /// By name, in the pod's namespace.
     pub secrets: HashMap<String, Option<Arc<Secret>>>,
+    /// The Services' variables (upstream's `serviceEnv`), by name.
+    pub services: BTreeMap<String, String>,
+}
+
+/// upstream: `masterServices`: the `default` namespace's Services every pod gets variables of.
+const MASTER_SERVICES: &[&str] = &["kubernetes"];
+
+/// upstream: `makeEnvVariableName`.
+fn env_variable_name(name: &str) -> String {
+    name.replace('-', "_").to_uppercase()
+}
+
+/// The Services' environment of a pod in `namespace` (upstream: `getServiceEnvVarMap` and
+/// `envvars.FromServices`): the `kubernetes` Service of `default` always, every Service of the
+/// pod's namespace with `enableServiceLinks` (that namespace's wins a name both have); a
+/// Service without a cluster IP (`None` or empty) has none. Per Service `<NAME>_SERVICE_HOST`,
+/// `<NAME>_SERVICE_PORT` (the first port), `<NAME>_SERVICE_PORT_<PORT NAME>` for named ports,
+/// and the Docker link variables (`<NAME>_PORT`, `<NAME>_PORT_<port>_<PROTO>` and its `_PROTO`,
+/// `_PORT`, `_ADDR`).
+pub fn service_env(
+    services: &[Arc<Service>],
+    namespace: &str,
+    enable_service_links: bool,
+) -> BTreeMap<String, String> {
+    let mut chosen: BTreeMap<&str, &Service> = BTreeMap::new();
+    for service in services {
+        let Some(spec) = &service.spec else { continue };
+        let ip = spec.cluster_ip.as_deref().unwrap_or_default();
+        if ip.is_empty() || ip == "None" || spec.ports.as_ref().is_none_or(Vec::is_empty) {
+            continue;
+        }
+        let name = service.metadata.name.as_deref().unwrap_or_default();
+        let in_namespace = service.metadata.namespace.as_deref().unwrap_or_default();
+        if in_namespace == "default" && MASTER_SERVICES.contains(&name) {
+            chosen.entry(name).or_insert(service);
+        } else if in_namespace == namespace && enable_service_links {
+            chosen.insert(name, service);
+        }
+    }
+    let mut env = BTreeMap::new();
+    for (name, service) in chosen {
+        let spec = service.spec.as_ref().expect("filtered above");
+        let ip = spec.cluster_ip.clone().unwrap_or_default();
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        let prefix = env_variable_name(name);
+        env.insert(format!("{prefix}_SERVICE_HOST"), ip.clone());
+        env.insert(format!("{prefix}_SERVICE_PORT"), ports[0].port.to_string());
+        for port in ports {
+            if let Some(port_name) = port.name.as_deref().filter(|n| !n.is_empty()) {
+                env.insert(
+                    format!("{prefix}_SERVICE_PORT_{}", env_variable_name(port_name)),
+                    port.port.to_string(),
+                );
+            }
+        }
+        // upstream: makeLinkVariables.
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip.clone()
+        };
+        for (i, port) in ports.iter().enumerate() {
+            let protocol = port.protocol.as_deref().unwrap_or("TCP");
+            let lower = protocol.to_lowercase();
+            let url = format!("{lower}://{host}:{}", port.port);
+            if i == 0 {
+                env.insert(format!("{prefix}_PORT"), url.clone());
+            }
+            let port_prefix = format!("{prefix}_PORT_{}_{}", port.port, protocol.to_uppercase());
+            env.insert(format!("{port_prefix}_PROTO"), lower);
+            env.insert(format!("{port_prefix}_PORT"), port.port.to_string());
+            env.insert(format!("{port_prefix}_ADDR"), ip.clone());
+            env.insert(port_prefix, url);
+        }
+    }
+    env
 }
 
 impl EnvSources {
@@ -586,13 +663,24 @@ pub fn container_env(
                 }
             }
             (Some(value), None) => {
-                let vars: HashMap<&str, &str> =
-                    out.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                // upstream: `MappingFuncFor(tmpEnv, serviceEnv)`: the container's own first.
+                let mut vars: HashMap<&str, &str> = sources
+                    .services
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                vars.extend(out.iter().map(|(k, v)| (k.as_str(), v.as_str())));
                 expand(value, &vars)
             }
             (None, None) => String::new(),
         };
         define(&mut out, var.name.clone(), value);
+    }
+    // upstream: the Services' variables after the container's own, none it defines itself.
+    for (name, value) in &sources.services {
+        if !out.iter().any(|(k, _)| k == name) {
+            out.push((name.clone(), value.clone()));
+        }
     }
     Ok(ContainerEnv { vars: out, invalid })
 }
@@ -929,6 +1017,160 @@ mod tests {
             Some("10.88.0.2")
         ));
         assert!(!mounts_hosts_file(&pod(true), &container, None));
+    }
+
+    fn service(
+        namespace: &str,
+        name: &str,
+        ip: &str,
+        ports: &[(Option<&str>, i32, &str)],
+    ) -> Arc<Service> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterIP": ip, "ports": ports.iter().map(|(n, p, proto)| serde_json::json!({
+                    "name": n, "port": p, "protocol": proto
+                })).collect::<Vec<_>>()}
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// upstream: TestMakeEnvironmentVariables' service cases, `envvars` TestFromServices:
+    /// `default/kubernetes` always; the pod's namespace's Services with `enableServiceLinks`
+    /// (its own `kubernetes` wins); none without a cluster IP; the host, the ports and the
+    /// Docker link variables.
+    #[test]
+    fn test_service_env_follows_get_service_env_var_map() {
+        let services = [
+            service(
+                "default",
+                "kubernetes",
+                "10.0.0.1",
+                &[(Some("https"), 443, "TCP")],
+            ),
+            service("default", "other", "10.0.0.2", &[(None, 80, "TCP")]),
+            service(
+                "ns1",
+                "test-service",
+                "1.2.3.4",
+                &[(None, 8083, "TCP"), (Some("dns-udp"), 53, "UDP")],
+            ),
+            service("ns1", "headless", "None", &[(None, 80, "TCP")]),
+            service("ns2", "elsewhere", "10.9.9.9", &[(None, 80, "TCP")]),
+        ];
+        let env = service_env(&services, "ns1", true);
+        let expected: BTreeMap<String, String> = [
+            ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", "tcp://10.0.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.0.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.0.0.1"),
+            ("TEST_SERVICE_SERVICE_HOST", "1.2.3.4"),
+            ("TEST_SERVICE_SERVICE_PORT", "8083"),
+            ("TEST_SERVICE_SERVICE_PORT_DNS_UDP", "53"),
+            ("TEST_SERVICE_PORT", "tcp://1.2.3.4:8083"),
+            ("TEST_SERVICE_PORT_8083_TCP", "tcp://1.2.3.4:8083"),
+            ("TEST_SERVICE_PORT_8083_TCP_PROTO", "tcp"),
+            ("TEST_SERVICE_PORT_8083_TCP_PORT", "8083"),
+            ("TEST_SERVICE_PORT_8083_TCP_ADDR", "1.2.3.4"),
+            ("TEST_SERVICE_PORT_53_UDP", "udp://1.2.3.4:53"),
+            ("TEST_SERVICE_PORT_53_UDP_PROTO", "udp"),
+            ("TEST_SERVICE_PORT_53_UDP_PORT", "53"),
+            ("TEST_SERVICE_PORT_53_UDP_ADDR", "1.2.3.4"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(env, expected);
+        // enableServiceLinks: false: only the master service.
+        let env = service_env(&services, "ns1", false);
+        assert_eq!(
+            env.keys().filter(|k| k.starts_with("TEST_SERVICE")).count(),
+            0
+        );
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.0.0.1");
+        // A `kubernetes` Service in the pod's namespace wins over default's.
+        let mut with_own = services.to_vec();
+        with_own.push(service(
+            "ns1",
+            "kubernetes",
+            "10.1.1.1",
+            &[(None, 443, "TCP")],
+        ));
+        assert_eq!(
+            service_env(&with_own, "ns1", true)["KUBERNETES_SERVICE_HOST"],
+            "10.1.1.1"
+        );
+        // In the default namespace `other` comes with links.
+        assert_eq!(
+            service_env(&services, "default", true)["OTHER_SERVICE_HOST"],
+            "10.0.0.2"
+        );
+    }
+
+    /// upstream `makeEnvironmentVariables`: a container's own variable wins over a Service's
+    /// of the same name, `$(VAR)` expands from both, the Services' come after the container's.
+    #[test]
+    fn service_env_comes_after_the_containers_own_and_expands() {
+        let p = pod(false);
+        let container = Container {
+            name: "app".into(),
+            env: Some(vec![
+                k8s_openapi::api::core::v1::EnvVar {
+                    name: "KUBERNETES_SERVICE_PORT".into(),
+                    value: Some("mine".into()),
+                    ..Default::default()
+                },
+                k8s_openapi::api::core::v1::EnvVar {
+                    name: "API".into(),
+                    value: Some("$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)".into()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let sources = EnvSources {
+            services: service_env(
+                &[service(
+                    "default",
+                    "kubernetes",
+                    "10.0.0.1",
+                    &[(None, 443, "TCP")],
+                )],
+                "ns1",
+                true,
+            ),
+            ..EnvSources::default()
+        };
+        let env = container_env(
+            &p,
+            &container,
+            PodAddresses {
+                pod_ip: "10.88.0.2",
+                host_ip: "10.0.0.9",
+            },
+            &sources,
+        )
+        .unwrap();
+        let names: Vec<&str> = env.vars.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(&names[..2], ["KUBERNETES_SERVICE_PORT", "API"]);
+        assert_eq!(env.vars[0].1, "mine");
+        assert_eq!(env.vars[1].1, "10.0.0.1:mine");
+        assert_eq!(
+            env.vars
+                .iter()
+                .filter(|(k, _)| k == "KUBERNETES_SERVICE_PORT")
+                .count(),
+            1
+        );
+        assert!(
+            env.vars
+                .contains(&("KUBERNETES_SERVICE_HOST".to_owned(), "10.0.0.1".to_owned()))
+        );
     }
 
     /// Item 24.2 (upstream `generateContainerConfig`): a container that must not run as root

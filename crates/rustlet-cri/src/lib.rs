@@ -36,4 +36,4 @@ pub mod termination;
 pub mod testing;
 
 pub use client::{CriClient, CriError};
-pub use runtime::{CriConfig, CriRuntime};
+pub use runtime::{CriConfig, CriRuntime, ServiceSource};

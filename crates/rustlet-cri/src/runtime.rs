@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::client::{CriClient, CriError};
+use crate::config::service_env;
 use crate::config::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, ETC_HOSTS_PATH,
     EnvSources, HostsSource, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodAddresses,
@@ -190,11 +191,21 @@ struct State {
     relist_failing: bool,
 }
 
+/// The Services a container's environment is made from (upstream: the kubelet's service
+/// lister, a cache of every Service).
+pub trait ServiceSource: Send + Sync {
+    /// Every Service the agent knows; `None` until they were listed once.
+    fn services(&self) -> Option<Vec<Arc<Service>>>;
+}
+
 /// The CRI runtime.
 pub struct CriRuntime {
     client: CriClient,
     /// ConfigMaps and Secrets for the containers' environment.
     objects: Option<Arc<dyn VolumeObjects>>,
+    /// Services for the containers' environment ([`Self::set_services`]); without it a
+    /// container gets no Service variables (upstream: a kubelet without an API server).
+    services: std::sync::OnceLock<Arc<dyn ServiceSource>>,
     config: CriConfig,
     /// The runtime's name: the scheme of container IDs (`containerd://...`).
     scheme: String,
@@ -271,6 +282,7 @@ impl CriRuntime {
         let this = Arc::new_cyclic(|me| Self {
             client,
             objects,
+            services: std::sync::OnceLock::new(),
             config,
             scheme: version.name,
             state: Mutex::new(State::default()),
@@ -279,6 +291,12 @@ impl CriRuntime {
         });
         this.relist().await?;
         Ok(this)
+    }
+
+    /// Where the Services of the containers' environment come from (once; a second call
+    /// changes nothing).
+    pub fn set_services(&self, source: Arc<dyn ServiceSource>) {
+        let _ = self.services.set(source);
     }
 
     /// The client.
@@ -721,12 +739,35 @@ impl CriRuntime {
         container: &Container,
     ) -> Result<EnvSources, RuntimeError> {
         let mut sources = EnvSources::default();
+        let config_error =
+            |message: String| waiting(pod, &container.name, "CreateContainerConfigError", message);
+        // upstream: makeEnvironmentVariables: a pod from the API waits until the Services were
+        // listed once (a static pod does not); `enableServiceLinks` is defaulted to true by the
+        // API server (deviation: unset counts as true, upstream refuses it).
+        if let Some(source) = self.services.get() {
+            match source.services() {
+                Some(services) => {
+                    let links = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.enable_service_links)
+                        .unwrap_or(true);
+                    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+                    sources.services = service_env(&services, namespace, links);
+                }
+                None if rustlet_core::pod::is_static_pod(pod) => {}
+                None => {
+                    return Err(config_error(
+                        "services have not yet been read at least once, cannot construct envvars"
+                            .into(),
+                    ));
+                }
+            }
+        }
         let (maps, secrets) = EnvSources::names(container);
         if maps.is_empty() && secrets.is_empty() {
             return Ok(sources);
         }
-        let config_error =
-            |message: String| waiting(pod, &container.name, "CreateContainerConfigError", message);
         let Some(objects) = &self.objects else {
             return Err(config_error(
                 "the environment names ConfigMaps or Secrets and this agent reads none".into(),

@@ -1152,3 +1152,95 @@ async fn a_containers_etc_hosts_is_the_kubelet_managed_file_with_host_aliases() 
         ]
     );
 }
+
+/// The Services of [`a_containers_environment_has_the_services_variables`].
+struct FixedServices(Option<Vec<std::sync::Arc<k8s_openapi::api::core::v1::Service>>>);
+
+impl rustlet_cri::ServiceSource for FixedServices {
+    fn services(&self) -> Option<Vec<std::sync::Arc<k8s_openapi::api::core::v1::Service>>> {
+        self.0.clone()
+    }
+}
+
+/// Issue 27 (node features), upstream "[sig-node] Pods should contain environment variables
+/// for services" (`makeEnvironmentVariables`, `getServiceEnvVarMap`): a container's
+/// environment has the variables of the `kubernetes` Service of `default` and of the Services
+/// of its namespace; before the Services were listed once, a pod from the API does not start
+/// (`CreateContainerConfigError`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_environment_has_the_services_variables() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::runtime::ContainerKind;
+    use rustlet_pods::{Runtime, RuntimeError};
+
+    let Some(containerd) = PrivateContainerd::start("service_env").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let service = |namespace: &str, name: &str, ip: &str, port: i32| {
+        std::sync::Arc::new(
+            serde_json::from_value::<k8s_openapi::api::core::v1::Service>(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterIP": ip, "ports": [{"port": port, "protocol": "TCP"}]}
+            }))
+            .unwrap(),
+        )
+    };
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "client", "namespace": "ns1", "uid": "uid-client"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{"name": "env", "image": BUSYBOX_IMAGE,
+                            "command": ["/bin/sh", "-c", "env | sort"]}]
+        }
+    }))
+    .unwrap();
+    runtime.set_services(std::sync::Arc::new(FixedServices(None)));
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    match runtime
+        .start_container(&pod, container, ContainerKind::Regular, &[])
+        .await
+    {
+        Err(RuntimeError::ContainerWaiting { reason, .. }) => {
+            assert_eq!(reason, "CreateContainerConfigError");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A second runtime over the same containerd, whose Services were listed.
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    runtime.set_services(std::sync::Arc::new(FixedServices(Some(vec![
+        service("default", "kubernetes", "10.0.0.1", 443),
+        service("ns1", "fooservice", "10.0.0.7", 8765),
+        service("ns2", "elsewhere", "10.0.0.8", 80),
+    ]))));
+    let lines = run_to_exit(&runtime, &root, &pod)
+        .await
+        .remove("env")
+        .unwrap();
+    for expected in [
+        "KUBERNETES_SERVICE_HOST=10.0.0.1",
+        "KUBERNETES_SERVICE_PORT=443",
+        "FOOSERVICE_SERVICE_HOST=10.0.0.7",
+        "FOOSERVICE_SERVICE_PORT=8765",
+        "FOOSERVICE_PORT=tcp://10.0.0.7:8765",
+        "FOOSERVICE_PORT_8765_TCP_PROTO=tcp",
+        "FOOSERVICE_PORT_8765_TCP=tcp://10.0.0.7:8765",
+        "FOOSERVICE_PORT_8765_TCP_ADDR=10.0.0.7",
+    ] {
+        assert!(
+            lines.contains(&expected.to_owned()),
+            "{expected}: {lines:?}"
+        );
+    }
+    assert!(
+        !lines.iter().any(|l| l.starts_with("ELSEWHERE_")),
+        "{lines:?}"
+    );
+}

@@ -19,6 +19,7 @@ mod kubelet_server;
 mod kubelet_streams;
 mod multi;
 mod node;
+mod node_features;
 mod static_pods;
 mod support;
 mod tokens;

@@ -11,6 +11,7 @@ mod http;
 mod logs;
 mod process;
 mod server;
+mod services;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -841,6 +841,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
                         image_user: &ImageUser::Uid(0),
                         seccomp_profile_root: &cri.root.join("seccomp"),
                     },
+                    termination_log: None,
                 },
             )
             .unwrap();

@@ -20,6 +20,7 @@ mod kubelet_stats;
 mod kubelet_streams;
 mod multi;
 mod node;
+mod node_features;
 mod static_pods;
 mod support;
 mod tokens;

@@ -3,12 +3,12 @@
 //! container's environment (`makeEnvironmentVariables` for what a pod carries itself) and the
 //! image pull policy. No I/O: everything here is unit-tested.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use rustlet_pods::runtime::ContainerKind;
 use rustlet_volume::subpath::ContainerMount;
 
@@ -32,6 +32,13 @@ pub const CONTAINER_KIND_ANNOTATION: &str = "rustlet.io/container-kind";
 pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
 /// The hash of the spec a container was made from (upstream's annotation; C11, C19).
 pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+/// The annotation with the container's `terminationMessagePath` (upstream's key): where the
+/// termination message is read back from when it exited.
+pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePath";
+/// The annotation with the container's `terminationMessagePolicy` (upstream's key).
+pub const TERMINATION_MESSAGE_POLICY_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePolicy";
 
 fn meta(pod: &Pod) -> (&str, &str, &str) {
     let m = &pod.metadata;
@@ -62,12 +69,7 @@ pub fn sandbox_config(
     let hostname = if host_network(pod) {
         String::new()
     } else {
-        let h = spec.and_then(|s| s.hostname.as_deref()).unwrap_or(name);
-        h.chars()
-            .take(63)
-            .collect::<String>()
-            .trim_end_matches(['-', '.'])
-            .to_owned()
+        pod_hostname(pod)
     };
     let dns_config = spec
         .and_then(|s| s.dns_config.as_ref())
@@ -120,6 +122,109 @@ pub fn sandbox_config(
     })
 }
 
+/// The pod's host name: `spec.hostname`, else its name, cut to 63 characters without a
+/// trailing `-` or `.` (upstream: `GeneratePodHostNameAndDomain`, `truncatePodHostnameIfNeeded`;
+/// the API server validated both).
+pub fn pod_hostname(pod: &Pod) -> String {
+    let (name, _, _) = meta(pod);
+    let spec = pod.spec.as_ref();
+    let h = spec
+        .and_then(|s| s.hostname.as_deref())
+        .filter(|h| !h.is_empty())
+        .unwrap_or(name);
+    h.chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches(['-', '.'])
+        .to_owned()
+}
+
+/// Where the kubelet's hosts file is bound in a container, and where the node's is.
+pub const ETC_HOSTS_PATH: &str = "/etc/hosts";
+
+/// Whether `container` gets the kubelet's hosts file (upstream: `shouldMountHostsFile` and
+/// `makeMounts`): when the pod has an IP or uses the host's network, and the container mounts
+/// nothing of its own at `/etc/hosts`.
+pub fn mounts_hosts_file(pod: &Pod, container: &Container, pod_ip: Option<&str>) -> bool {
+    let has_ip = pod_ip.is_some_and(|ip| !ip.is_empty());
+    (has_ip || host_network(pod))
+        && !container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == ETC_HOSTS_PATH)
+}
+
+/// What the kubelet's hosts file of a pod is made from.
+#[derive(Clone, Copy, Debug)]
+pub enum HostsSource<'a> {
+    /// A pod on the pod network: its IPs.
+    PodNetwork {
+        /// The pod's IPs.
+        pod_ips: &'a [&'a str],
+        /// The cluster's DNS domain (upstream `clusterDomain`), for `spec.subdomain`.
+        cluster_domain: &'a str,
+    },
+    /// A pod on the host's network: the node's hosts file, as read.
+    HostNetwork {
+        /// The node's `/etc/hosts`.
+        node_hosts: &'a [u8],
+    },
+}
+
+/// The pod's hosts file (upstream: `ensureHostsFile`, `managedHostsFileContent`,
+/// `nodeHostsFileContent`, `hostsEntriesFromHostAliases`): upstream's header, then localhost
+/// and the IPv6 names and the pod's IPs with its host name (and its `subdomain`'s FQDN first),
+/// or the node's file for a host-network pod; then the `hostAliases`, one line per IP.
+pub fn hosts_file_content(pod: &Pod, source: HostsSource<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    match source {
+        HostsSource::HostNetwork { node_hosts } => {
+            out.extend_from_slice(b"# Kubernetes-managed hosts file (host network).\n");
+            out.extend_from_slice(node_hosts);
+        }
+        HostsSource::PodNetwork {
+            pod_ips,
+            cluster_domain,
+        } => {
+            out.extend_from_slice(
+                b"# Kubernetes-managed hosts file.\n\
+                  127.0.0.1\tlocalhost\n\
+                  ::1\tlocalhost ip6-localhost ip6-loopback\n\
+                  fe00::0\tip6-localnet\n\
+                  fe00::0\tip6-mcastprefix\n\
+                  fe00::1\tip6-allnodes\n\
+                  fe00::2\tip6-allrouters\n",
+            );
+            let hostname = pod_hostname(pod);
+            let (_, namespace, _) = meta(pod);
+            let subdomain = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.subdomain.as_deref())
+                .filter(|s| !s.is_empty());
+            for ip in pod_ips {
+                let line = match subdomain {
+                    Some(sub) => format!(
+                        "{ip}\t{hostname}.{sub}.{namespace}.svc.{cluster_domain}\t{hostname}\n"
+                    ),
+                    None => format!("{ip}\t{hostname}\n"),
+                };
+                out.extend_from_slice(line.as_bytes());
+            }
+        }
+    }
+    let aliases = pod.spec.as_ref().and_then(|s| s.host_aliases.as_deref());
+    if let Some(aliases) = aliases.filter(|a| !a.is_empty()) {
+        out.extend_from_slice(b"\n# Entries added by HostAliases.\n");
+        for alias in aliases {
+            let names = alias.hostnames.clone().unwrap_or_default().join("\t");
+            out.extend_from_slice(format!("{}\t{names}\n", alias.ip).as_bytes());
+        }
+    }
+    out
+}
+
 /// What a container's config is made of, besides the pod and the spec container.
 #[derive(Clone, Debug)]
 pub struct ContainerInputs<'a> {
@@ -135,6 +240,9 @@ pub struct ContainerInputs<'a> {
     pub env: &'a [(String, String)],
     /// The image's user and the node's seccomp profiles, for the security context.
     pub security: ContainerSecurityInputs<'a>,
+    /// The new file bound at the container's `terminationMessagePath` (upstream `makeMounts`;
+    /// [`crate::termination::create_termination_log`]); `None`: the container names none.
+    pub termination_log: Option<&'a Path>,
 }
 
 /// The container's CRI config: command and args with `$(VAR)` expanded from `env`, the
@@ -181,6 +289,20 @@ pub fn container_config(
             CONTAINER_HASH_ANNOTATION.to_owned(),
             rustlet_pods::runtime::container_hash(container),
         ),
+        (
+            TERMINATION_MESSAGE_PATH_ANNOTATION.to_owned(),
+            container
+                .termination_message_path
+                .clone()
+                .unwrap_or_default(),
+        ),
+        (
+            TERMINATION_MESSAGE_POLICY_ANNOTATION.to_owned(),
+            container
+                .termination_message_policy
+                .clone()
+                .unwrap_or_default(),
+        ),
     ]);
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
@@ -213,6 +335,18 @@ pub fn container_config(
                 propagation: cri::MountPropagation::PropagationPrivate as i32,
                 ..Default::default()
             })
+            .chain(
+                container
+                    .termination_message_path
+                    .as_ref()
+                    .filter(|p| !p.is_empty())
+                    .zip(inputs.termination_log)
+                    .map(|(container_path, host_path)| cri::Mount {
+                        container_path: container_path.clone(),
+                        host_path: host_path.display().to_string(),
+                        ..Default::default()
+                    }),
+            )
             .collect(),
         labels,
         annotations,
@@ -286,13 +420,90 @@ pub struct EnvError {
     pub message: String,
 }
 
-/// The ConfigMaps and Secrets a container's environment names, as read (`None`: absent).
+/// The ConfigMaps and Secrets a container's environment names, as read (`None`: absent), and
+/// the Services' variables ([`service_env`]).
 #[derive(Clone, Debug, Default)]
 pub struct EnvSources {
     /// By name, in the pod's namespace.
     pub config_maps: HashMap<String, Option<Arc<ConfigMap>>>,
     /// By name, in the pod's namespace.
     pub secrets: HashMap<String, Option<Arc<Secret>>>,
+    /// The Services' variables (upstream's `serviceEnv`), by name.
+    pub services: BTreeMap<String, String>,
+}
+
+/// upstream: `masterServices`: the `default` namespace's Services every pod gets variables of.
+const MASTER_SERVICES: &[&str] = &["kubernetes"];
+
+/// upstream: `makeEnvVariableName`.
+fn env_variable_name(name: &str) -> String {
+    name.replace('-', "_").to_uppercase()
+}
+
+/// The Services' environment of a pod in `namespace` (upstream: `getServiceEnvVarMap` and
+/// `envvars.FromServices`): the `kubernetes` Service of `default` always, every Service of the
+/// pod's namespace with `enableServiceLinks` (that namespace's wins a name both have); a
+/// Service without a cluster IP (`None` or empty) has none. Per Service `<NAME>_SERVICE_HOST`,
+/// `<NAME>_SERVICE_PORT` (the first port), `<NAME>_SERVICE_PORT_<PORT NAME>` for named ports,
+/// and the Docker link variables (`<NAME>_PORT`, `<NAME>_PORT_<port>_<PROTO>` and its `_PROTO`,
+/// `_PORT`, `_ADDR`).
+pub fn service_env(
+    services: &[Arc<Service>],
+    namespace: &str,
+    enable_service_links: bool,
+) -> BTreeMap<String, String> {
+    let mut chosen: BTreeMap<&str, &Service> = BTreeMap::new();
+    for service in services {
+        let Some(spec) = &service.spec else { continue };
+        let ip = spec.cluster_ip.as_deref().unwrap_or_default();
+        if ip.is_empty() || ip == "None" || spec.ports.as_ref().is_none_or(Vec::is_empty) {
+            continue;
+        }
+        let name = service.metadata.name.as_deref().unwrap_or_default();
+        let in_namespace = service.metadata.namespace.as_deref().unwrap_or_default();
+        if in_namespace == "default" && MASTER_SERVICES.contains(&name) {
+            chosen.entry(name).or_insert(service);
+        } else if in_namespace == namespace && enable_service_links {
+            chosen.insert(name, service);
+        }
+    }
+    let mut env = BTreeMap::new();
+    for (name, service) in chosen {
+        let spec = service.spec.as_ref().expect("filtered above");
+        let ip = spec.cluster_ip.clone().unwrap_or_default();
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        let prefix = env_variable_name(name);
+        env.insert(format!("{prefix}_SERVICE_HOST"), ip.clone());
+        env.insert(format!("{prefix}_SERVICE_PORT"), ports[0].port.to_string());
+        for port in ports {
+            if let Some(port_name) = port.name.as_deref().filter(|n| !n.is_empty()) {
+                env.insert(
+                    format!("{prefix}_SERVICE_PORT_{}", env_variable_name(port_name)),
+                    port.port.to_string(),
+                );
+            }
+        }
+        // upstream: makeLinkVariables.
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip.clone()
+        };
+        for (i, port) in ports.iter().enumerate() {
+            let protocol = port.protocol.as_deref().unwrap_or("TCP");
+            let lower = protocol.to_lowercase();
+            let url = format!("{lower}://{host}:{}", port.port);
+            if i == 0 {
+                env.insert(format!("{prefix}_PORT"), url.clone());
+            }
+            let port_prefix = format!("{prefix}_PORT_{}_{}", port.port, protocol.to_uppercase());
+            env.insert(format!("{port_prefix}_PROTO"), lower);
+            env.insert(format!("{port_prefix}_PORT"), port.port.to_string());
+            env.insert(format!("{port_prefix}_ADDR"), ip.clone());
+            env.insert(port_prefix, url);
+        }
+    }
+    env
 }
 
 impl EnvSources {
@@ -452,13 +663,24 @@ pub fn container_env(
                 }
             }
             (Some(value), None) => {
-                let vars: HashMap<&str, &str> =
-                    out.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                // upstream: `MappingFuncFor(tmpEnv, serviceEnv)`: the container's own first.
+                let mut vars: HashMap<&str, &str> = sources
+                    .services
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                vars.extend(out.iter().map(|(k, v)| (k.as_str(), v.as_str())));
                 expand(value, &vars)
             }
             (None, None) => String::new(),
         };
         define(&mut out, var.name.clone(), value);
+    }
+    // upstream: the Services' variables after the container's own, none it defines itself.
+    for (name, value) in &sources.services {
+        if !out.iter().any(|(k, _)| k == name) {
+            out.push((name.clone(), value.clone()));
+        }
     }
     Ok(ContainerEnv { vars: out, invalid })
 }
@@ -611,6 +833,7 @@ mod tests {
                     image_user: &ImageUser::Uid(0),
                     seccomp_profile_root: Path::new("/r/seccomp"),
                 },
+                termination_log: None,
             },
         )
         .unwrap();
@@ -626,6 +849,328 @@ mod tests {
         // Without runAsUser anywhere: the image's user.
         let security = config.linux.unwrap().security_context.unwrap();
         assert_eq!(security.run_as_user, Some(cri::Int64Value { value: 0 }));
+    }
+
+    /// Issue 27 (node features), upstream `makeMounts` and `newContainerAnnotations`: the
+    /// termination-log file is bound at `terminationMessagePath`, and the path and the policy
+    /// are annotations (read back when the container exited); no path, no mount.
+    #[test]
+    fn the_termination_log_is_bound_at_the_termination_message_path() {
+        let mut container = Container {
+            name: "app".into(),
+            termination_message_path: Some("/dev/termination-custom-log".into()),
+            termination_message_policy: Some("FallbackToLogsOnError".into()),
+            ..Default::default()
+        };
+        let log = Path::new("/r/pods/uid-1/containers/app/0a1b2c3d");
+        let config = |container: &Container| {
+            container_config(
+                &pod(false),
+                container,
+                &ContainerInputs {
+                    kind: ContainerKind::Regular,
+                    attempt: 0,
+                    image_ref: "sha256:abc",
+                    mounts: &[],
+                    env: &[],
+                    security: ContainerSecurityInputs {
+                        image_user: &ImageUser::Uid(0),
+                        seccomp_profile_root: Path::new("/r/seccomp"),
+                    },
+                    termination_log: Some(log),
+                },
+            )
+            .unwrap()
+        };
+        let with = config(&container);
+        assert_eq!(with.mounts.len(), 1);
+        assert_eq!(
+            (
+                with.mounts[0].container_path.as_str(),
+                with.mounts[0].host_path.as_str(),
+                with.mounts[0].readonly
+            ),
+            (
+                "/dev/termination-custom-log",
+                "/r/pods/uid-1/containers/app/0a1b2c3d",
+                false
+            )
+        );
+        assert_eq!(
+            with.annotations[TERMINATION_MESSAGE_PATH_ANNOTATION],
+            "/dev/termination-custom-log"
+        );
+        assert_eq!(
+            with.annotations[TERMINATION_MESSAGE_POLICY_ANNOTATION],
+            "FallbackToLogsOnError"
+        );
+        container.termination_message_path = None;
+        assert!(config(&container).mounts.is_empty());
+    }
+
+    /// upstream: TestManagedHostsFileContent: the header, localhost and the IPv6 names, each
+    /// pod IP with the host name (the subdomain's FQDN first), then the `hostAliases`.
+    #[test]
+    fn test_managed_hosts_file_content() {
+        let mut p = pod(false);
+        let spec = p.spec.as_mut().unwrap();
+        spec.hostname = Some("hostname".into());
+        spec.host_aliases = Some(vec![
+            k8s_openapi::api::core::v1::HostAlias {
+                ip: "123.45.67.89".into(),
+                hostnames: Some(vec!["foo".into(), "bar".into(), "baz".into()]),
+            },
+            k8s_openapi::api::core::v1::HostAlias {
+                ip: "456.78.90.123".into(),
+                hostnames: Some(vec!["park".into(), "doo".into(), "boo".into()]),
+            },
+        ]);
+        let content = |p: &Pod| {
+            String::from_utf8(hosts_file_content(
+                p,
+                HostsSource::PodNetwork {
+                    pod_ips: &["203.0.113.1", "fd00::6"],
+                    cluster_domain: "cluster.local",
+                },
+            ))
+            .unwrap()
+        };
+        assert_eq!(
+            content(&p),
+            "# Kubernetes-managed hosts file.\n\
+             127.0.0.1\tlocalhost\n\
+             ::1\tlocalhost ip6-localhost ip6-loopback\n\
+             fe00::0\tip6-localnet\n\
+             fe00::0\tip6-mcastprefix\n\
+             fe00::1\tip6-allnodes\n\
+             fe00::2\tip6-allrouters\n\
+             203.0.113.1\thostname\n\
+             fd00::6\thostname\n\
+             \n\
+             # Entries added by HostAliases.\n\
+             123.45.67.89\tfoo\tbar\tbaz\n\
+             456.78.90.123\tpark\tdoo\tboo\n"
+        );
+        let spec = p.spec.as_mut().unwrap();
+        spec.subdomain = Some("sub".into());
+        spec.host_aliases = None;
+        assert!(
+            content(&p).ends_with(
+                "fe00::2\tip6-allrouters\n\
+                 203.0.113.1\thostname.sub.ns1.svc.cluster.local\thostname\n\
+                 fd00::6\thostname.sub.ns1.svc.cluster.local\thostname\n"
+            ),
+            "{}",
+            content(&p)
+        );
+    }
+
+    /// upstream: TestNodeHostsFileContent: a host-network pod's file is the node's, under its
+    /// own header, with the `hostAliases` after it.
+    #[test]
+    fn test_node_hosts_file_content() {
+        let mut p = pod(true);
+        p.spec.as_mut().unwrap().host_aliases = Some(vec![k8s_openapi::api::core::v1::HostAlias {
+            ip: "123.45.67.89".into(),
+            hostnames: Some(vec!["foo".into(), "bar".into()]),
+        }]);
+        let node = b"127.0.0.1\tlocalhost\n10.0.0.1\tnode-a\n";
+        assert_eq!(
+            String::from_utf8(hosts_file_content(
+                &p,
+                HostsSource::HostNetwork { node_hosts: node }
+            ))
+            .unwrap(),
+            "# Kubernetes-managed hosts file (host network).\n\
+             127.0.0.1\tlocalhost\n\
+             10.0.0.1\tnode-a\n\
+             \n\
+             # Entries added by HostAliases.\n\
+             123.45.67.89\tfoo\tbar\n"
+        );
+    }
+
+    /// upstream: TestMakeMounts' hosts cases, `shouldMountHostsFile`: the file is bound when
+    /// the pod has an IP or the host's network, never over a container's own `/etc/hosts`.
+    #[test]
+    fn the_hosts_file_is_mounted_unless_the_container_mounts_its_own() {
+        let mut container = Container {
+            name: "app".into(),
+            ..Default::default()
+        };
+        assert!(mounts_hosts_file(
+            &pod(false),
+            &container,
+            Some("10.88.0.2")
+        ));
+        assert!(!mounts_hosts_file(&pod(false), &container, None));
+        assert!(!mounts_hosts_file(&pod(false), &container, Some("")));
+        assert!(mounts_hosts_file(&pod(true), &container, None));
+        container.volume_mounts = Some(vec![k8s_openapi::api::core::v1::VolumeMount {
+            name: "own".into(),
+            mount_path: "/etc/hosts".into(),
+            ..Default::default()
+        }]);
+        assert!(!mounts_hosts_file(
+            &pod(false),
+            &container,
+            Some("10.88.0.2")
+        ));
+        assert!(!mounts_hosts_file(&pod(true), &container, None));
+    }
+
+    fn service(
+        namespace: &str,
+        name: &str,
+        ip: &str,
+        ports: &[(Option<&str>, i32, &str)],
+    ) -> Arc<Service> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterIP": ip, "ports": ports.iter().map(|(n, p, proto)| serde_json::json!({
+                    "name": n, "port": p, "protocol": proto
+                })).collect::<Vec<_>>()}
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// upstream: TestMakeEnvironmentVariables' service cases, `envvars` TestFromServices:
+    /// `default/kubernetes` always; the pod's namespace's Services with `enableServiceLinks`
+    /// (its own `kubernetes` wins); none without a cluster IP; the host, the ports and the
+    /// Docker link variables.
+    #[test]
+    fn test_service_env_follows_get_service_env_var_map() {
+        let services = [
+            service(
+                "default",
+                "kubernetes",
+                "10.0.0.1",
+                &[(Some("https"), 443, "TCP")],
+            ),
+            service("default", "other", "10.0.0.2", &[(None, 80, "TCP")]),
+            service(
+                "ns1",
+                "test-service",
+                "1.2.3.4",
+                &[(None, 8083, "TCP"), (Some("dns-udp"), 53, "UDP")],
+            ),
+            service("ns1", "headless", "None", &[(None, 80, "TCP")]),
+            service("ns2", "elsewhere", "10.9.9.9", &[(None, 80, "TCP")]),
+        ];
+        let env = service_env(&services, "ns1", true);
+        let expected: BTreeMap<String, String> = [
+            ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", "tcp://10.0.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.0.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.0.0.1"),
+            ("TEST_SERVICE_SERVICE_HOST", "1.2.3.4"),
+            ("TEST_SERVICE_SERVICE_PORT", "8083"),
+            ("TEST_SERVICE_SERVICE_PORT_DNS_UDP", "53"),
+            ("TEST_SERVICE_PORT", "tcp://1.2.3.4:8083"),
+            ("TEST_SERVICE_PORT_8083_TCP", "tcp://1.2.3.4:8083"),
+            ("TEST_SERVICE_PORT_8083_TCP_PROTO", "tcp"),
+            ("TEST_SERVICE_PORT_8083_TCP_PORT", "8083"),
+            ("TEST_SERVICE_PORT_8083_TCP_ADDR", "1.2.3.4"),
+            ("TEST_SERVICE_PORT_53_UDP", "udp://1.2.3.4:53"),
+            ("TEST_SERVICE_PORT_53_UDP_PROTO", "udp"),
+            ("TEST_SERVICE_PORT_53_UDP_PORT", "53"),
+            ("TEST_SERVICE_PORT_53_UDP_ADDR", "1.2.3.4"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(env, expected);
+        // enableServiceLinks: false: only the master service.
+        let env = service_env(&services, "ns1", false);
+        assert_eq!(
+            env.keys().filter(|k| k.starts_with("TEST_SERVICE")).count(),
+            0
+        );
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.0.0.1");
+        // A `kubernetes` Service in the pod's namespace wins over default's.
+        let mut with_own = services.to_vec();
+        with_own.push(service(
+            "ns1",
+            "kubernetes",
+            "10.1.1.1",
+            &[(None, 443, "TCP")],
+        ));
+        assert_eq!(
+            service_env(&with_own, "ns1", true)["KUBERNETES_SERVICE_HOST"],
+            "10.1.1.1"
+        );
+        // In the default namespace `other` comes with links.
+        assert_eq!(
+            service_env(&services, "default", true)["OTHER_SERVICE_HOST"],
+            "10.0.0.2"
+        );
+    }
+
+    /// upstream `makeEnvironmentVariables`: a container's own variable wins over a Service's
+    /// of the same name, `$(VAR)` expands from both, the Services' come after the container's.
+    #[test]
+    fn service_env_comes_after_the_containers_own_and_expands() {
+        let p = pod(false);
+        let container = Container {
+            name: "app".into(),
+            env: Some(vec![
+                k8s_openapi::api::core::v1::EnvVar {
+                    name: "KUBERNETES_SERVICE_PORT".into(),
+                    value: Some("mine".into()),
+                    ..Default::default()
+                },
+                k8s_openapi::api::core::v1::EnvVar {
+                    name: "API".into(),
+                    value: Some("$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)".into()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let sources = EnvSources {
+            services: service_env(
+                &[service(
+                    "default",
+                    "kubernetes",
+                    "10.0.0.1",
+                    &[(None, 443, "TCP")],
+                )],
+                "ns1",
+                true,
+            ),
+            ..EnvSources::default()
+        };
+        let env = container_env(
+            &p,
+            &container,
+            PodAddresses {
+                pod_ip: "10.88.0.2",
+                host_ip: "10.0.0.9",
+            },
+            &sources,
+        )
+        .unwrap();
+        let names: Vec<&str> = env.vars.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(&names[..2], ["KUBERNETES_SERVICE_PORT", "API"]);
+        assert_eq!(env.vars[0].1, "mine");
+        assert_eq!(env.vars[1].1, "10.0.0.1:mine");
+        assert_eq!(
+            env.vars
+                .iter()
+                .filter(|(k, _)| k == "KUBERNETES_SERVICE_PORT")
+                .count(),
+            1
+        );
+        assert!(
+            env.vars
+                .contains(&("KUBERNETES_SERVICE_HOST".to_owned(), "10.0.0.1".to_owned()))
+        );
     }
 
     /// Item 24.2 (upstream `generateContainerConfig`): a container that must not run as root
@@ -651,6 +1196,7 @@ mod tests {
                 image_user: user,
                 seccomp_profile_root: Path::new("/r/seccomp"),
             },
+            termination_log: None,
         };
         let err = container_config(&pod, &container, &inputs(&ImageUser::Uid(0))).unwrap_err();
         assert_eq!(

@@ -32,8 +32,9 @@ pub mod logs;
 pub mod runtime;
 pub mod security;
 pub mod stats;
+pub mod termination;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
 pub use client::{CriClient, CriError};
-pub use runtime::{CriConfig, CriRuntime};
+pub use runtime::{CriConfig, CriRuntime, ServiceSource};

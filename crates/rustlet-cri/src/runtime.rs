@@ -14,16 +14,18 @@
 //! `lastState`) and dead sandboxes of a pod that has a newer one are garbage-collected.
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
+use rustlet_pods::lifecycle::{HookTarget, run_hook};
 use rustlet_pods::runtime::{
     ContainerInstance, ContainerKind, ContainerLogInfo, ExecOutput, FsUsage, InstanceState,
     PodUsage, RunningContainerLog, Runtime, RuntimeError, RuntimePodStatus, Sandbox, Streams,
@@ -36,13 +38,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::client::{CriClient, CriError};
+use crate::config::service_env;
 use crate::config::{
-    CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, EnvSources,
-    POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodAddresses, PullPolicy, container_config,
-    container_env, sandbox_config,
+    CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, ETC_HOSTS_PATH,
+    EnvSources, HostsSource, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodAddresses,
+    PullPolicy, container_config, container_env, hosts_file_content, mounts_hosts_file,
+    sandbox_config,
 };
 use crate::logs::{self, LogLayoutError};
 use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
+use crate::termination;
 
 /// Settings of the CRI runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +83,11 @@ pub struct CriConfig {
     /// The node this agent runs as: with `root_dir`, the mark on everything it creates
     /// ([`Self::owner_labels`]).
     pub node_name: String,
+    /// The cluster's DNS domain (upstream `clusterDomain`; empty by default, as upstream's):
+    /// the FQDN of a pod with `subdomain` in its hosts file.
+    pub cluster_domain: String,
+    /// The node's hosts file, the base of a host-network pod's (upstream: `/etc/hosts`).
+    pub node_hosts_file: PathBuf,
 }
 
 /// The pods' log directories' default place under the root directory.
@@ -108,6 +118,8 @@ impl CriConfig {
             orphan_grace: Duration::from_secs(2),
             worker_resync: Duration::from_secs(10),
             node_name: String::new(),
+            cluster_domain: String::new(),
+            node_hosts_file: PathBuf::from(ETC_HOSTS_PATH),
         }
     }
 
@@ -180,11 +192,21 @@ struct State {
     relist_failing: bool,
 }
 
+/// The Services a container's environment is made from (upstream: the kubelet's service
+/// lister, a cache of every Service).
+pub trait ServiceSource: Send + Sync {
+    /// Every Service the agent knows; `None` until they were listed once.
+    fn services(&self) -> Option<Vec<Arc<Service>>>;
+}
+
 /// The CRI runtime.
 pub struct CriRuntime {
     client: CriClient,
     /// ConfigMaps and Secrets for the containers' environment.
     objects: Option<Arc<dyn VolumeObjects>>,
+    /// Services for the containers' environment ([`Self::set_services`]); without it a
+    /// container gets no Service variables (upstream: a kubelet without an API server).
+    services: std::sync::OnceLock<Arc<dyn ServiceSource>>,
     config: CriConfig,
     /// The runtime's name: the scheme of container IDs (`containerd://...`).
     scheme: String,
@@ -198,7 +220,9 @@ fn ts(ns: i64) -> Timestamp {
     Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-fn instance_state(status: &cri::ContainerStatus) -> InstanceState {
+/// The instance's state; `message`: an exited one's termination message
+/// ([`termination::termination_message`]).
+fn instance_state(status: &cri::ContainerStatus, message: String) -> InstanceState {
     match cri::ContainerState::try_from(status.state) {
         Ok(cri::ContainerState::ContainerCreated) => InstanceState::Created,
         Ok(cri::ContainerState::ContainerRunning) => InstanceState::Running {
@@ -226,6 +250,7 @@ fn instance_state(status: &cri::ContainerStatus) -> InstanceState {
                 finished_at,
                 exit_code: status.exit_code,
                 reason,
+                message,
             }
         }
     }
@@ -258,6 +283,7 @@ impl CriRuntime {
         let this = Arc::new_cyclic(|me| Self {
             client,
             objects,
+            services: std::sync::OnceLock::new(),
             config,
             scheme: version.name,
             state: Mutex::new(State::default()),
@@ -266,6 +292,12 @@ impl CriRuntime {
         });
         this.relist().await?;
         Ok(this)
+    }
+
+    /// Where the Services of the containers' environment come from (once; a second call
+    /// changes nothing).
+    pub fn set_services(&self, source: Arc<dyn ServiceSource>) {
+        let _ = self.services.set(source);
     }
 
     /// The client.
@@ -401,6 +433,16 @@ impl CriRuntime {
         sandbox_id: &str,
     ) -> Result<ContainerRecord, CriError> {
         let status = self.client.container_status(id).await?;
+        let message = if cri::ContainerState::try_from(status.state)
+            == Ok(cri::ContainerState::ContainerExited)
+        {
+            let exited = status.clone();
+            tokio::task::spawn_blocking(move || termination::termination_message(&exited))
+                .await
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
         let kind = match status
             .annotations
             .get(CONTAINER_KIND_ANNOTATION)
@@ -443,7 +485,7 @@ impl CriRuntime {
                     .unwrap_or_default(),
                 image_id: status.image_ref.clone(),
                 attempt: i32::try_from(metadata.attempt).unwrap_or(i32::MAX),
-                state: instance_state(&status),
+                state: instance_state(&status, message),
                 sandbox_id: sandbox_id.to_owned(),
                 hash: status.annotations.get(CONTAINER_HASH_ANNOTATION).cloned(),
             },
@@ -698,12 +740,35 @@ impl CriRuntime {
         container: &Container,
     ) -> Result<EnvSources, RuntimeError> {
         let mut sources = EnvSources::default();
+        let config_error =
+            |message: String| waiting(pod, &container.name, "CreateContainerConfigError", message);
+        // upstream: makeEnvironmentVariables: a pod from the API waits until the Services were
+        // listed once (a static pod does not); `enableServiceLinks` is defaulted to true by the
+        // API server (deviation: unset counts as true, upstream refuses it).
+        if let Some(source) = self.services.get() {
+            match source.services() {
+                Some(services) => {
+                    let links = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.enable_service_links)
+                        .unwrap_or(true);
+                    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+                    sources.services = service_env(&services, namespace, links);
+                }
+                None if rustlet_core::pod::is_static_pod(pod) => {}
+                None => {
+                    return Err(config_error(
+                        "services have not yet been read at least once, cannot construct envvars"
+                            .into(),
+                    ));
+                }
+            }
+        }
         let (maps, secrets) = EnvSources::names(container);
         if maps.is_empty() && secrets.is_empty() {
             return Ok(sources);
         }
-        let config_error =
-            |message: String| waiting(pod, &container.name, "CreateContainerConfigError", message);
         let Some(objects) = &self.objects else {
             return Err(config_error(
                 "the environment names ConfigMaps or Secrets and this agent reads none".into(),
@@ -729,19 +794,25 @@ impl CriRuntime {
         Ok(sources)
     }
 
-    /// Stops every container and sandbox of `uid` (`grace` for the containers).
-    async fn stop_pod(&self, uid: &PodUid, grace: Duration) -> Result<(), CriError> {
+    /// Stops every container and sandbox of `uid` (`grace` for the containers; with the pod's
+    /// spec, each container's `preStop` hook runs first, within it).
+    async fn stop_pod(
+        &self,
+        uid: &PodUid,
+        pod: Option<&Pod>,
+        grace: Duration,
+    ) -> Result<(), CriError> {
         self.refresh_pod(uid).await?;
-        let (containers, sandboxes) = {
+        let (containers, sandboxes, pod_ip) = {
             let state = self.state();
             let Some(record) = state.pods.get(uid) else {
                 return Ok(());
             };
-            let containers: Vec<String> = record
+            let containers: Vec<(String, String)> = record
                 .containers
                 .iter()
                 .filter(|c| !matches!(c.instance.state, InstanceState::Exited { .. }))
-                .map(|c| c.id.clone())
+                .map(|c| (c.id.clone(), c.instance.name.clone()))
                 .collect();
             let sandboxes: Vec<String> = record
                 .sandboxes
@@ -749,28 +820,27 @@ impl CriRuntime {
                 .filter(|s| s.ready)
                 .map(|s| s.id.clone())
                 .collect();
-            (containers, sandboxes)
+            let pod_ip = record.sandboxes.first().and_then(|s| s.ip.clone());
+            (containers, sandboxes, pod_ip)
         };
         // In parallel, each with the whole grace period (upstream `killContainersWithSyncResult`).
-        let mut stops = tokio::task::JoinSet::new();
-        for id in containers {
-            let client = self.client.clone();
-            stops.spawn(async move { client.stop_container(&id, grace).await });
-        }
+        let stops = containers.iter().map(|(id, name)| {
+            let stop = StopContainer {
+                pod,
+                spec: pod.and_then(|p| spec_container(p, name)),
+                id,
+                pod_ip: pod_ip.as_deref().unwrap_or_default(),
+                grace,
+            };
+            self.stop_container(stop)
+        });
         let mut first_error = None;
-        while let Some(done) = stops.join_next().await {
+        for done in futures::future::join_all(stops).await {
             match done {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) if e.is_not_found() => {}
-                Ok(Err(e)) => {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
                     first_error.get_or_insert(e);
-                }
-                Err(join) => {
-                    first_error.get_or_insert(CriError::Call {
-                        op: "StopContainer",
-                        code: tonic::Code::Internal,
-                        message: join.to_string(),
-                    });
                 }
             }
         }
@@ -785,6 +855,47 @@ impl CriRuntime {
             }
         }
         self.refresh_pod(uid).await
+    }
+
+    /// Stops one container (upstream: `killContainer`): its `preStop` hook first when it has
+    /// one and the grace period is not zero (upstream: `executePreStopHook`: the hook is waited
+    /// for at most the grace period, a failure is logged and the stop goes on), then
+    /// `StopContainer` with what is left of the grace period, in whole seconds and at least
+    /// upstream's `minimumGracePeriodInSeconds` (2 s). Deviation: without a hook the grace
+    /// period is passed on as it came (upstream clamps it to 2 s too).
+    async fn stop_container(&self, stop: StopContainer<'_>) -> Result<(), CriError> {
+        let StopContainer {
+            pod,
+            spec,
+            id,
+            pod_ip,
+            mut grace,
+        } = stop;
+        let pre_stop = spec.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
+        if let (Some(pod), Some(spec), Some(handler)) = (pod, spec, pre_stop)
+            && !grace.is_zero()
+        {
+            let instance_id = format!("{}://{id}", self.scheme);
+            let target = HookTarget {
+                pod,
+                container: spec,
+                instance_id: &instance_id,
+                pod_ip,
+            };
+            let start = Instant::now();
+            match tokio::time::timeout(grace, run_hook(self, target, handler)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    warn!(container = %spec.name, error = %e, "PreStop hook failed");
+                }
+                Err(_) => {
+                    info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
+                }
+            }
+            let elapsed = Duration::from_secs(start.elapsed().as_secs());
+            grace = grace.saturating_sub(elapsed).max(MINIMUM_GRACE_PERIOD);
+        }
+        self.client.stop_container(raw_id(id), grace).await
     }
 
     /// The container's `/var/log/containers`-style symlink to its log, made only when the log
@@ -851,6 +962,46 @@ impl CriRuntime {
 }
 
 /// A container ID without its `<runtime>://` scheme.
+/// upstream: `minimumGracePeriodInSeconds`, the least a container is given to stop after its
+/// `preStop` hook.
+const MINIMUM_GRACE_PERIOD: Duration = Duration::from_secs(2);
+
+/// One container to stop, and what its `preStop` hook needs.
+struct StopContainer<'a> {
+    /// The pod (`None`: an orphan, whose spec is not known: no hook).
+    pod: Option<&'a Pod>,
+    /// The spec container of that name.
+    spec: Option<&'a Container>,
+    /// The CRI container ID (raw).
+    id: &'a str,
+    /// The pod's IP, for an `httpGet` hook.
+    pod_ip: &'a str,
+    /// The grace period.
+    grace: Duration,
+}
+
+/// The pod's spec container (init or regular) named `name`.
+fn spec_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .find(|c| c.name == name)
+}
+
+/// The grace period a container killed outside a pod's termination gets (upstream
+/// `setTerminationGracePeriod`: the pod's deletion grace period, else its
+/// `terminationGracePeriodSeconds` (the API server defaults it to 30), else 2 s).
+fn termination_grace_period(pod: &Pod) -> Duration {
+    let seconds = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or_else(|| pod.spec.as_ref()?.termination_grace_period_seconds)
+        .unwrap_or(2);
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+}
+
 fn raw_id(id: &str) -> &str {
     id.split_once("://").map_or(id, |(_, raw)| raw)
 }
@@ -1127,6 +1278,80 @@ impl Runtime for CriRuntime {
                 "Keys from envFrom were skipped since they are invalid environment variable names"
             );
         }
+        // upstream: makeMounts: the kubelet's hosts file, written again at each start.
+        let mut mounts = mounts.to_vec();
+        if mounts_hosts_file(pod, container, sandbox.ip.as_deref()) {
+            let pod_dir = uid
+                .as_path_component()
+                .map(|uid| self.config.root_dir.join("pods").join(uid))
+                .map_err(|e| config_error(e.to_string()))?;
+            let host_path = pod_dir.join("etc-hosts");
+            let (path, node_hosts) = (host_path.clone(), self.config.node_hosts_file.clone());
+            let (pod_copy, pod_ip) = (pod.clone(), sandbox.ip.clone().unwrap_or_default());
+            let cluster_domain = self.config.cluster_domain.clone();
+            let host_network = sandbox.host_network;
+            tokio::task::spawn_blocking(move || -> Result<(), String> {
+                let node = if host_network {
+                    std::fs::read(&node_hosts)
+                        .map_err(|e| format!("reading {}: {e}", node_hosts.display()))?
+                } else {
+                    Vec::new()
+                };
+                let source = if host_network {
+                    HostsSource::HostNetwork { node_hosts: &node }
+                } else {
+                    HostsSource::PodNetwork {
+                        pod_ips: &[pod_ip.as_str()],
+                        cluster_domain: &cluster_domain,
+                    }
+                };
+                std::fs::create_dir_all(&pod_dir)
+                    .and_then(|()| std::fs::write(&path, hosts_file_content(&pod_copy, source)))
+                    .and_then(|()| {
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                    })
+                    .map_err(|e| format!("writing {}: {e}", path.display()))
+            })
+            .await
+            .map_err(|e| config_error(e.to_string()))?
+            .map_err(config_error)?;
+            mounts.push(ContainerMount {
+                name: "k8s-managed-etc-hosts".into(),
+                container_path: ETC_HOSTS_PATH.into(),
+                host_path,
+                read_only: false,
+            });
+        }
+        // upstream: makeMounts: a new file per instance, bound at `terminationMessagePath`.
+        let termination_log = match container
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            None => None,
+            Some(_) => {
+                let dir = uid
+                    .as_path_component()
+                    .map(|uid| {
+                        self.config
+                            .root_dir
+                            .join("pods")
+                            .join(uid)
+                            .join("containers")
+                            .join(name)
+                    })
+                    .map_err(|e| config_error(e.to_string()))?;
+                let made = tokio::task::spawn_blocking(move || {
+                    termination::create_termination_log(&dir).map_err(|e| {
+                        format!("creating the termination log in {}: {e}", dir.display())
+                    })
+                })
+                .await
+                .map_err(|e| config_error(e.to_string()))?
+                .map_err(config_error)?;
+                Some(made)
+            }
+        };
         let mut config = container_config(
             pod,
             container,
@@ -1134,12 +1359,13 @@ impl Runtime for CriRuntime {
                 kind,
                 attempt,
                 image_ref: &image_ref,
-                mounts,
+                mounts: &mounts,
                 env: &env.vars,
                 security: ContainerSecurityInputs {
                     image_user: &image_user,
                     seccomp_profile_root: &self.config.root_dir.join(SECCOMP_PROFILE_DIR),
                 },
+                termination_log: termination_log.as_deref(),
             },
         )
         .map_err(|e| config_error(e.to_string()))?;
@@ -1179,6 +1405,43 @@ impl Runtime for CriRuntime {
             self.link_container_log(record.log_path.clone(), link).await;
         }
         self.update(&uid, |p| p.containers.insert(0, record));
+        // upstream: startContainer's step 4, the postStart hook; its failure kills the
+        // container (its `preStop` runs first, as in upstream's `killContainer`) and is the
+        // container's `PostStartHookError`.
+        if let Some(handler) = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.post_start.as_ref())
+        {
+            let instance_id = format!("{}://{id}", self.scheme);
+            let pod_ip = sandbox.ip.as_deref().unwrap_or_default();
+            let target = HookTarget {
+                pod,
+                container,
+                instance_id: &instance_id,
+                pod_ip,
+            };
+            if let Err(e) = run_hook(self, target, handler).await {
+                warn!(container = %container.name, error = %e, "Failed to execute PostStartHook");
+                let stop = StopContainer {
+                    pod: Some(pod),
+                    spec: Some(container),
+                    id: &id,
+                    pod_ip,
+                    grace: termination_grace_period(pod),
+                };
+                if let Err(kill) = self.stop_container(stop).await {
+                    warn!(container = %container.name, error = %kill, "Failed to kill container");
+                }
+                let _ = self.refresh_pod(&uid).await;
+                return Err(waiting(
+                    pod,
+                    &container.name,
+                    "PostStartHookError",
+                    e.to_string(),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -1203,7 +1466,7 @@ impl Runtime for CriRuntime {
     }
 
     async fn kill_pod(&self, pod: &Pod, grace: Duration) -> Result<(), RuntimeError> {
-        self.stop_pod(&PodUid::of(pod), grace)
+        self.stop_pod(&PodUid::of(pod), Some(pod), grace)
             .await
             .map_err(|e| RuntimeError::KillPod {
                 pod: full_name(pod),
@@ -1425,7 +1688,25 @@ impl Runtime for CriRuntime {
             pod: full_name(pod),
             message: e.to_string(),
         };
-        match self.client.stop_container(raw, grace).await {
+        let (name, pod_ip) = {
+            let state = self.state();
+            let record = state.pods.get(&PodUid::of(pod));
+            let name = record
+                .and_then(|p| p.containers.iter().find(|c| c.id == raw))
+                .map(|c| c.instance.name.clone());
+            let pod_ip = record
+                .and_then(|p| p.sandboxes.first())
+                .and_then(|s| s.ip.clone());
+            (name, pod_ip)
+        };
+        let stop = StopContainer {
+            pod: Some(pod),
+            spec: name.as_deref().and_then(|n| spec_container(pod, n)),
+            id: raw,
+            pod_ip: pod_ip.as_deref().unwrap_or_default(),
+            grace,
+        };
+        match self.stop_container(stop).await {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(failed(e)),
@@ -1475,7 +1756,7 @@ impl Runtime for CriRuntime {
             let this = this.clone();
             info!(%uid, "stopping and removing the containers of a pod no worker knows");
             tokio::spawn(async move {
-                let result = match this.stop_pod(&uid, this.config.orphan_grace).await {
+                let result = match this.stop_pod(&uid, None, this.config.orphan_grace).await {
                     Ok(()) => this.remove_all(&uid).await,
                     Err(e) => Err(e),
                 };
@@ -1525,6 +1806,7 @@ mod tests {
                 finished_at: Timestamp::UNIX_EPOCH,
                 exit_code: 1,
                 reason: "Error".into(),
+                message: String::new(),
             }
         } else {
             InstanceState::Running {
@@ -1626,14 +1908,17 @@ mod tests {
             exit_code: 0,
             ..Default::default()
         };
-        assert_eq!(instance_state(&status), InstanceState::Unknown);
+        assert_eq!(
+            instance_state(&status, String::new()),
+            InstanceState::Unknown
+        );
         let exited = cri::ContainerStatus {
             state: cri::ContainerState::ContainerExited as i32,
             exit_code: 0,
             ..Default::default()
         };
         assert!(matches!(
-            instance_state(&exited),
+            instance_state(&exited, String::new()),
             InstanceState::Exited { exit_code: 0, ref reason, .. } if reason == "Completed"
         ));
     }

@@ -942,3 +942,380 @@ async fn the_runtime_reports_a_running_pods_cpu_and_memory() {
     runtime.remove_pod(&uid).await;
     assert!(runtime.pod_usage().await.unwrap().is_empty());
 }
+
+/// The runtime's pod with one container whose `lifecycle` is `lifecycle` (host network,
+/// `/hooks` bound from `hooks`), its sandbox started.
+async fn hooked_pod(
+    runtime: &rustlet_cri::CriRuntime,
+    name: &str,
+    lifecycle: serde_json::Value,
+) -> k8s_openapi::api::core::v1::Pod {
+    use rustlet_pods::Runtime;
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {
+            "hostNetwork": true,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX_IMAGE,
+                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+                "lifecycle": lifecycle
+            }]
+        }
+    }))
+    .unwrap();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    pod
+}
+
+fn hooks_mount(hooks: &std::path::Path) -> Vec<rustlet_volume::subpath::ContainerMount> {
+    vec![rustlet_volume::subpath::ContainerMount {
+        name: "hooks".into(),
+        container_path: "/hooks".into(),
+        host_path: hooks.to_owned(),
+        read_only: false,
+    }]
+}
+
+/// Issue 27 (node features), upstream "[sig-node] Container Lifecycle Hook should execute
+/// poststart exec hook properly" and "... prestop exec hook properly" (upstream:
+/// `startContainer`, `killContainer`, `executePreStopHook`): the `postStart` hook has run in
+/// the container when `start_container` returns, the `preStop` hook runs in it before it is
+/// stopped, and then it is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poststart_and_prestop_exec_hooks_run_in_the_container() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+
+    let Some(containerd) = PrivateContainerd::start("poststart_and_prestop_exec_hooks").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let hooks = scratch(&containerd, "hooks");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod = hooked_pod(
+        &runtime,
+        "hooked",
+        serde_json::json!({
+            "postStart": {"exec": {"command": ["/bin/sh", "-c", "echo poststart > /hooks/poststart"]}},
+            "preStop": {"exec": {"command": ["/bin/sh", "-c", "echo prestop > /hooks/prestop"]}}
+        }),
+    )
+    .await;
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    runtime
+        .start_container(
+            &pod,
+            container,
+            ContainerKind::Regular,
+            &hooks_mount(&hooks),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("poststart")).unwrap(),
+        "poststart\n"
+    );
+    assert!(!hooks.join("prestop").exists());
+    runtime
+        .kill_pod(&pod, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("prestop")).unwrap(),
+        "prestop\n"
+    );
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
+    assert!(
+        matches!(status.containers[0].state, InstanceState::Exited { .. }),
+        "{status:?}"
+    );
+}
+
+/// Issue 27 (node features), upstream `startContainer` (`FailedPostStartHook`): a failed
+/// `postStart` hook kills the container and is its `PostStartHookError`; upstream "Lifecycle
+/// Sleep Hook" (`executePreStopHook`): a `preStop` hook that outlives the grace period does not
+/// hold the container's stop (the sleep here is 1000 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_grace_period() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+    use rustlet_pods::{Runtime, RuntimeError};
+
+    let Some(containerd) = PrivateContainerd::start("a_failed_poststart_hook_kills").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let hooks = scratch(&containerd, "hooks");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod = hooked_pod(
+        &runtime,
+        "failing",
+        serde_json::json!({
+            "postStart": {"exec": {"command": ["/bin/sh", "-c", "echo failing; exit 3"]}},
+            "preStop": {"sleep": {"seconds": 1000}}
+        }),
+    )
+    .await;
+    let mut pod = pod;
+    // The kill after the failed hook gets this grace period: the sleep is cut after it.
+    pod.spec.as_mut().unwrap().termination_grace_period_seconds = Some(1);
+    let container = pod.spec.as_ref().unwrap().containers[0].clone();
+    let error = runtime
+        .start_container(
+            &pod,
+            &container,
+            ContainerKind::Regular,
+            &hooks_mount(&hooks),
+        )
+        .await
+        .unwrap_err();
+    match &error {
+        RuntimeError::ContainerWaiting {
+            reason, message, ..
+        } => {
+            assert_eq!(reason, "PostStartHookError");
+            assert!(message.contains("failing"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
+    assert!(
+        matches!(status.containers[0].state, InstanceState::Exited { .. }),
+        "{status:?}"
+    );
+}
+
+/// Issue 27 (node features), upstream "[sig-node] Container Runtime blackbox test on terminated
+/// container should report termination message if TerminationMessagePath is set as non-root
+/// user and at a non-default path", "... from log output if TerminationMessagePolicy
+/// FallbackToLogsOnError is set" and "... as empty when pod succeeds and
+/// TerminationMessagePolicy FallbackToLogsOnError is set" (upstream `makeMounts`,
+/// `convertToKubeContainerStatus`): what an exited container wrote to its
+/// `terminationMessagePath`, or with `FallbackToLogsOnError` printed before it failed, is its
+/// termination message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exited_containers_termination_message_is_its_file_or_its_logs_tail() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::InstanceState;
+
+    let Some(containerd) = PrivateContainerd::start("termination_message").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "terminated", "namespace": "default", "uid": "uid-terminated"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [
+                {"name": "file", "image": BUSYBOX_IMAGE,
+                 "command": ["/bin/sh", "-c", "echo -n DONE > /dev/termination-custom-log"],
+                 "securityContext": {"runAsUser": 1000},
+                 "terminationMessagePath": "/dev/termination-custom-log",
+                 "terminationMessagePolicy": "File"},
+                {"name": "logs", "image": BUSYBOX_IMAGE,
+                 "command": ["/bin/sh", "-c", "echo -n DONE; exit 1"],
+                 "terminationMessagePath": "/dev/termination-log",
+                 "terminationMessagePolicy": "FallbackToLogsOnError"},
+                {"name": "success", "image": BUSYBOX_IMAGE,
+                 "command": ["/bin/sh", "-c", "echo -n DONE"],
+                 "terminationMessagePath": "/dev/termination-log",
+                 "terminationMessagePolicy": "FallbackToLogsOnError"}
+            ]
+        }
+    }))
+    .unwrap();
+    run_to_exit(&runtime, &root, &pod).await;
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
+    let message = |name: &str| {
+        let instance = status
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("{name}: {status:?}"));
+        match &instance.state {
+            InstanceState::Exited { message, .. } => message.clone(),
+            other => panic!("{name}: {other:?}"),
+        }
+    };
+    assert_eq!(message("file"), "DONE");
+    assert_eq!(message("logs"), "DONE");
+    assert_eq!(message("success"), "");
+}
+
+/// Issue 27 (node features), upstream "[sig-node] Kubelet when scheduling an agnhost Pod with
+/// hostAliases should write entries to /etc/hosts", "... when hostNetwork is enabled" and
+/// "KubeletManagedEtcHosts should test kubelet managed /etc/hosts file" (upstream `makeMounts`,
+/// `ensureHostsFile`): a pod-network container's `/etc/hosts` is the kubelet-managed file with
+/// its IP, host name and `hostAliases`; a host-network one's is the node's file under its own
+/// header, with the `hostAliases`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_etc_hosts_is_the_kubelet_managed_file_with_host_aliases() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+
+    let Some(containerd) = PrivateContainerd::start("etc_hosts").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let node_hosts = containerd.dir().join("node-hosts");
+    std::fs::write(&node_hosts, "127.0.0.1\tlocalhost\n10.9.8.7\tthe-node\n").unwrap();
+    let runtime = CriRuntime::connect(
+        CriConfig {
+            node_hosts_file: node_hosts,
+            ..CriConfig::new(containerd.endpoint(), &root)
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let pod = |name: &str, host_network: bool| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {
+                "hostNetwork": host_network,
+                "hostAliases": [{"ip": "123.45.67.89", "hostnames": ["foo", "bar"]}],
+                "containers": [{"name": "c", "image": BUSYBOX_IMAGE,
+                                "command": ["/bin/cat", "/etc/hosts"]}]
+            }
+        }))
+        .unwrap()
+    };
+    let on_pod_network = pod("managed", false);
+    let lines = run_to_exit(&runtime, &root, &on_pod_network)
+        .await
+        .remove("c");
+    let lines = lines.unwrap();
+    assert_eq!(lines[0], "# Kubernetes-managed hosts file.", "{lines:?}");
+    assert!(
+        lines.contains(&"123.45.67.89\tfoo\tbar".to_owned()),
+        "{lines:?}"
+    );
+    let ip = runtime
+        .pod_status(&rustlet_core::PodUid::of(&on_pod_network))
+        .await
+        .sandbox
+        .and_then(|s| s.ip)
+        .expect("a pod IP");
+    assert!(lines.contains(&format!("{ip}\tmanaged")), "{lines:?}");
+
+    let on_host_network = pod("host", true);
+    let lines = run_to_exit(&runtime, &root, &on_host_network)
+        .await
+        .remove("c")
+        .unwrap();
+    assert_eq!(
+        lines,
+        [
+            "# Kubernetes-managed hosts file (host network).",
+            "127.0.0.1\tlocalhost",
+            "10.9.8.7\tthe-node",
+            "",
+            "# Entries added by HostAliases.",
+            "123.45.67.89\tfoo\tbar",
+        ]
+    );
+}
+
+/// The Services of [`a_containers_environment_has_the_services_variables`].
+struct FixedServices(Option<Vec<std::sync::Arc<k8s_openapi::api::core::v1::Service>>>);
+
+impl rustlet_cri::ServiceSource for FixedServices {
+    fn services(&self) -> Option<Vec<std::sync::Arc<k8s_openapi::api::core::v1::Service>>> {
+        self.0.clone()
+    }
+}
+
+/// Issue 27 (node features), upstream "[sig-node] Pods should contain environment variables
+/// for services" (`makeEnvironmentVariables`, `getServiceEnvVarMap`): a container's
+/// environment has the variables of the `kubernetes` Service of `default` and of the Services
+/// of its namespace; before the Services were listed once, a pod from the API does not start
+/// (`CreateContainerConfigError`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_environment_has_the_services_variables() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::runtime::ContainerKind;
+    use rustlet_pods::{Runtime, RuntimeError};
+
+    let Some(containerd) = PrivateContainerd::start("service_env").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let service = |namespace: &str, name: &str, ip: &str, port: i32| {
+        std::sync::Arc::new(
+            serde_json::from_value::<k8s_openapi::api::core::v1::Service>(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterIP": ip, "ports": [{"port": port, "protocol": "TCP"}]}
+            }))
+            .unwrap(),
+        )
+    };
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "client", "namespace": "ns1", "uid": "uid-client"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{"name": "env", "image": BUSYBOX_IMAGE,
+                            "command": ["/bin/sh", "-c", "env | sort"]}]
+        }
+    }))
+    .unwrap();
+    runtime.set_services(std::sync::Arc::new(FixedServices(None)));
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    match runtime
+        .start_container(&pod, container, ContainerKind::Regular, &[])
+        .await
+    {
+        Err(RuntimeError::ContainerWaiting { reason, .. }) => {
+            assert_eq!(reason, "CreateContainerConfigError");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A second runtime over the same containerd, whose Services were listed.
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    runtime.set_services(std::sync::Arc::new(FixedServices(Some(vec![
+        service("default", "kubernetes", "10.0.0.1", 443),
+        service("ns1", "fooservice", "10.0.0.7", 8765),
+        service("ns2", "elsewhere", "10.0.0.8", 80),
+    ]))));
+    let lines = run_to_exit(&runtime, &root, &pod)
+        .await
+        .remove("env")
+        .unwrap();
+    for expected in [
+        "KUBERNETES_SERVICE_HOST=10.0.0.1",
+        "KUBERNETES_SERVICE_PORT=443",
+        "FOOSERVICE_SERVICE_HOST=10.0.0.7",
+        "FOOSERVICE_SERVICE_PORT=8765",
+        "FOOSERVICE_PORT=tcp://10.0.0.7:8765",
+        "FOOSERVICE_PORT_8765_TCP_PROTO=tcp",
+        "FOOSERVICE_PORT_8765_TCP=tcp://10.0.0.7:8765",
+        "FOOSERVICE_PORT_8765_TCP_ADDR=10.0.0.7",
+    ] {
+        assert!(
+            lines.contains(&expected.to_owned()),
+            "{expected}: {lines:?}"
+        );
+    }
+    assert!(
+        !lines.iter().any(|l| l.starts_with("ELSEWHERE_")),
+        "{lines:?}"
+    );
+}

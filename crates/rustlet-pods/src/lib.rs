@@ -30,6 +30,7 @@
 
 pub mod actions;
 mod fault;
+pub mod lifecycle;
 pub mod prober;
 pub mod runtime;
 pub mod simulated;

@@ -276,47 +276,9 @@ pub async fn run_probe(
         );
     }
     if let Some(http) = &probe.http_get {
-        let host = http.host.as_deref().unwrap_or(pod_ip).to_owned();
-        let port = port(container, &http.port)?;
-        let https = http
-            .scheme
-            .as_deref()
-            .is_some_and(|s| s.eq_ignore_ascii_case("https"));
-        let scheme = if https { "https" } else { "http" };
-        let path = http.path.as_deref().unwrap_or("/");
-        let path = if path.starts_with('/') {
-            path.to_owned()
-        } else {
-            format!("/{path}")
-        };
-        let headers = http.http_headers.clone().unwrap_or_default();
-        let get = async {
-            let stream = tokio::net::TcpStream::connect((host.as_str(), port))
-                .await
-                .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
-            let (mut sender, _connection) = if https {
-                http1(tls_connect(&host, stream).await?).await?
-            } else {
-                http1(stream).await?
-            };
-            let mut request = hyper::Request::get(&path)
-                .header("Host", format!("{host}:{port}"))
-                .header("User-Agent", "kube-probe/1.37")
-                .header("Accept", "*/*");
-            for h in &headers {
-                request = request.header(h.name.as_str(), h.value.as_str());
-            }
-            let request = request
-                .body(Empty::<Bytes>::new())
-                .map_err(|e| e.to_string())?;
-            let response = sender
-                .send_request(request)
-                .await
-                .map_err(|e| e.to_string())?;
-            let code = response.status().as_u16();
-            // The connection (`_connection`) is dropped with whatever the body still holds.
-            Ok::<_, String>((code, read_at_most(response.into_body(), MAX_BODY).await))
-        };
+        let target = HttpTarget::of(http, container, pod_ip)?;
+        let (host, port, path, scheme) = (&target.host, target.port, &target.path, target.scheme());
+        let get = http_get(&target, "kube-probe/1.37", MAX_BODY);
         return match tokio::time::timeout(timeout, get).await {
             Err(_) => Ok(Outcome::failure(format!(
                 "Get \"{scheme}://{host}:{port}{path}\": context deadline exceeded"
@@ -336,6 +298,87 @@ pub async fn run_probe(
         return Err("gRPC probes are not supported yet".into());
     }
     Err("the probe has no handler".into())
+}
+
+/// Where an `httpGet` action (of a probe or a lifecycle hook) goes: the action's host or the
+/// pod's IP, its port (a number or a named port of the container), scheme, path and headers
+/// (upstream: `NewRequestForHTTPGetAction`).
+#[derive(Clone, Debug)]
+pub(crate) struct HttpTarget {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) https: bool,
+    pub(crate) path: String,
+    pub(crate) headers: Vec<k8s_openapi::api::core::v1::HTTPHeader>,
+}
+
+impl HttpTarget {
+    pub(crate) fn of(
+        http: &k8s_openapi::api::core::v1::HTTPGetAction,
+        container: &Container,
+        pod_ip: &str,
+    ) -> Result<Self, String> {
+        let path = http.path.as_deref().unwrap_or("/");
+        Ok(Self {
+            host: http.host.as_deref().unwrap_or(pod_ip).to_owned(),
+            port: port(container, &http.port)?,
+            https: http
+                .scheme
+                .as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case("https")),
+            path: if path.starts_with('/') {
+                path.to_owned()
+            } else {
+                format!("/{path}")
+            },
+            headers: http.http_headers.clone().unwrap_or_default(),
+        })
+    }
+
+    pub(crate) fn scheme(&self) -> &'static str {
+        if self.https { "https" } else { "http" }
+    }
+}
+
+/// One GET of `target` (no timeout of its own): the status code and the first `limit` bytes
+/// of the body. `Err`: no response.
+pub(crate) async fn http_get(
+    target: &HttpTarget,
+    user_agent: &str,
+    limit: usize,
+) -> Result<(u16, Result<Vec<u8>, hyper::Error>), String> {
+    let HttpTarget {
+        host,
+        port,
+        https,
+        path,
+        headers,
+    } = target;
+    let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+        .await
+        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
+    let (mut sender, _connection) = if *https {
+        http1(tls_connect(host, stream).await?).await?
+    } else {
+        http1(stream).await?
+    };
+    let mut request = hyper::Request::get(path.as_str())
+        .header("Host", format!("{host}:{port}"))
+        .header("User-Agent", user_agent)
+        .header("Accept", "*/*");
+    for h in headers {
+        request = request.header(h.name.as_str(), h.value.as_str());
+    }
+    let request = request
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let code = response.status().as_u16();
+    // The connection (`_connection`) is dropped with whatever the body still holds.
+    Ok((code, read_at_most(response.into_body(), limit).await))
 }
 
 /// Told of every change of a result: the container instance's ID, the kind, the new result

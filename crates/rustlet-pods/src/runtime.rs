@@ -74,6 +74,10 @@ pub enum InstanceState {
         exit_code: i32,
         /// `Completed` for exit code 0, `Error` otherwise (the runtime's reason).
         reason: String,
+        /// The termination message (the runtime's message, then what the container wrote to
+        /// its `terminationMessagePath`, or its log's tail with `FallbackToLogsOnError`);
+        /// empty when none.
+        message: String,
     },
     /// The runtime cannot tell (CRI `CONTAINER_UNKNOWN`): the process may still run. Upstream
     /// reports it as terminated with `ContainerStatusUnknown` (S11) and kills it before any

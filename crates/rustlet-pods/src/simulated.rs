@@ -190,6 +190,7 @@ impl SimulatedRuntime {
                         finished_at,
                         exit_code: KILLED_EXIT_CODE,
                         reason: exit_reason(KILLED_EXIT_CODE),
+                        message: String::new(),
                     };
                     container.exits = None;
                 }
@@ -247,6 +248,7 @@ impl SimulatedRuntime {
                     finished_at: self.wall(at),
                     exit_code: code,
                     reason: exit_reason(code),
+                    message: String::new(),
                 };
                 container.exits = None;
             }
@@ -480,6 +482,7 @@ impl Runtime for SimulatedRuntime {
                 finished_at,
                 exit_code,
                 reason: exit_reason(exit_code),
+                message: String::new(),
             };
             container.exits = None;
         }
@@ -518,6 +521,7 @@ impl Runtime for SimulatedRuntime {
                 finished_at,
                 exit_code,
                 reason: exit_reason(exit_code),
+                message: String::new(),
             };
             container.exits = None;
         }

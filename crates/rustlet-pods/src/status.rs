@@ -52,6 +52,52 @@ pub struct StatusInput<'a> {
     /// Probe results per regular container name (B10); a name without an entry has no probe
     /// workers (and a runtime that runs no probes gives none).
     pub probes: &'a HashMap<String, ContainerProbes>,
+    /// An internal module's request that the pod fail (upstream: a `PodSyncHandler`'s
+    /// `ShouldEvict`; here the active deadline, [`past_active_deadline`]).
+    pub evict: Option<Eviction>,
+}
+
+/// Why the pod fails on the node (upstream: `lifecycle.ShouldEvictResponse`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Eviction {
+    /// The pod's `status.reason`.
+    pub reason: &'static str,
+    /// The pod's `status.message`.
+    pub message: &'static str,
+}
+
+/// upstream: the active deadline handler's response (`reason`, `message` in
+/// `active_deadline.go`).
+pub const DEADLINE_EXCEEDED: Eviction = Eviction {
+    reason: "DeadlineExceeded",
+    message: "Pod was active on the node longer than the specified deadline",
+};
+
+/// When the pod's `activeDeadlineSeconds` runs out: its start time (from `status`, the status
+/// manager's, else the API's) plus the deadline; `None` without either (upstream:
+/// `activeDeadlineHandler.pastActiveDeadline`, which compares `now` with it).
+pub fn active_deadline(pod: &Pod, status: &PodStatus) -> Option<k8s_openapi::jiff::Timestamp> {
+    let seconds = pod.spec.as_ref()?.active_deadline_seconds?;
+    let start = status
+        .start_time
+        .as_ref()
+        .or_else(|| pod.status.as_ref()?.start_time.as_ref())?;
+    start
+        .0
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
+        .ok()
+}
+
+/// upstream: `activeDeadlineHandler.ShouldEvict`: the pod fails once `now` reached its
+/// [`active_deadline`].
+pub fn past_active_deadline(
+    pod: &Pod,
+    status: &PodStatus,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<Eviction> {
+    active_deadline(pod, status)
+        .filter(|deadline| now >= *deadline)
+        .map(|_| DEADLINE_EXCEEDED)
 }
 
 /// A regular container's probe state for its newest instance (B10).
@@ -113,10 +159,12 @@ fn state_of(instance: &ContainerInstance, old: Option<&ContainerStatus>) -> Cont
             finished_at,
             exit_code,
             reason,
+            message,
         } => ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: *exit_code,
                 reason: Some(reason.clone()),
+                message: (!message.is_empty()).then(|| message.clone()),
                 started_at: Some(time(*started_at)),
                 finished_at: Some(time(*finished_at)),
                 container_id: Some(instance.id.clone()),
@@ -346,7 +394,7 @@ pub fn generate_api_status(input: &StatusInput<'_>) -> PodStatus {
             phase = api_phase;
         }
     }
-    let (reason, message) = if PodPhase::of(old) == phase {
+    let (mut reason, mut message) = if PodPhase::of(old) == phase {
         (
             old.reason.clone().or(api_status.reason.clone()),
             old.message.clone().or(api_status.message.clone()),
@@ -354,6 +402,18 @@ pub fn generate_api_status(input: &StatusInput<'_>) -> PodStatus {
     } else {
         (None, None)
     };
+    // upstream: the PodSyncHandlers' `ShouldEvict` overrides the phase, reason and message;
+    // a phase the API server shows terminal stays (no transition out of a terminal phase).
+    if let Some(eviction) = input.evict {
+        let api_phase = PodPhase::of(&api_status);
+        phase = if api_phase.is_terminal() {
+            api_phase
+        } else {
+            PodPhase::Failed
+        };
+        reason = Some(eviction.reason.to_owned());
+        message = Some(eviction.message.to_owned());
+    }
 
     // S2.
     let sandbox = input.runtime.sandbox.as_ref();

@@ -165,6 +165,7 @@ fn input<'a>(
         waiting,
         gates,
         probes: &NO_PROBES,
+        evict: None,
     }
 }
 
@@ -485,6 +486,7 @@ fn exited_instance(code: i32) -> InstanceState {
         finished_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         exit_code: code,
         reason: if code == 0 { "Completed" } else { "Error" }.into(),
+        message: String::new(),
     }
 }
 
@@ -533,6 +535,93 @@ fn s11_an_unknown_instance_that_ran_is_container_status_unknown_with_exit_code_1
     let waiting = a.state.as_ref().unwrap().waiting.as_ref().unwrap();
     assert_eq!(waiting.reason, None);
     assert_eq!(never_ran.phase.as_deref(), Some("Pending"));
+}
+
+/// Issue 27 (node features), upstream `TestActiveDeadlineHandler` and `generateAPIPodStatus`'s
+/// `ShouldEvict`: a pod is past its deadline once `activeDeadlineSeconds` passed since its start
+/// time (never without either), and then fails with `DeadlineExceeded`.
+#[test]
+fn test_active_deadline_handler_fails_the_pod_past_its_deadline() {
+    use crate::status::{DEADLINE_EXCEEDED, past_active_deadline};
+    let ts = |s: &str| s.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+    let mut p = pod("Always", &[], &["a"]);
+    let started = PodStatus {
+        start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts(
+            "2026-12-03T10:00:00Z",
+        ))),
+        ..Default::default()
+    };
+    let at = |s: &str, p: &Pod, status: &PodStatus| past_active_deadline(p, status, ts(s));
+    assert_eq!(
+        at("2026-12-03T11:00:00Z", &p, &started),
+        None,
+        "no deadline"
+    );
+    p.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
+    assert_eq!(at("2026-12-03T10:00:29Z", &p, &started), None);
+    assert_eq!(
+        at("2026-12-03T10:00:30Z", &p, &started),
+        Some(DEADLINE_EXCEEDED)
+    );
+    assert_eq!(
+        at("2026-12-03T11:00:00Z", &p, &PodStatus::default()),
+        None,
+        "no start time"
+    );
+
+    let gates = FeatureGates::default();
+    let runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", true),
+        containers: vec![instance(
+            "a",
+            "s1",
+            InstanceState::Running {
+                started_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            },
+        )],
+    };
+    let none = HashMap::new();
+    let api = generate_api_status(&StatusInput {
+        evict: Some(DEADLINE_EXCEEDED),
+        ..input(&p, &runtime, &started, &none, &gates)
+    });
+    assert_eq!(api.phase.as_deref(), Some("Failed"));
+    assert_eq!(api.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        api.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+}
+
+/// Issue 27 (node features), upstream `convertToAPIContainerStatuses`: an exited instance's
+/// termination message is its terminated state's `message`; none when empty.
+#[test]
+fn an_exited_instances_termination_message_is_its_terminated_message() {
+    let gates = FeatureGates::default();
+    let p = pod("Never", &[], &["a", "b"]);
+    let with_message = InstanceState::Exited {
+        started_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        finished_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        exit_code: 1,
+        reason: "Error".into(),
+        message: "DONE".into(),
+    };
+    let runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", true),
+        containers: vec![
+            instance("a", "s1", with_message),
+            instance("b", "s1", exited_instance(0)),
+        ],
+    };
+    let none = HashMap::new();
+    let api = generate_api_status(&input(&p, &runtime, &PodStatus::default(), &none, &gates));
+    let message = |i: usize| {
+        let status = &api.container_statuses.as_ref().unwrap()[i];
+        let state = status.state.as_ref().unwrap();
+        state.terminated.as_ref().unwrap().message.clone()
+    };
+    assert_eq!(message(0).as_deref(), Some("DONE"));
+    assert_eq!(message(1), None);
 }
 
 /// Upstream `TestComputePodActions` "Kill pod and do not restart ok-ed containers if

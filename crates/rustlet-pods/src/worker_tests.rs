@@ -711,3 +711,46 @@ async fn w9_a_waiting_static_pod_that_goes_is_never_started() {
     let new = h.runtime.pod_status(&PodUid::new("uid-new")).await;
     assert!(new.instances("etcd").0.is_none(), "never started: {new:#?}");
 }
+
+/// Issue 27 (node features), upstream "[sig-node] Pods should allow activeDeadlineSeconds to be
+/// updated" (`activeDeadlineHandler`): a running pod whose `activeDeadlineSeconds` is set fails
+/// with `DeadlineExceeded` once that long passed since its start, not before, and its
+/// containers are stopped.
+#[tokio::test(start_paused = true)]
+async fn an_updated_active_deadline_fails_the_running_pod_with_deadline_exceeded() {
+    let h = Harness::start(Duration::from_millis(100));
+    let mut p = pod("Always", &[], &["a"], &[]);
+    h.put(p.clone());
+    h.until("the pod runs", Duration::from_secs(5), async |h| {
+        h.status().phase.as_deref() == Some("Running")
+    })
+    .await;
+    let started = h.status().start_time.expect("a start time").0;
+    p.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
+    h.put(p);
+    // Not before the deadline (the start time has whole seconds: at most one early).
+    let before = h.runtime.now().duration_since(started);
+    tokio::time::sleep(
+        Duration::try_from(k8s_openapi::jiff::SignedDuration::from_secs(28) - before).unwrap(),
+    )
+    .await;
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
+    h.until("the pod fails", Duration::from_secs(10), async |h| {
+        h.status().phase.as_deref() == Some("Failed")
+    })
+    .await;
+    let status = h.status();
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    assert_eq!(
+        h.events("DeadlineExceeded"),
+        ["Pod was active on the node longer than the specified deadline"]
+    );
+    h.until("its containers stop", Duration::from_secs(40), async |h| {
+        !h.runtime_status().await.any_running()
+    })
+    .await;
+}

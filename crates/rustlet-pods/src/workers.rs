@@ -43,7 +43,10 @@ use crate::runtime::{
     ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, container_hash,
     full_name,
 };
-use crate::status::{ContainerProbes, StatusInput, WaitingReason, generate_api_status};
+use crate::status::{
+    ContainerProbes, StatusInput, WaitingReason, active_deadline, generate_api_status,
+    past_active_deadline,
+};
 
 /// Where a pod is in its lifecycle (upstream `podSyncStatus`'s `WorkType` plus `finished`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -956,6 +959,14 @@ impl Worker {
     ) -> PodStatus {
         let old = self.old_status(pod);
         let probes = self.probe_view(pod, runtime, &old);
+        let evict = past_active_deadline(pod, &old, self.shared.runtime.now());
+        if let Some(eviction) = evict
+            && PodPhase::of(&old) != PodPhase::Failed
+        {
+            // Deviation: upstream records it at every status generation past the deadline;
+            // once here.
+            self.event(pod, EventKind::Normal, eviction.reason, eviction.message);
+        }
         let status = generate_api_status(&StatusInput {
             pod,
             runtime,
@@ -965,6 +976,7 @@ impl Worker {
             waiting,
             gates: &self.shared.config.gates,
             probes: &probes,
+            evict,
         });
         self.shared.status.set_pod_status(pod, status.clone());
         status
@@ -1153,6 +1165,15 @@ impl Worker {
                 .is_some_and(|i| matches!(i.state, InstanceState::Exited { .. }))
         {
             wake = Some(Instant::now());
+        }
+        // The active deadline ends the pod when it comes (upstream: the sync loop's
+        // `activeDeadlineHandler.ShouldSync`).
+        // A deadline already past that did not end the pod (its API phase is terminal) wakes
+        // nothing: the pod ends by the other way.
+        let now = runtime_api.now();
+        if let Some(deadline) = active_deadline(pod, &self.old_status(pod)).filter(|d| *d > now) {
+            let at = Instant::now() + since(deadline, now);
+            wake = Some(wake.map_or(at, |w| w.min(at)));
         }
         let next = match (runtime_api.next_change(&self.uid), wake) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -383,6 +383,13 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         });
         tasks.push(supervise("volumesInUse reporting", &health, &cancel, task));
     }
+    // Cluster mode: the Services of the containers' environment.
+    if let (Some(cri), Some(client)) = (&cri, &api.client) {
+        let services = Arc::new(crate::services::ApiServices::default());
+        cri.set_services(services.clone());
+        let task = tokio::spawn(services.run(client.clone(), cancel.clone()));
+        tasks.push(supervise("the service watch", &health, &cancel, task));
+    }
     if let Some(cri) = cri {
         let task = tokio::spawn(cri.clone().run(cancel.clone()));
         tasks.push(supervise(

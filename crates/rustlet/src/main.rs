@@ -11,6 +11,7 @@ mod http;
 mod logs;
 mod process;
 mod server;
+mod services;
 mod stats;
 
 use std::io::IsTerminal;

@@ -22,6 +22,13 @@ fn start_logging_to_a_file(dir: &Path, extra: &[&str]) -> Agent {
         .arg(&root)
         .arg("--local")
         .arg(&manifests)
+        // The healthz endpoint (127.0.0.1:10248 by default) is off, as in the harness: these
+        // agents run side by side and the sockets they hold are checked.
+        .args(if extra.iter().any(|a| a.starts_with("--healthz-port")) {
+            &[][..]
+        } else {
+            &["--healthz-port=0"][..]
+        })
         .args(extra)
         .env_remove("NO_COLOR")
         .stdout(Stdio::null())

@@ -125,6 +125,7 @@ pub fn check_all(root: &Path) -> Result<Vec<String>> {
     problems.extend(check_rule_names(root)?);
     problems.extend(check_package_metadata(root)?);
     problems.extend(check_lean_trees(root)?);
+    problems.extend(check_readmes(root)?);
     Ok(problems)
 }
 
@@ -359,6 +360,68 @@ fn package_problems(package: &serde_json::Value) -> Vec<String> {
     problems
 }
 
+/// The sections every library crate's README has.
+pub const README_SECTIONS: &[&str] = &[
+    "## What it is not for",
+    "## Feature flags",
+    "## Example",
+    "## Layer",
+];
+
+/// Every library crate has a README with [`README_SECTIONS`], naming each of its features,
+/// whose examples run as the crate's doctests (`lib.rs` includes it under `cfg(doctest)`).
+pub fn check_readmes(root: &Path) -> Result<Vec<String>> {
+    let meta = cargo_metadata(root)?;
+    let mut problems = Vec::new();
+    for name in LIBRARIES {
+        let Some(package) = meta["packages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == *name)
+        else {
+            continue;
+        };
+        let features: Vec<&str> = package["features"]
+            .as_object()
+            .into_iter()
+            .flat_map(|f| f.keys())
+            .map(String::as_str)
+            .filter(|f| *f != "default")
+            .collect();
+        let dir = root.join("crates").join(name);
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap_or_default();
+        let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap_or_default();
+        problems.extend(readme_problems(name, &readme, &lib, &features));
+    }
+    Ok(problems)
+}
+
+fn readme_problems(name: &str, readme: &str, lib: &str, features: &[&str]) -> Vec<String> {
+    if readme.is_empty() {
+        return vec![format!("crates/{name}/README.md: missing or empty")];
+    }
+    let mut problems = Vec::new();
+    for section in README_SECTIONS {
+        if !readme.lines().any(|l| l.trim_end() == *section) {
+            problems.push(format!("crates/{name}/README.md: no `{section}` section"));
+        }
+    }
+    for feature in features {
+        if !readme.contains(&format!("`{feature}`")) {
+            problems.push(format!(
+                "crates/{name}/README.md: feature `{feature}` is not described"
+            ));
+        }
+    }
+    if !lib.contains("include_str!(\"../README.md\")") {
+        problems.push(format!(
+            "crates/{name}/src/lib.rs: does not include README.md as a doctest (`#[cfg(doctest)]`)"
+        ));
+    }
+    problems
+}
+
 /// `cargo tree -p <crate> -e normal` of each [`LEAN_TREES`] crate contains none of [`HEAVY`].
 pub fn check_lean_trees(root: &Path) -> Result<Vec<String>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -560,6 +623,30 @@ mod tests {
             );
         }
         assert_eq!(problems.len(), expected.len(), "{problems:#?}");
+    }
+
+    #[test]
+    fn every_library_crate_has_a_readme() {
+        assert_clean(check_readmes(&workspace_root()).unwrap());
+    }
+
+    #[test]
+    fn a_readme_without_its_sections_features_or_doctest_is_refused() {
+        let readme = "# rustlet-x\n\n## Feature flags\n\n`test-util`: fakes\n\n## Layer\n";
+        let problems = readme_problems("rustlet-x", readme, "//! x\n", &["test-util", "fuzzing"]);
+        assert_eq!(
+            problems,
+            [
+                "crates/rustlet-x/README.md: no `## What it is not for` section",
+                "crates/rustlet-x/README.md: no `## Example` section",
+                "crates/rustlet-x/README.md: feature `fuzzing` is not described",
+                "crates/rustlet-x/src/lib.rs: does not include README.md as a doctest (`#[cfg(doctest)]`)",
+            ]
+        );
+        assert_eq!(
+            readme_problems("rustlet-x", "", "", &[]),
+            ["crates/rustlet-x/README.md: missing or empty"]
+        );
     }
 
     #[test]

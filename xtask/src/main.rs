@@ -1,7 +1,9 @@
 //! `cargo xtask`: the project's dev tasks, in Rust so they run wherever cargo does.
 //!
 //! * `cargo xtask ci`: rustfmt check, clippy with `-D warnings`, tidy, rustdoc with `-D warnings`,
-//!   then `test`. This is the README's test command and what `.ci/run` calls.
+//!   then `test`, then `examples`. This is the README's test command and what `.ci/run` calls.
+//! * `cargo xtask examples`: runs every example program of the library crates
+//!   (`crates/<crate>/examples/`); one that needs root says so and exits with success.
 //! * `cargo xtask test`: every test of the workspace. As root it runs the whole `cargo test`
 //!   inside `unshare -m --propagation private`, a private mount namespace whose mounts never
 //!   reach the host, and tells the privileged tests so through `RUSTLET_PRIVATE_MOUNT_NS=1`.
@@ -34,12 +36,13 @@ fn main() -> Result<()> {
         "ci" => ci(&root),
         "test" => test(&root),
         "tidy" => tidy_report(&root),
+        "examples" => examples(&root),
         "bench" => bench(&root),
         "cluster" => cluster::main(&root, &args[1..]),
         "fuzz" => fuzz(&root, &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|test|tidy|bench|cluster|fuzz [TARGET] [--seconds N]>"
+                "usage: cargo xtask <ci|test|tidy|examples|bench|cluster|fuzz [TARGET] [--seconds N]>"
             );
             bail!("unknown task {task:?}")
         }
@@ -86,7 +89,54 @@ fn ci(root: &Path) -> Result<()> {
     // version into a cache outside the repository; a warm machine builds nothing.
     let bin = cluster::build(root)?;
     eprintln!("xtask: the control plane's binaries: {}", bin.display());
-    test(root)
+    test(root)?;
+    examples(root)
+}
+
+/// The example programs of the library crates, `(package, example)`, in name order.
+fn library_examples(root: &Path) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for package in tidy::LIBRARIES {
+        let dir = root.join("crates").join(package).join("examples");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "rs")
+                && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
+            {
+                out.push(((*package).to_owned(), stem.to_owned()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Runs every example of the library crates (built with the features the tests use, so the
+/// test step's build is reused). An example that needs root or a runtime it cannot find says
+/// so and exits with success; a failing one fails the task.
+fn examples(root: &Path) -> Result<()> {
+    let examples = library_examples(root)?;
+    for (package, example) in &examples {
+        eprintln!("xtask: example {package}/{example}");
+        run(
+            root,
+            "cargo",
+            &[
+                "run",
+                "--quiet",
+                "--all-features",
+                "-p",
+                package,
+                "--example",
+                example,
+            ],
+        )?;
+    }
+    eprintln!("xtask: {} examples ran", examples.len());
+    Ok(())
 }
 
 /// The API docs of the workspace, with rustdoc warnings (a broken intra-doc link) as errors.
@@ -399,6 +449,22 @@ mod fuzz_tests {
                 std::fs::read_dir(&seeds).is_ok_and(|mut d| d.next().is_some()),
                 "{} has no seeds",
                 seeds.display()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    #[test]
+    fn library_examples_cover_core_status_and_mount() {
+        let examples = library_examples(&workspace_root()).unwrap();
+        for package in ["rustlet-core", "rustlet-status", "rustlet-mount"] {
+            assert!(
+                examples.iter().any(|(p, _)| p == package),
+                "{package} has no example in {examples:?}"
             );
         }
     }

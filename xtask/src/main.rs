@@ -459,9 +459,16 @@ mod example_tests {
     use super::*;
 
     #[test]
-    fn library_examples_cover_core_status_and_mount() {
+    fn library_examples_cover_the_library_crates() {
         let examples = library_examples(&workspace_root()).unwrap();
-        for package in ["rustlet-core", "rustlet-status", "rustlet-mount"] {
+        for package in [
+            "rustlet-core",
+            "rustlet-status",
+            "rustlet-mount",
+            "rustlet-volume",
+            "rustlet-api",
+            "rustlet-cri",
+        ] {
             assert!(
                 examples.iter().any(|(p, _)| p == package),
                 "{package} has no example in {examples:?}"

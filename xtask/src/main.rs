@@ -468,6 +468,7 @@ mod example_tests {
             "rustlet-volume",
             "rustlet-api",
             "rustlet-cri",
+            "rustlet-pods",
         ] {
             assert!(
                 examples.iter().any(|(p, _)| p == package),

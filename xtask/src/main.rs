@@ -7,7 +7,9 @@
 //! * `cargo xtask test`: every test of the workspace. As root it runs the whole `cargo test`
 //!   inside `unshare -m --propagation private`, a private mount namespace whose mounts never
 //!   reach the host, and tells the privileged tests so through `RUSTLET_PRIVATE_MOUNT_NS=1`.
-//! * `cargo xtask tidy`: the repository conventions (also run as tests of this crate).
+//! * `cargo xtask tidy`: the repository conventions (also run as tests of this crate), then the
+//!   API docs and the public-API records of the library crates (`public_api`).
+//! * `cargo xtask public-api`: writes those records (`crates/<crate>/public-api.txt`).
 //! * `cargo xtask bench`: the benchmarks of `docs/BENCHMARKS.md` (as root, in a private mount
 //!   namespace).
 //! * `cargo xtask cluster build|up|down|env|smoke`: a real control plane (upstream's etcd,
@@ -19,6 +21,7 @@
 //!
 //! xtask may use anyhow; it never depends on a workspace crate.
 
+mod public_api;
 mod tidy;
 
 use xtask::{cluster, workspace_root};
@@ -35,14 +38,15 @@ fn main() -> Result<()> {
     match task.as_str() {
         "ci" => ci(&root),
         "test" => test(&root),
-        "tidy" => tidy_report(&root),
+        "tidy" => tidy_report(&root).and_then(|()| public_api_report(&root)),
+        "public-api" => write_public_api(&root),
         "examples" => examples(&root),
         "bench" => bench(&root),
         "cluster" => cluster::main(&root, &args[1..]),
         "fuzz" => fuzz(&root, &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|test|tidy|examples|bench|cluster|fuzz [TARGET] [--seconds N]>"
+                "usage: cargo xtask <ci|test|tidy|public-api|examples|bench|cluster|fuzz [TARGET] [--seconds N]>"
             );
             bail!("unknown task {task:?}")
         }
@@ -84,7 +88,7 @@ fn ci(root: &Path) -> Result<()> {
         ],
     )?;
     tidy_report(root)?;
-    doc(root)?;
+    public_api_report(root)?;
     // The real control plane of the `cluster` tests (tests/cluster): built once per pinned
     // version into a cache outside the repository; a warm machine builds nothing.
     let bin = cluster::build(root)?;
@@ -153,6 +157,48 @@ fn doc(root: &Path) -> Result<()> {
             "--quiet",
         ],
     )
+}
+
+/// The API docs (as `doc`), then each library crate's public API against its record.
+fn public_api_report(root: &Path) -> Result<()> {
+    doc(root)?;
+    let doc_dir = target_dir(root).join("doc");
+    let mut problems = Vec::new();
+    for krate in tidy::LIBRARIES {
+        let current = public_api::render(&doc_dir, krate)?;
+        let recorded =
+            std::fs::read_to_string(public_api::record_path(root, krate)).unwrap_or_default();
+        problems.extend(public_api::difference(krate, &recorded, &current));
+    }
+    if problems.is_empty() {
+        eprintln!("xtask: public API: as recorded");
+        return Ok(());
+    }
+    for p in &problems {
+        eprintln!("tidy: {p}");
+    }
+    bail!("the public API of {} crate(s) changed", problems.len())
+}
+
+/// `cargo xtask public-api`: writes every library crate's public-API record.
+fn write_public_api(root: &Path) -> Result<()> {
+    doc(root)?;
+    let doc_dir = target_dir(root).join("doc");
+    for krate in tidy::LIBRARIES {
+        let path = public_api::record_path(root, krate);
+        std::fs::write(&path, public_api::render(&doc_dir, krate)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("xtask: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Cargo's target directory (`CARGO_TARGET_DIR`, or `target` under the root).
+fn target_dir(root: &Path) -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .map(|d| if d.is_absolute() { d } else { root.join(d) })
+        .unwrap_or_else(|| root.join("target"))
 }
 
 fn tidy_report(root: &Path) -> Result<()> {

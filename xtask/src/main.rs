@@ -1,11 +1,15 @@
 //! `cargo xtask`: the project's dev tasks, in Rust so they run wherever cargo does.
 //!
 //! * `cargo xtask ci`: rustfmt check, clippy with `-D warnings`, tidy, rustdoc with `-D warnings`,
-//!   then `test`. This is the README's test command and what `.ci/run` calls.
+//!   then `test`, then `examples`. This is the README's test command and what `.ci/run` calls.
+//! * `cargo xtask examples`: runs every example program of the library crates
+//!   (`crates/<crate>/examples/`); one that needs root says so and exits with success.
 //! * `cargo xtask test`: every test of the workspace. As root it runs the whole `cargo test`
 //!   inside `unshare -m --propagation private`, a private mount namespace whose mounts never
 //!   reach the host, and tells the privileged tests so through `RUSTLET_PRIVATE_MOUNT_NS=1`.
-//! * `cargo xtask tidy`: the repository conventions (also run as tests of this crate).
+//! * `cargo xtask tidy`: the repository conventions (also run as tests of this crate), then the
+//!   API docs and the public-API records of the library crates (`public_api`).
+//! * `cargo xtask public-api`: writes those records (`crates/<crate>/public-api.txt`).
 //! * `cargo xtask bench`: the benchmarks of `docs/BENCHMARKS.md` (as root, in a private mount
 //!   namespace).
 //! * `cargo xtask cluster build|up|down|env|smoke`: a real control plane (upstream's etcd,
@@ -20,6 +24,7 @@
 //!
 //! xtask may use anyhow; it never depends on a workspace crate.
 
+mod public_api;
 mod tidy;
 
 use xtask::{cluster, metrics_server, workspace_root};
@@ -36,14 +41,16 @@ fn main() -> Result<()> {
     match task.as_str() {
         "ci" => ci(&root),
         "test" => test(&root),
-        "tidy" => tidy_report(&root),
+        "tidy" => tidy_report(&root).and_then(|()| public_api_report(&root)),
+        "public-api" => write_public_api(&root),
+        "examples" => examples(&root),
         "bench" => bench(&root),
         "cluster" => cluster::main(&root, &args[1..]),
         "metrics-server" => metrics_server::main(&root, &args[1..]),
         "fuzz" => fuzz(&root, &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|test|tidy|bench|cluster|metrics-server|fuzz [TARGET] [--seconds N]>"
+                "usage: cargo xtask <ci|test|tidy|public-api|examples|bench|cluster|metrics-server|fuzz [TARGET] [--seconds N]>"
             );
             bail!("unknown task {task:?}")
         }
@@ -85,7 +92,7 @@ fn ci(root: &Path) -> Result<()> {
         ],
     )?;
     tidy_report(root)?;
-    doc(root)?;
+    public_api_report(root)?;
     // The real control plane of the `cluster` tests (tests/cluster): built once per pinned
     // version into a cache outside the repository; a warm machine builds nothing.
     let bin = cluster::build(root)?;
@@ -93,7 +100,54 @@ fn ci(root: &Path) -> Result<()> {
     // metrics-server for the `kubectl top` test, cached the same way.
     let metrics_server = metrics_server::build(root)?;
     eprintln!("xtask: metrics-server: {}", metrics_server.display());
-    test(root)
+    test(root)?;
+    examples(root)
+}
+
+/// The example programs of the library crates, `(package, example)`, in name order.
+fn library_examples(root: &Path) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for package in tidy::LIBRARIES {
+        let dir = root.join("crates").join(package).join("examples");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "rs")
+                && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
+            {
+                out.push(((*package).to_owned(), stem.to_owned()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Runs every example of the library crates (built with the features the tests use, so the
+/// test step's build is reused). An example that needs root or a runtime it cannot find says
+/// so and exits with success; a failing one fails the task.
+fn examples(root: &Path) -> Result<()> {
+    let examples = library_examples(root)?;
+    for (package, example) in &examples {
+        eprintln!("xtask: example {package}/{example}");
+        run(
+            root,
+            "cargo",
+            &[
+                "run",
+                "--quiet",
+                "--all-features",
+                "-p",
+                package,
+                "--example",
+                example,
+            ],
+        )?;
+    }
+    eprintln!("xtask: {} examples ran", examples.len());
+    Ok(())
 }
 
 /// The API docs of the workspace, with rustdoc warnings (a broken intra-doc link) as errors.
@@ -110,6 +164,48 @@ fn doc(root: &Path) -> Result<()> {
             "--quiet",
         ],
     )
+}
+
+/// The API docs (as `doc`), then each library crate's public API against its record.
+fn public_api_report(root: &Path) -> Result<()> {
+    doc(root)?;
+    let doc_dir = target_dir(root).join("doc");
+    let mut problems = Vec::new();
+    for krate in tidy::LIBRARIES {
+        let current = public_api::render(&doc_dir, krate)?;
+        let recorded =
+            std::fs::read_to_string(public_api::record_path(root, krate)).unwrap_or_default();
+        problems.extend(public_api::difference(krate, &recorded, &current));
+    }
+    if problems.is_empty() {
+        eprintln!("xtask: public API: as recorded");
+        return Ok(());
+    }
+    for p in &problems {
+        eprintln!("tidy: {p}");
+    }
+    bail!("the public API of {} crate(s) changed", problems.len())
+}
+
+/// `cargo xtask public-api`: writes every library crate's public-API record.
+fn write_public_api(root: &Path) -> Result<()> {
+    doc(root)?;
+    let doc_dir = target_dir(root).join("doc");
+    for krate in tidy::LIBRARIES {
+        let path = public_api::record_path(root, krate);
+        std::fs::write(&path, public_api::render(&doc_dir, krate)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("xtask: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Cargo's target directory (`CARGO_TARGET_DIR`, or `target` under the root).
+fn target_dir(root: &Path) -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .map(|d| if d.is_absolute() { d } else { root.join(d) })
+        .unwrap_or_else(|| root.join("target"))
 }
 
 fn tidy_report(root: &Path) -> Result<()> {
@@ -406,6 +502,30 @@ mod fuzz_tests {
                 std::fs::read_dir(&seeds).is_ok_and(|mut d| d.next().is_some()),
                 "{} has no seeds",
                 seeds.display()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    #[test]
+    fn library_examples_cover_the_library_crates() {
+        let examples = library_examples(&workspace_root()).unwrap();
+        for package in [
+            "rustlet-core",
+            "rustlet-status",
+            "rustlet-mount",
+            "rustlet-volume",
+            "rustlet-api",
+            "rustlet-cri",
+            "rustlet-pods",
+        ] {
+            assert!(
+                examples.iter().any(|(p, _)| p == package),
+                "{package} has no example in {examples:?}"
             );
         }
     }

@@ -94,6 +94,27 @@ pub const FORBIDDEN: &[(&str, &[&str])] = &[
     ("rustlet-cri", &["kube", "anyhow"]),
 ];
 
+/// The library crates: each is packaged as a crate of its own (issue 28), with the metadata,
+/// README and license a library user expects.
+pub const LIBRARIES: &[&str] = &[
+    "rustlet-core",
+    "rustlet-status",
+    "rustlet-volume",
+    "rustlet-mount",
+    "rustlet-api",
+    "rustlet-pods",
+    "rustlet-cri",
+    "rustlet-server",
+];
+
+/// Crates whose normal dependency tree (default features) stays lean: a user of the mount
+/// library or of the pure status rules compiles no API client, gRPC stack or HTTP server.
+pub const LEAN_TREES: &[&str] = &["rustlet-core", "rustlet-mount"];
+
+/// What a lean tree never contains: these crates and their `<name>-*` companions
+/// (kube-client, tonic-build, hyper-util, axum-core...).
+pub const HEAVY: &[&str] = &["kube", "tonic", "axum", "hyper"];
+
 /// Runs every check.
 pub fn check_all(root: &Path) -> Result<Vec<String>> {
     let mut problems = Vec::new();
@@ -102,6 +123,9 @@ pub fn check_all(root: &Path) -> Result<Vec<String>> {
     problems.extend(check_layering(root)?);
     problems.extend(check_codemap(root)?);
     problems.extend(check_rule_names(root)?);
+    problems.extend(check_package_metadata(root)?);
+    problems.extend(check_lean_trees(root)?);
+    problems.extend(check_readmes(root)?);
     Ok(problems)
 }
 
@@ -256,6 +280,195 @@ pub fn check_layering(root: &Path) -> Result<Vec<String>> {
     Ok(problems)
 }
 
+/// Every library crate can be packaged as a crate of its own: description, the workspace's
+/// license with the license text in the package, repository, documentation, a README that
+/// exists, keywords, categories, docs.rs metadata, still `publish = false`, and a version on
+/// every path dependency a package keeps (dev-dependencies are dropped from a package).
+pub fn check_package_metadata(root: &Path) -> Result<Vec<String>> {
+    let meta = cargo_metadata(root)?;
+    let mut problems = Vec::new();
+    if !root.join("LICENSE").is_file() {
+        problems.push("LICENSE: the workspace's license text is missing".to_owned());
+    }
+    for name in LIBRARIES {
+        let package = meta["packages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == *name);
+        match package {
+            Some(package) => problems.extend(package_problems(package)),
+            None => problems.push(format!("{name}: not a workspace member")),
+        }
+    }
+    Ok(problems)
+}
+
+/// The problems of one package of `cargo metadata`'s output.
+fn package_problems(package: &serde_json::Value) -> Vec<String> {
+    let name = package["name"].as_str().unwrap_or_default();
+    let dir = Path::new(package["manifest_path"].as_str().unwrap_or_default())
+        .parent()
+        .unwrap_or(Path::new(""))
+        .to_path_buf();
+    let mut problems = Vec::new();
+    let mut missing = |what: &str| problems.push(format!("{name}: Cargo.toml has no {what}"));
+    for field in ["description", "repository", "documentation", "readme"] {
+        if package[field].as_str().is_none_or(str::is_empty) {
+            missing(field);
+        }
+    }
+    for field in ["keywords", "categories"] {
+        if package[field].as_array().is_none_or(Vec::is_empty) {
+            missing(field);
+        }
+    }
+    if package["metadata"]["docs"]["rs"].is_null() {
+        missing("[package.metadata.docs.rs]");
+    }
+    if package["license"].as_str() != Some("Apache-2.0") {
+        problems.push(format!(
+            "{name}: license must be the workspace's Apache-2.0"
+        ));
+    }
+    // `publish = false` is an empty list of registries.
+    if package["publish"].as_array().is_none_or(|r| !r.is_empty()) {
+        problems.push(format!(
+            "{name}: keep `publish = false` until the team decides to publish"
+        ));
+    }
+    if let Some(readme) = package["readme"].as_str()
+        && !dir.join(readme).is_file()
+    {
+        problems.push(format!("{name}: its readme {readme} does not exist"));
+    }
+    // A symlink to the workspace's LICENSE: cargo packages the text it points at.
+    if !dir.join("LICENSE").is_file() {
+        problems.push(format!(
+            "{name}: no LICENSE in the crate directory (link ../../LICENSE), so its package lacks the license text"
+        ));
+    }
+    for dep in package["dependencies"].as_array().into_iter().flatten() {
+        let kind = dep["kind"].as_str().unwrap_or("normal");
+        if dep["path"].is_string() && kind != "dev" && dep["req"] == "*" {
+            problems.push(format!(
+                "{name}: path dependency {} has no version: its package could not name it",
+                dep["name"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    problems
+}
+
+/// The sections every library crate's README has.
+pub const README_SECTIONS: &[&str] = &[
+    "## What it is not for",
+    "## Feature flags",
+    "## Example",
+    "## Layer",
+];
+
+/// Every library crate has a README with [`README_SECTIONS`], naming each of its features,
+/// whose examples run as the crate's doctests (`lib.rs` includes it under `cfg(doctest)`).
+pub fn check_readmes(root: &Path) -> Result<Vec<String>> {
+    let meta = cargo_metadata(root)?;
+    let mut problems = Vec::new();
+    for name in LIBRARIES {
+        let Some(package) = meta["packages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == *name)
+        else {
+            continue;
+        };
+        let features: Vec<&str> = package["features"]
+            .as_object()
+            .into_iter()
+            .flat_map(|f| f.keys())
+            .map(String::as_str)
+            .filter(|f| *f != "default")
+            .collect();
+        let dir = root.join("crates").join(name);
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap_or_default();
+        let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap_or_default();
+        problems.extend(readme_problems(name, &readme, &lib, &features));
+    }
+    Ok(problems)
+}
+
+fn readme_problems(name: &str, readme: &str, lib: &str, features: &[&str]) -> Vec<String> {
+    if readme.is_empty() {
+        return vec![format!("crates/{name}/README.md: missing or empty")];
+    }
+    let mut problems = Vec::new();
+    for section in README_SECTIONS {
+        if !readme.lines().any(|l| l.trim_end() == *section) {
+            problems.push(format!("crates/{name}/README.md: no `{section}` section"));
+        }
+    }
+    for feature in features {
+        if !readme.contains(&format!("`{feature}`")) {
+            problems.push(format!(
+                "crates/{name}/README.md: feature `{feature}` is not described"
+            ));
+        }
+    }
+    if !lib.contains("include_str!(\"../README.md\")") {
+        problems.push(format!(
+            "crates/{name}/src/lib.rs: does not include README.md as a doctest (`#[cfg(doctest)]`)"
+        ));
+    }
+    problems
+}
+
+/// `cargo tree -p <crate> -e normal` of each [`LEAN_TREES`] crate contains none of [`HEAVY`].
+pub fn check_lean_trees(root: &Path) -> Result<Vec<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut problems = Vec::new();
+    for name in LEAN_TREES {
+        let output = Command::new(&cargo)
+            .args(["tree", "--offline", "-e", "normal", "--prefix", "none"])
+            .args(["--format", "{p}", "-p", name])
+            .current_dir(root)
+            .output()
+            .with_context(|| format!("running cargo tree -p {name}"))?;
+        if !output.status.success() {
+            bail!(
+                "cargo tree -p {name} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        problems.extend(heavy_in_tree(
+            name,
+            &String::from_utf8_lossy(&output.stdout),
+        ));
+    }
+    Ok(problems)
+}
+
+/// The [`HEAVY`] crates in a `cargo tree --prefix none --format {p}` listing of `name`.
+fn heavy_in_tree(name: &str, tree: &str) -> Vec<String> {
+    let found: BTreeSet<&str> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|dep| {
+            HEAVY.iter().any(|heavy| {
+                dep.strip_prefix(heavy)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+            })
+        })
+        .collect();
+    found
+        .into_iter()
+        .map(|dep| {
+            format!(
+                "{name}: `cargo tree -p {name} -e normal` contains {dep}: a user of {name} must not compile it (move it behind a feature)"
+            )
+        })
+        .collect()
+}
+
 /// Every `crates/*` directory (and `xtask`, `tests`, `tools/k8s`) has a codemap heading in
 /// `docs/ARCHITECTURE.md`, and every heading names a directory that exists.
 pub fn check_codemap(root: &Path) -> Result<Vec<String>> {
@@ -367,6 +580,102 @@ mod tests {
     #[test]
     fn rule_numbers_in_test_names_exist() {
         assert_clean(check_rule_names(&workspace_root()).unwrap());
+    }
+
+    #[test]
+    fn every_library_crate_packages() {
+        assert_clean(check_package_metadata(&workspace_root()).unwrap());
+    }
+
+    #[test]
+    fn a_package_without_metadata_or_with_an_unversioned_path_dependency_is_refused() {
+        let package = serde_json::json!({
+            "name": "rustlet-x",
+            "manifest_path": "/nonexistent/rustlet-x/Cargo.toml",
+            "license": "MIT",
+            "publish": null,
+            "readme": "README.md",
+            "metadata": null,
+            "dependencies": [
+                {"name": "rustlet-core", "kind": null, "req": "*", "path": "/w/crates/rustlet-core"},
+                {"name": "rustlet-x", "kind": "dev", "req": "*", "path": "/nonexistent/rustlet-x"},
+                {"name": "serde", "kind": null, "req": "^1"}
+            ]
+        });
+        let problems = package_problems(&package);
+        let expected = [
+            "no description",
+            "no repository",
+            "no documentation",
+            "no keywords",
+            "no categories",
+            "no [package.metadata.docs.rs]",
+            "license must be",
+            "keep `publish = false`",
+            "readme README.md does not exist",
+            "no LICENSE",
+            "path dependency rustlet-core has no version",
+        ];
+        for e in expected {
+            assert!(
+                problems.iter().any(|p| p.contains(e)),
+                "{e:?} not in {problems:#?}"
+            );
+        }
+        assert_eq!(problems.len(), expected.len(), "{problems:#?}");
+    }
+
+    #[test]
+    fn every_library_crate_has_a_readme() {
+        assert_clean(check_readmes(&workspace_root()).unwrap());
+    }
+
+    #[test]
+    fn a_readme_without_its_sections_features_or_doctest_is_refused() {
+        let readme = "# rustlet-x\n\n## Feature flags\n\n`test-util`: fakes\n\n## Layer\n";
+        let problems = readme_problems("rustlet-x", readme, "//! x\n", &["test-util", "fuzzing"]);
+        assert_eq!(
+            problems,
+            [
+                "crates/rustlet-x/README.md: no `## What it is not for` section",
+                "crates/rustlet-x/README.md: no `## Example` section",
+                "crates/rustlet-x/README.md: feature `fuzzing` is not described",
+                "crates/rustlet-x/src/lib.rs: does not include README.md as a doctest (`#[cfg(doctest)]`)",
+            ]
+        );
+        assert_eq!(
+            readme_problems("rustlet-x", "", "", &[]),
+            ["crates/rustlet-x/README.md: missing or empty"]
+        );
+    }
+
+    #[test]
+    fn lean_crates_compile_no_kube_tonic_axum_or_hyper() {
+        assert_clean(check_lean_trees(&workspace_root()).unwrap());
+    }
+
+    #[test]
+    fn heavy_crates_in_a_tree_are_found_by_name() {
+        let tree = "rustlet-mount v0.1.0 (/w/crates/rustlet-mount)\n\
+                    hyper-util v0.1.10\n\
+                    kube-client v5.0.0\n\
+                    kubelet-ish v1.0.0\n\
+                    tonic v0.14.0\n\
+                    tonic v0.14.0\n\
+                    hyperlocal-like v1.0.0\n";
+        let problems = heavy_in_tree("rustlet-mount", tree);
+        let named: Vec<&str> = problems
+            .iter()
+            .map(|p| {
+                p.split(" contains ")
+                    .nth(1)
+                    .unwrap()
+                    .split(':')
+                    .next()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(named, ["hyper-util", "kube-client", "tonic"]);
     }
 
     #[test]

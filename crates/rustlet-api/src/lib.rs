@@ -74,3 +74,8 @@ pub use node_cache::NodeCache;
 pub use objects::ApiObjects;
 pub use pod_cache::PodCache;
 pub use rate_limit::RateLimitLayer;
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

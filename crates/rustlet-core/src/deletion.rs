@@ -44,6 +44,19 @@ pub enum DeletionDecision {
 
 /// R40, decided on the API or pod-manager copy of the pod (not the local status) and the
 /// cached `pod_is_finished`.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::{Pod, PodStatus};
+/// use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+/// use rustlet_core::{DeletionDecision, Timestamp, deletion_decision};
+///
+/// let mut pod = Pod::default();
+/// assert_eq!(deletion_decision(&pod, true), DeletionDecision::NotRequested);
+/// pod.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+/// pod.status = Some(PodStatus { phase: Some("Succeeded".into()), ..PodStatus::default() });
+/// assert_eq!(deletion_decision(&pod, false), DeletionDecision::NotFinished);
+/// assert_eq!(deletion_decision(&pod, true), DeletionDecision::Delete);
+/// ```
 pub fn deletion_decision(pod: &Pod, pod_is_finished: bool) -> DeletionDecision {
     if pod.metadata.deletion_timestamp.is_none() {
         DeletionDecision::NotRequested

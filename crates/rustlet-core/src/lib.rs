@@ -74,3 +74,8 @@ pub use update::{UpdateContext, UpdateOutcome, UpdateSource, VersionedPodStatus,
 
 /// The timestamp type of every "now" argument (k8s-openapi's `Time` wraps it).
 pub use k8s_openapi::jiff::Timestamp;
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -62,6 +62,29 @@ pub fn update_pod_condition(status: &mut PodStatus, mut condition: PodCondition,
 /// * a terminal API phase is never replaced (defence in depth against #58711);
 /// * a terminal result has Ready and ContainersReady False (R45);
 /// * everything else is local (R46).
+///
+/// ```
+/// use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+/// use rustlet_core::{FeatureGates, MergeContext, Timestamp, merge_pod_status};
+///
+/// let condition = |type_: &str| PodCondition {
+///     type_: type_.into(),
+///     status: "True".into(),
+///     ..PodCondition::default()
+/// };
+/// // The API holds a condition a controller owns; the node sends its own.
+/// let api = PodStatus { conditions: Some(vec![condition("example.com/Ready")]), ..PodStatus::default() };
+/// let local = PodStatus { conditions: Some(vec![condition("Ready")]), ..PodStatus::default() };
+/// let gates = FeatureGates::default();
+/// let merged = merge_pod_status(&api, &local, MergeContext {
+///     pod: &Pod::default(),
+///     could_have_running_containers: true,
+///     now: Timestamp::from_second(1_700_000_000).unwrap(),
+///     gates: &gates,
+/// });
+/// let types: Vec<&str> = merged.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+/// assert_eq!(types, ["example.com/Ready", "Ready"]);
+/// ```
 pub fn merge_pod_status(api: &PodStatus, local: &PodStatus, ctx: MergeContext<'_>) -> PodStatus {
     let mut merged = local.clone();
     let api_phase = PodPhase::of(api);

@@ -155,6 +155,24 @@ pub fn newly_terminated(old: &PodStatus, new: &PodStatus) -> Vec<NewlyTerminated
 }
 
 /// Runs R2-R12 for one update and returns what to store.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::{Pod, PodStatus};
+/// use rustlet_core::{FeatureGates, Timestamp, UpdateContext, UpdateSource, prepare_update};
+///
+/// let gates = FeatureGates::default();
+/// let ctx = UpdateContext {
+///     cached: None,
+///     mirror_status: None,
+///     now: Timestamp::from_second(1_700_000_000).unwrap(),
+///     gates: &gates,
+/// };
+/// let running = PodStatus { phase: Some("Running".into()), ..PodStatus::default() };
+/// let outcome = prepare_update(&Pod::default(), running, UpdateSource::SetPodStatus, ctx);
+/// let entry = outcome.accepted().expect("a first update is accepted");
+/// assert_eq!(entry.version, 1);
+/// assert!(entry.status.start_time.is_some(), "R8: the start time is set once");
+/// ```
 pub fn prepare_update(
     pod: &Pod,
     mut status: PodStatus,

@@ -155,6 +155,23 @@ impl CriClient {
 
     /// [`Self::new`], then the version check: a clear error when nothing answers or the runtime
     /// speaks another CRI version.
+    ///
+    /// Needs a runtime, so compiled but not run here (see `examples/run_container.rs`):
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), rustlet_cri::CriError> {
+    /// use std::time::Duration;
+    /// let client = rustlet_cri::CriClient::connect(
+    ///     "unix:///run/containerd/containerd.sock",
+    ///     Duration::from_secs(10),
+    /// )
+    /// .await?;
+    /// for sandbox in client.list_pod_sandboxes().await? {
+    ///     println!("{}", sandbox.id);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(endpoint: &str, timeout: Duration) -> Result<Self, CriError> {
         let client = Self::new(endpoint, timeout)?;
         let version = client.version().await.map_err(|e| CriError::Unreachable {

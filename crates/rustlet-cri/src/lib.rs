@@ -38,3 +38,8 @@ pub mod testing;
 
 pub use client::{CriClient, CriError};
 pub use runtime::{CriConfig, CriRuntime, ServiceSource};
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -55,3 +55,8 @@ pub use remove::remove_all_one_filesystem;
 pub use safe_path::{
     OpenKind, Resolver, Subpath, create_dir_all_beneath, open_beneath, prepare_subpath,
 };
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -225,6 +225,19 @@ impl LinuxMounter {
     }
 
     /// Mounts a tmpfs with `nosuid,nodev` and the given size and mode.
+    ///
+    /// Needs CAP_SYS_ADMIN, so compiled but not run here (see `examples/tmpfs_in_private_ns.rs`):
+    ///
+    /// ```no_run
+    /// use std::path::Path;
+    /// use rustlet_mount::{LinuxMounter, TmpfsOptions};
+    ///
+    /// let mounter = LinuxMounter::new();
+    /// let target = Path::new("/var/lib/demo/scratch");
+    /// mounter.tmpfs(target, TmpfsOptions { size_bytes: Some(64 << 20), mode: Some(0o755) })?;
+    /// assert!(mounter.is_tmpfs_mount_point(target)?);
+    /// # Ok::<(), rustlet_mount::Error>(())
+    /// ```
     pub fn tmpfs(&self, target: &Path, options: TmpfsOptions) -> Result<()> {
         let mut data = Vec::new();
         if let Some(size) = options.size_bytes {

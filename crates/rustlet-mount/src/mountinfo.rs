@@ -141,6 +141,14 @@ pub fn parse_line(text: &str, line: usize) -> Result<MountInfo> {
 }
 
 /// Parses a whole mountinfo text; blank lines are skipped.
+///
+/// ```
+/// let text = "36 35 98:0 / /mnt/my\\040volume rw,noatime master:1 - tmpfs tmpfs rw,size=1024k\n";
+/// let table = rustlet_mount::mountinfo::parse(text).unwrap();
+/// assert_eq!(table[0].mount_point, std::path::Path::new("/mnt/my volume"));
+/// assert_eq!(table[0].fstype, "tmpfs");
+/// assert_eq!(table[0].optional_fields, ["master:1"]);
+/// ```
 pub fn parse(text: &str) -> Result<Vec<MountInfo>> {
     text.lines()
         .enumerate()

@@ -284,6 +284,19 @@ pub(crate) fn guard_for(resolver: Resolver) -> Result<Guard> {
 /// Removes `path` and everything beneath it, on its own mount only. A missing path is success.
 /// If `path` or anything beneath it is a mount point, the walk stops with
 /// [`Error::CrossesMountPoint`] and nothing beneath that mount point is touched.
+///
+/// ```
+/// use rustlet_mount::remove_all_one_filesystem;
+///
+/// let dir = tempfile::tempdir()?;
+/// let tree = dir.path().join("pod");
+/// std::fs::create_dir_all(tree.join("volumes/cache"))?;
+/// std::fs::write(tree.join("volumes/cache/data"), "x")?;
+/// remove_all_one_filesystem(&tree)?; // nothing is mounted beneath it: all of it goes
+/// assert!(!tree.exists());
+/// remove_all_one_filesystem(&tree)?; // a missing path is success
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn remove_all_one_filesystem(path: &Path) -> Result<()> {
     remove_all_one_filesystem_with(path, Resolver::detect())
 }

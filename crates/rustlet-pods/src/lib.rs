@@ -45,3 +45,8 @@ mod worker_tests;
 pub use runtime::{Runtime, RuntimeError};
 pub use simulated::{SimulatedConfig, SimulatedRuntime};
 pub use workers::{Lifecycle, PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps};
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

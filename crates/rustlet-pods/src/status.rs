@@ -264,6 +264,24 @@ fn container_status(
 }
 
 /// S4: upstream `getPhase` (restartable init containers counted as ordinary ones).
+///
+/// ```
+/// use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec};
+/// use rustlet_core::PodPhase;
+/// use rustlet_pods::status::get_phase;
+///
+/// let pod = Pod {
+///     spec: Some(PodSpec {
+///         containers: vec![Container { name: "app".into(), ..Container::default() }],
+///         ..PodSpec::default()
+///     }),
+///     ..Pod::default()
+/// };
+/// // No status for its container yet: Pending.
+/// assert_eq!(get_phase(&pod, &[], &[], false), PodPhase::Pending);
+/// let waiting = ContainerStatus { name: "app".into(), ..ContainerStatus::default() };
+/// assert_eq!(get_phase(&pod, &[], &[waiting], false), PodPhase::Pending);
+/// ```
 pub fn get_phase(
     pod: &Pod,
     init: &[ContainerStatus],

@@ -39,3 +39,8 @@ pub mod tls;
 
 #[cfg(test)]
 mod test_pki;
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

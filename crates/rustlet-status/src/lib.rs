@@ -68,3 +68,8 @@ pub use seams::{
 };
 #[cfg(any(test, feature = "test-util"))]
 pub use seams::{MockPodManager, MockPodStatusClient, MockStartupLatencyHook};
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

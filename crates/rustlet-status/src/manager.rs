@@ -322,6 +322,37 @@ impl StatusManager {
     }
 
     /// Caches a fully generated status for `pod` (R1-R12); forced when the pod is being deleted.
+    ///
+    /// A standalone manager (no client: statuses are cached, never synced) over a pod manager
+    /// that knows no pods:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use k8s_openapi::api::core::v1::{Pod, PodStatus};
+    /// use rustlet_core::{PodUid, deletion::FixedDeletionSafety};
+    /// use rustlet_status::{
+    ///     PodManager, StatusManager, StatusManagerConfig, StatusManagerDeps, UidTranslations,
+    ///     UpdateResult,
+    /// };
+    ///
+    /// struct NoPods;
+    /// impl PodManager for NoPods {
+    ///     fn pod_by_uid(&self, _: &PodUid) -> Option<Arc<Pod>> { None }
+    ///     fn mirror_pod_of(&self, _: &Pod) -> Option<Arc<Pod>> { None }
+    ///     fn translate_pod_uid(&self, uid: &PodUid) -> PodUid { uid.clone() }
+    ///     fn uid_translations(&self) -> UidTranslations { UidTranslations::default() }
+    /// }
+    ///
+    /// let deps = StatusManagerDeps::new(None, Arc::new(NoPods), Arc::new(FixedDeletionSafety::default()));
+    /// let manager = StatusManager::new(deps, StatusManagerConfig::default());
+    /// let mut pod = Pod::default();
+    /// pod.metadata.uid = Some("uid-1".into());
+    /// let running = PodStatus { phase: Some("Running".into()), ..PodStatus::default() };
+    /// assert_eq!(manager.set_pod_status(&pod, running.clone()), UpdateResult::Stored(1));
+    /// assert_eq!(manager.set_pod_status(&pod, running), UpdateResult::Unchanged);
+    /// let cached = manager.get_pod_status(&PodUid::new("uid-1")).unwrap();
+    /// assert_eq!(cached.phase.as_deref(), Some("Running"));
+    /// ```
     pub fn set_pod_status(&self, pod: &Pod, status: PodStatus) -> UpdateResult {
         self.update(pod, status, UpdateSource::SetPodStatus)
     }

@@ -74,3 +74,8 @@ mod tests;
 pub use mounter::Mounter;
 pub use plugin::{PluginError, PluginManager, VolumePlugin};
 pub use spec::VolumeSpec;
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

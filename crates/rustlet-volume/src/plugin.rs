@@ -335,6 +335,22 @@ impl PluginManager {
     }
 
     /// The one plugin that serves `spec` (upstream `FindPluginBySpec`).
+    ///
+    /// ```
+    /// use k8s_openapi::api::core::v1::{HostPathVolumeSource, Volume};
+    /// use rustlet_volume::{VolumeSpec, plugins::builtin_plugins};
+    ///
+    /// let spec = VolumeSpec::pod(Volume {
+    ///     name: "logs".into(),
+    ///     host_path: Some(HostPathVolumeSource { path: "/var/log".into(), ..Default::default() }),
+    ///     ..Volume::default()
+    /// });
+    /// let plugin = builtin_plugins().find_by_spec(&spec).unwrap();
+    /// assert_eq!(plugin.name(), "kubernetes.io/host-path");
+    /// // No plugin serves a volume without a source.
+    /// let bare = VolumeSpec::pod(Volume { name: "bare".into(), ..Volume::default() });
+    /// assert!(builtin_plugins().find_by_spec(&bare).is_err());
+    /// ```
     pub fn find_by_spec(&self, spec: &VolumeSpec) -> Result<Arc<dyn VolumePlugin>, PluginError> {
         let mut matches = self.plugins.iter().filter(|p| p.can_support(spec));
         let first = matches

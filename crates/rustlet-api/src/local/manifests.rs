@@ -742,6 +742,21 @@ impl DirectorySync {
     }
 
     /// Apply what changed in the directory since the last call.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use rustlet_api::local::manifests::DirectorySync;
+    /// use rustlet_api::local::store::Store;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: default}\n";
+    /// std::fs::write(dir.path().join("settings.yaml"), cm).unwrap();
+    /// let mut sync = DirectorySync::new(dir.path(), "node-a", Arc::new(Store::default()));
+    /// assert_eq!(sync.sync().applied.len(), 1);
+    /// assert!(sync.sync().applied.is_empty(), "nothing changed since");
+    /// std::fs::remove_file(dir.path().join("settings.yaml")).unwrap();
+    /// assert_eq!(sync.sync().removed.len(), 1);
+    /// ```
     pub fn sync(&mut self) -> SyncReport {
         let mut report = SyncReport::default();
         let entries = match std::fs::read_dir(&self.dir) {

@@ -185,6 +185,15 @@ fn query_time(value: &str) -> Result<Time, LogQueryError> {
 /// becomes `tailLines`, `tail=all` drops it; the first value of a repeated parameter counts, as
 /// `url.Values`' conversion takes `[0]`), then `ValidatePodLogOptions`. Unknown parameters are
 /// ignored, as the parameter codec ignores them.
+///
+/// ```
+/// use rustlet_server::logs::parse_pod_log_query;
+///
+/// let options = parse_pod_log_query("tail=5&sinceSeconds=60").unwrap();
+/// assert_eq!(options.tail_lines, Some(5)); // the legacy `tail`
+/// assert_eq!(options.since_seconds, Some(60));
+/// assert!(parse_pod_log_query("tailLines=-1").is_err()); // ValidatePodLogOptions
+/// ```
 pub fn parse_pod_log_query(query: &str) -> Result<PodLogOptions, LogQueryError> {
     let mut first: Vec<(String, String)> = Vec::new();
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {

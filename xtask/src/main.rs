@@ -514,15 +514,7 @@ mod example_tests {
     #[test]
     fn library_examples_cover_the_library_crates() {
         let examples = library_examples(&workspace_root()).unwrap();
-        for package in [
-            "rustlet-core",
-            "rustlet-status",
-            "rustlet-mount",
-            "rustlet-volume",
-            "rustlet-api",
-            "rustlet-cri",
-            "rustlet-pods",
-        ] {
+        for package in tidy::LIBRARIES {
             assert!(
                 examples.iter().any(|(p, _)| p == package),
                 "{package} has no example in {examples:?}"

@@ -207,11 +207,11 @@ fn check_node_name(name: &str) -> Result<()> {
 
 /// The versions `tools/k8s/go.mod` pins.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Versions {
+pub(crate) struct Versions {
     /// `k8s.io/kubernetes`, e.g. `v1.37.2`.
-    kubernetes: String,
+    pub(crate) kubernetes: String,
     /// `go.etcd.io/etcd/server/v3`, e.g. `v3.7.0`.
-    etcd: String,
+    pub(crate) etcd: String,
 }
 
 impl Versions {
@@ -224,7 +224,7 @@ impl Versions {
     }
 }
 
-fn pinned_versions(root: &Path) -> Result<Versions> {
+pub(crate) fn pinned_versions(root: &Path) -> Result<Versions> {
     let path = root.join("tools/k8s/go.mod");
     let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     parse_go_mod(&text).with_context(|| format!("parsing {}", path.display()))
@@ -232,23 +232,32 @@ fn pinned_versions(root: &Path) -> Result<Versions> {
 
 /// The `require`d versions of `k8s.io/kubernetes` and `go.etcd.io/etcd/server/v3`.
 fn parse_go_mod(text: &str) -> Result<Versions> {
-    let version_of = |module: &str| -> Result<String> {
-        text.lines()
-            .map(|l| l.trim().trim_start_matches("require").trim())
-            .filter_map(|l| l.strip_prefix(module)?.strip_prefix(' '))
-            .map(|rest| rest.split_whitespace().next().unwrap_or_default())
-            .find(|v| v.starts_with('v'))
-            .map(str::to_owned)
-            .with_context(|| format!("no require line for {module}"))
-    };
     Ok(Versions {
-        kubernetes: version_of("k8s.io/kubernetes")?,
-        etcd: version_of("go.etcd.io/etcd/server/v3")?,
+        kubernetes: required_version(text, "k8s.io/kubernetes")?,
+        etcd: required_version(text, "go.etcd.io/etcd/server/v3")?,
     })
+}
+
+/// The version a `go.mod` text `require`s of `module`.
+pub(crate) fn required_version(text: &str, module: &str) -> Result<String> {
+    text.lines()
+        .map(|l| l.trim().trim_start_matches("require").trim())
+        .filter_map(|l| l.strip_prefix(module)?.strip_prefix(' '))
+        .map(|rest| rest.split_whitespace().next().unwrap_or_default())
+        .find(|v| v.starts_with('v'))
+        .map(str::to_owned)
+        .with_context(|| format!("no require line for {module}"))
 }
 
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet/k8s-<v>-etcd-<v>/bin`.
 fn bin_dir(v: &Versions) -> Result<PathBuf> {
+    Ok(cache_root()?
+        .join(format!("k8s-{}-etcd-{}", v.kubernetes, v.etcd))
+        .join("bin"))
+}
+
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet`: where the built test tooling is kept.
+pub(crate) fn cache_root() -> Result<PathBuf> {
     let cache = match std::env::var_os("XDG_CACHE_HOME").filter(|s| !s.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(
@@ -256,14 +265,11 @@ fn bin_dir(v: &Versions) -> Result<PathBuf> {
         )
         .join(".cache"),
     };
-    Ok(cache
-        .join("rustlet")
-        .join(format!("k8s-{}-etcd-{}", v.kubernetes, v.etcd))
-        .join("bin"))
+    Ok(cache.join("rustlet"))
 }
 
 /// The Go toolchain: `$GO`, else `go` on `PATH`, else `/usr/local/go/bin/go`.
-fn go_binary() -> PathBuf {
+pub(crate) fn go_binary() -> PathBuf {
     if let Some(go) = std::env::var_os("GO").filter(|s| !s.is_empty()) {
         return PathBuf::from(go);
     }
@@ -277,7 +283,7 @@ fn go_binary() -> PathBuf {
 
 /// The linker flags upstream's `hack/lib/version.sh` sets, so `--version` and the API server's
 /// `/version` say the pinned release (the compatibility-version checks read it too).
-fn ldflags(v: &Versions) -> Result<String> {
+pub(crate) fn ldflags(v: &Versions) -> Result<String> {
     let minor = v.kubernetes_minor()?;
     let mut flags = vec!["-s".to_owned(), "-w".to_owned()];
     for pkg in [

@@ -12,6 +12,9 @@
 //!   kube-apiserver, kube-controller-manager, kube-scheduler, built from `tools/k8s/`) on
 //!   loopback for tests; see the `cluster` module. `ci` builds it (cached) before the tests,
 //!   whose `cluster` test binary starts one per test.
+//! * `cargo xtask conformance [build|images] [--suite node|cluster] [--focus REGEX] [--dry-run]`:
+//!   upstream's node conformance specs against Rustlet (issue 27); see the `conformance` module.
+//!   Not part of `ci` (a cold build of the test binaries takes an hour).
 //! * `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets of `fuzz/` (nightly and
 //!   `cargo-fuzz` needed), each for N seconds (default [`FUZZ_SECONDS`]), all in turn by default.
 //!
@@ -19,7 +22,7 @@
 
 mod tidy;
 
-use xtask::{cluster, workspace_root};
+use xtask::{cluster, conformance, workspace_root};
 
 use std::path::Path;
 use std::process::Command;
@@ -36,10 +39,11 @@ fn main() -> Result<()> {
         "tidy" => tidy_report(&root),
         "bench" => bench(&root),
         "cluster" => cluster::main(&root, &args[1..]),
+        "conformance" => conformance::main(&root, &args[1..]),
         "fuzz" => fuzz(&root, &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|test|tidy|bench|cluster|fuzz [TARGET] [--seconds N]>"
+                "usage: cargo xtask <ci|test|tidy|bench|cluster|conformance|fuzz [TARGET] [--seconds N]>"
             );
             bail!("unknown task {task:?}")
         }

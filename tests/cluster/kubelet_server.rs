@@ -16,15 +16,15 @@ use crate::support::{Cluster, POD_NETWORK_GATEWAY, TEST_EVICTION_HARD, cluster};
 
 /// The control plane and the agent (kubelet server on, the node certificate serving it), all
 /// in the private containerd's network namespace.
-struct ServedNode {
+pub(crate) struct ServedNode {
     // Dropped first: the agent, then the cluster, then containerd and its namespace.
     _agent: Agent,
-    cluster: Cluster,
-    containerd: PrivateContainerd,
+    pub(crate) cluster: Cluster,
+    pub(crate) containerd: PrivateContainerd,
 }
 
 impl ServedNode {
-    fn start(test: &str, node: &str) -> Option<Self> {
+    pub(crate) fn start(test: &str, node: &str) -> Option<Self> {
         let containerd = PrivateContainerd::start_blocking(test)?;
         let cluster = cluster(test, &[node], |o| {
             o.netns = Some(containerd.netns());

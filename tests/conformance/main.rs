@@ -71,7 +71,13 @@ fn main() {
 /// built from the machine's static busybox and the cache's `agnhost` and `nonewprivs`.
 fn images(bin: &Path, out: &Path) -> PathBuf {
     let tar = out.join(IMAGES_TAR);
-    if tar.is_file() {
+    // The tarball is taken from the cache only when it holds the images asked for now.
+    let names_file = out.join(format!("{IMAGES_TAR}.names"));
+    let names: String = xtask::conformance::TEST_IMAGES
+        .iter()
+        .map(|(name, _)| format!("{name}\n"))
+        .collect();
+    if tar.is_file() && std::fs::read_to_string(&names_file).ok().as_ref() == Some(&names) {
         eprintln!("conformance: images cached in {}", tar.display());
         return tar;
     }
@@ -193,6 +199,8 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
         .unwrap_or_else(|e| panic!("writing {}: {e}", staging.display()));
     std::fs::rename(&staging, &tar)
         .unwrap_or_else(|e| panic!("renaming to {}: {e}", tar.display()));
+    std::fs::write(&names_file, names)
+        .unwrap_or_else(|e| panic!("writing {}: {e}", names_file.display()));
     eprintln!("conformance: images written to {}", tar.display());
     tar
 }

@@ -121,6 +121,15 @@ pub const TEST_IMAGES: &[(&str, TestImage)] = &[
         "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
         TestImage::Agnhost,
     ),
+    // `AgnhostPrev`: the Pods lifecycle spec patches a pod's image to it.
+    (
+        "registry.k8s.io/e2e-test-images/agnhost:2.55",
+        TestImage::Agnhost,
+    ),
+    (
+        "registry.k8s.io/e2e-test-images/busybox:1.36.1-1",
+        TestImage::Busybox,
+    ),
     ("registry.k8s.io/pause:3.10.2", TestImage::Pause),
     (
         "registry.k8s.io/e2e-test-images/nonroot:1.5",
@@ -406,7 +415,8 @@ pub fn build(root: &Path) -> Result<PathBuf> {
         cmd.args(["-n", "19"]).arg(&go);
         match kind {
             BuildKind::Program => cmd.arg("build"),
-            BuildKind::TestBinary => cmd.args(["test", "-c"]),
+            // vet checks the suite's own sources; building the binary needs none of it.
+            BuildKind::TestBinary => cmd.args(["test", "-c", "-vet=off"]),
         };
         let status = cmd
             .args(["-p", "1", "-trimpath", "-ldflags"])
@@ -859,6 +869,8 @@ mod tests {
     #[test]
     fn the_test_images_are_the_releases() {
         let list = "registry.k8s.io/e2e-test-images/agnhost:2.66.1\n\
+                    registry.k8s.io/e2e-test-images/agnhost:2.55\n\
+                    registry.k8s.io/e2e-test-images/busybox:1.36.1-1\n\
                     registry.k8s.io/e2e-test-images/busybox:1.37.0-2\n\
                     registry.k8s.io/e2e-test-images/nginx:1.27.0-2\n\
                     registry.k8s.io/e2e-test-images/nginx:1.28.0-2\n\

@@ -460,7 +460,8 @@ pub fn busybox_layer(applets: &[&str]) -> Vec<u8> {
     b.into_inner().expect("layer tar")
 }
 
-/// Every applet the machine's `/bin/busybox` has (`busybox --list`).
+/// Every applet the machine's `/bin/busybox` has (`busybox --list`), but `busybox` itself (a
+/// link of that name would replace the binary with a link to itself).
 pub fn all_busybox_applets() -> Vec<String> {
     let out = Command::new("/bin/busybox")
         .arg("--list")
@@ -470,7 +471,7 @@ pub fn all_busybox_applets() -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::trim)
-        .filter(|a| !a.is_empty() && !a.contains('/'))
+        .filter(|a| !a.is_empty() && !a.contains('/') && *a != "busybox")
         .map(str::to_owned)
         .collect()
 }

@@ -731,13 +731,16 @@ async fn the_runtime_names_a_containers_log_file_and_its_stream_urls() {
     runtime.remove_pod(&uid).await;
 }
 
-/// Issue 27 (harness 2): an image built by `oci_layout_tar` from two layers (busybox, then a
-/// file layer) runs as its config says: the `Entrypoint` with the `Cmd` as its arguments, as
-/// the config's `User`, with the upper layer's files; the conformance images (agnhost's
+/// Issue 27 (harness 2): an image built by `oci_layout_tar` from two layers (busybox with
+/// every applet, as the conformance busybox image has them, then a file layer) runs as its
+/// config says: the `Entrypoint` with the `Cmd` as its arguments, as the config's `User`, with
+/// the upper layer's files and busybox's applets; the conformance images (agnhost's
 /// `Entrypoint ["/agnhost"]`, `Cmd ["pause"]`; nonroot's `User 1234`) are built so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_images_entrypoint_cmd_user_and_layers_reach_the_container() {
-    use rustlet_cri::testing::{LayerEntry, OciImage, busybox_layer, layer, oci_layout_tar};
+    use rustlet_cri::testing::{
+        LayerEntry, OciImage, all_busybox_applets, busybox_layer, layer, oci_layout_tar,
+    };
     use rustlet_cri::{CriConfig, CriRuntime};
 
     let Some(containerd) =
@@ -745,7 +748,9 @@ async fn an_images_entrypoint_cmd_user_and_layers_reach_the_container() {
     else {
         return;
     };
-    let busybox = busybox_layer(&["sh", "cat", "id"]);
+    let applets = all_busybox_applets();
+    assert!(applets.len() > 100, "{applets:?}");
+    let busybox = busybox_layer(&applets.iter().map(String::as_str).collect::<Vec<_>>());
     let upper = layer(&[
         LayerEntry::Dir {
             path: "greeting",
@@ -768,7 +773,7 @@ async fn an_images_entrypoint_cmd_user_and_layers_reach_the_container() {
         oci_layout_tar(&[OciImage {
             name,
             entrypoint: &["/bin/sh", "-c"],
-            cmd: &["cat /hello; id -u"],
+            cmd: &["cat /hello; id -u; true && basename /bin/busybox"],
             user: "1234",
             env: &["PATH=/bin"],
             layers: &[&busybox, &upper],
@@ -792,7 +797,7 @@ async fn an_images_entrypoint_cmd_user_and_layers_reach_the_container() {
     let out = run_to_exit(&runtime, &root, &pod).await;
     assert_eq!(
         out["main"],
-        ["hello from the upper layer", "1234"],
+        ["hello from the upper layer", "1234", "busybox"],
         "{out:?}\n{}",
         containerd.log()
     );

@@ -401,8 +401,8 @@ pub fn build(root: &Path) -> Result<PathBuf> {
     let go = go_binary();
     let ldflags = ldflags(&versions)?;
     eprintln!(
-        "xtask: conformance: building the test binaries of Kubernetes {} into {} (cold: an hour \
-         or more on two cores)",
+        "xtask: conformance: building the test binaries of Kubernetes {} into {} (cold: about \
+         25 minutes on two busy cores)",
         versions.kubernetes,
         bin.display()
     );

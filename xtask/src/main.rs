@@ -14,7 +14,7 @@
 //!   whose `cluster` test binary starts one per test.
 //! * `cargo xtask conformance [build|images] [--suite node|cluster] [--focus REGEX] [--dry-run]`:
 //!   upstream's node conformance specs against Rustlet (issue 27); see the `conformance` module.
-//!   Not part of `ci` (a cold build of the test binaries takes an hour).
+//!   Not part of `ci` (a cold build of the test binaries takes about 25 minutes).
 //! * `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets of `fuzz/` (nightly and
 //!   `cargo-fuzz` needed), each for N seconds (default [`FUZZ_SECONDS`]), all in turn by default.
 //!

@@ -226,11 +226,11 @@ fn check_node_name(name: &str) -> Result<()> {
 
 /// The versions `tools/k8s/go.mod` pins.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Versions {
+pub(crate) struct Versions {
     /// `k8s.io/kubernetes`, e.g. `v1.37.2`.
-    kubernetes: String,
+    pub(crate) kubernetes: String,
     /// `go.etcd.io/etcd/server/v3`, e.g. `v3.7.0`.
-    etcd: String,
+    pub(crate) etcd: String,
 }
 
 impl Versions {
@@ -243,7 +243,7 @@ impl Versions {
     }
 }
 
-fn pinned_versions(root: &Path) -> Result<Versions> {
+pub(crate) fn pinned_versions(root: &Path) -> Result<Versions> {
     let path = root.join("tools/k8s/go.mod");
     let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     parse_go_mod(&text).with_context(|| format!("parsing {}", path.display()))
@@ -251,23 +251,32 @@ fn pinned_versions(root: &Path) -> Result<Versions> {
 
 /// The `require`d versions of `k8s.io/kubernetes` and `go.etcd.io/etcd/server/v3`.
 fn parse_go_mod(text: &str) -> Result<Versions> {
-    let version_of = |module: &str| -> Result<String> {
-        text.lines()
-            .map(|l| l.trim().trim_start_matches("require").trim())
-            .filter_map(|l| l.strip_prefix(module)?.strip_prefix(' '))
-            .map(|rest| rest.split_whitespace().next().unwrap_or_default())
-            .find(|v| v.starts_with('v'))
-            .map(str::to_owned)
-            .with_context(|| format!("no require line for {module}"))
-    };
     Ok(Versions {
-        kubernetes: version_of("k8s.io/kubernetes")?,
-        etcd: version_of("go.etcd.io/etcd/server/v3")?,
+        kubernetes: required_version(text, "k8s.io/kubernetes")?,
+        etcd: required_version(text, "go.etcd.io/etcd/server/v3")?,
     })
 }
 
-/// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet`: where the Go-built test tools are cached.
-pub(crate) fn cache_dir() -> Result<PathBuf> {
+/// The version a `go.mod` text `require`s of `module`.
+pub(crate) fn required_version(text: &str, module: &str) -> Result<String> {
+    text.lines()
+        .map(|l| l.trim().trim_start_matches("require").trim())
+        .filter_map(|l| l.strip_prefix(module)?.strip_prefix(' '))
+        .map(|rest| rest.split_whitespace().next().unwrap_or_default())
+        .find(|v| v.starts_with('v'))
+        .map(str::to_owned)
+        .with_context(|| format!("no require line for {module}"))
+}
+
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet/k8s-<v>-etcd-<v>/bin`.
+fn bin_dir(v: &Versions) -> Result<PathBuf> {
+    Ok(cache_root()?
+        .join(format!("k8s-{}-etcd-{}", v.kubernetes, v.etcd))
+        .join("bin"))
+}
+
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet`: where the built test tooling is kept.
+pub(crate) fn cache_root() -> Result<PathBuf> {
     let cache = match std::env::var_os("XDG_CACHE_HOME").filter(|s| !s.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(
@@ -276,13 +285,6 @@ pub(crate) fn cache_dir() -> Result<PathBuf> {
         .join(".cache"),
     };
     Ok(cache.join("rustlet"))
-}
-
-/// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet/k8s-<v>-etcd-<v>/bin`.
-fn bin_dir(v: &Versions) -> Result<PathBuf> {
-    Ok(cache_dir()?
-        .join(format!("k8s-{}-etcd-{}", v.kubernetes, v.etcd))
-        .join("bin"))
 }
 
 /// The Go toolchain: `$GO`, else `go` on `PATH`, else `/usr/local/go/bin/go`.
@@ -300,7 +302,7 @@ pub(crate) fn go_binary() -> PathBuf {
 
 /// The linker flags upstream's `hack/lib/version.sh` sets, so `--version` and the API server's
 /// `/version` say the pinned release (the compatibility-version checks read it too).
-fn ldflags(v: &Versions) -> Result<String> {
+pub(crate) fn ldflags(v: &Versions) -> Result<String> {
     let minor = v.kubernetes_minor()?;
     let mut flags = vec!["-s".to_owned(), "-w".to_owned()];
     for pkg in [

@@ -1,13 +1,16 @@
 //! The library half of `cargo xtask`: what the binary's tasks and the end-to-end tests share.
 //! Today that is [`cluster`], the real control plane on loopback, which `cargo xtask cluster`
 //! drives from the command line and the real-cluster tests (`tests/cluster`) start per test
-//! through [`cluster::TestCluster`]; and [`metrics_server`], metrics-server built from its Go
-//! module for the `kubectl top` test.
+//! through [`cluster::TestCluster`]; [`metrics_server`], metrics-server built from its Go
+//! module for the `kubectl top` test; and [`conformance`], upstream's node conformance suites
+//! (their test binaries, the ginkgo command line, the JUnit summary), which `cargo xtask
+//! conformance` and the runner `tests/conformance` share.
 //!
 //! Test tooling only: nothing here is linked into Rustlet's product crates, and it never
 //! depends on a workspace crate.
 
 pub mod cluster;
+pub mod conformance;
 pub mod metrics_server;
 
 use std::path::{Path, PathBuf};

@@ -19,6 +19,9 @@
 //! * `cargo xtask metrics-server build`: metrics-server built from `tools/metrics-server/`
 //!   (cached per version outside the repository) for the `kubectl top` test; `ci` builds it
 //!   too.
+//! * `cargo xtask conformance [build|images] [--suite node|cluster] [--focus REGEX] [--dry-run]`:
+//!   upstream's node conformance specs against Rustlet (issue 27); see the `conformance` module.
+//!   Not part of `ci` (a cold build of the test binaries takes about 25 minutes).
 //! * `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets of `fuzz/` (nightly and
 //!   `cargo-fuzz` needed), each for N seconds (default [`FUZZ_SECONDS`]), all in turn by default.
 //!
@@ -27,7 +30,7 @@
 mod public_api;
 mod tidy;
 
-use xtask::{cluster, metrics_server, workspace_root};
+use xtask::{cluster, conformance, metrics_server, workspace_root};
 
 use std::path::Path;
 use std::process::Command;
@@ -47,10 +50,11 @@ fn main() -> Result<()> {
         "bench" => bench(&root),
         "cluster" => cluster::main(&root, &args[1..]),
         "metrics-server" => metrics_server::main(&root, &args[1..]),
+        "conformance" => conformance::main(&root, &args[1..]),
         "fuzz" => fuzz(&root, &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|test|tidy|public-api|examples|bench|cluster|metrics-server|fuzz [TARGET] [--seconds N]>"
+                "usage: cargo xtask <ci|test|tidy|public-api|examples|bench|cluster|metrics-server|conformance|fuzz [TARGET] [--seconds N]>"
             );
             bail!("unknown task {task:?}")
         }

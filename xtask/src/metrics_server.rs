@@ -41,7 +41,7 @@ fn parse_version(go_mod: &str) -> Result<String> {
 
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet/metrics-server-<v>/bin/metrics-server`.
 fn binary_path(version: &str) -> Result<PathBuf> {
-    Ok(crate::cluster::cache_dir()?
+    Ok(crate::cluster::cache_root()?
         .join(format!("metrics-server-{version}"))
         .join("bin")
         .join("metrics-server"))

@@ -256,12 +256,18 @@ impl PrivateContainerd {
     fn import_image(&self) {
         let tar = self.dir().join("busybox-oci.tar");
         std::fs::write(&tar, build_image_tar()).expect("write image");
+        self.import(&tar);
+    }
+
+    /// Imports an OCI image layout tarball (such as [`oci_layout_tar`] writes) into the
+    /// `k8s.io` namespace, where CRI sees its images under their annotated names.
+    pub fn import(&self, tar: &Path) {
         let socket = self.dir().join("containerd.sock");
         let out = Command::new("ctr")
             .arg("-a")
             .arg(&socket)
             .args(["-n", "k8s.io", "images", "import"])
-            .arg(&tar)
+            .arg(tar)
             .output()
             .expect("run ctr");
         assert!(
@@ -419,6 +425,13 @@ fn append_file(b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, data: &[u8]
 
 /// The image's one layer: busybox, its applets, `/etc/passwd`, empty mount points.
 fn build_layer() -> Vec<u8> {
+    busybox_layer(APPLETS)
+}
+
+/// A layer of busybox (`/bin/busybox` of the machine, which must be static) with `applets`
+/// linked in `/bin`, `/etc/passwd` (root, nobody) and `/etc/group`, `/tmp` (1777) and empty
+/// mount points.
+pub fn busybox_layer(applets: &[&str]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for dir in [
         "bin", "etc", "proc", "sys", "dev", "data", "root", "var", "www",
@@ -432,7 +445,7 @@ fn build_layer() -> Vec<u8> {
         .expect("tar dir");
     let busybox = std::fs::read("/bin/busybox").expect("read /bin/busybox");
     append_file(&mut b, "bin/busybox", 0o755, &busybox);
-    for applet in APPLETS {
+    for applet in applets {
         let mut h = header(tar::EntryType::Symlink, 0o777, 0);
         b.append_link(&mut h, format!("bin/{applet}"), "busybox")
             .expect("tar link");
@@ -445,6 +458,90 @@ fn build_layer() -> Vec<u8> {
     );
     append_file(&mut b, "etc/group", 0o644, b"root:x:0:\nnogroup:x:65534:\n");
     b.into_inner().expect("layer tar")
+}
+
+/// Every applet the machine's `/bin/busybox` has (`busybox --list`), but `busybox` itself (a
+/// link of that name would replace the binary with a link to itself).
+pub fn all_busybox_applets() -> Vec<String> {
+    let out = Command::new("/bin/busybox")
+        .arg("--list")
+        .output()
+        .expect("running /bin/busybox --list");
+    assert!(out.status.success(), "busybox --list: {}", out.status);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|a| !a.is_empty() && !a.contains('/') && *a != "busybox")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One entry of a layer built by [`layer`] (paths relative to the image's root; parent
+/// directories are not implied).
+pub enum LayerEntry<'a> {
+    /// A directory.
+    Dir {
+        /// Its path.
+        path: &'a str,
+        /// Its mode.
+        mode: u32,
+    },
+    /// A regular file.
+    File {
+        /// Its path.
+        path: &'a str,
+        /// Its mode, setuid bits included.
+        mode: u32,
+        /// Its content.
+        data: &'a [u8],
+    },
+    /// A symbolic link.
+    Symlink {
+        /// Its path.
+        path: &'a str,
+        /// What it points at.
+        target: &'a str,
+    },
+}
+
+/// A layer tarball of `entries`, owned by root, mtime 0.
+pub fn layer(entries: &[LayerEntry<'_>]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for entry in entries {
+        match entry {
+            LayerEntry::Dir { path, mode } => {
+                let mut h = header(tar::EntryType::Directory, *mode, 0);
+                b.append_data(
+                    &mut h,
+                    format!("{}/", path.trim_end_matches('/')),
+                    std::io::empty(),
+                )
+                .expect("tar dir");
+            }
+            LayerEntry::File { path, mode, data } => append_file(&mut b, path, *mode, data),
+            LayerEntry::Symlink { path, target } => {
+                let mut h = header(tar::EntryType::Symlink, 0o777, 0);
+                b.append_link(&mut h, path, target).expect("tar link");
+            }
+        }
+    }
+    b.into_inner().expect("layer tar")
+}
+
+/// One image of an OCI image layout tarball ([`oci_layout_tar`]).
+pub struct OciImage<'a> {
+    /// The full reference containerd names the image by (`io.containerd.image.name`).
+    pub name: &'a str,
+    /// The config's `Entrypoint` (empty: none).
+    pub entrypoint: &'a [&'a str],
+    /// The config's `Cmd`.
+    pub cmd: &'a [&'a str],
+    /// The config's `User` (empty: root).
+    pub user: &'a str,
+    /// The config's `Env`.
+    pub env: &'a [&'a str],
+    /// The layer tarballs, bottom first (a layer shared by images is stored once).
+    pub layers: &'a [&'a [u8]],
 }
 
 /// The busybox image whose config says `User: 1234` (a non-root image).
@@ -466,21 +563,57 @@ const IMAGES: &[(&str, &str)] = &[
 /// [`NAMED_USER_IMAGE`].
 pub fn build_image_tar() -> Vec<u8> {
     let layer = build_layer();
-    let layer_digest = sha256_hex(&layer);
-    let mut blobs = vec![(layer_digest.clone(), layer.clone())];
+    let layers = [layer.as_slice()];
+    let images: Vec<OciImage<'_>> = IMAGES
+        .iter()
+        .map(|(name, user)| OciImage {
+            name,
+            entrypoint: &[],
+            cmd: &["/bin/sleep", "infinity"],
+            user,
+            env: &["PATH=/bin"],
+            layers: &layers,
+        })
+        .collect();
+    oci_layout_tar(&images)
+}
+
+/// An OCI image layout tarball (`ctr images import` takes it) of `images`, each named by
+/// its `io.containerd.image.name` annotation; blobs shared by images are stored once.
+pub fn oci_layout_tar(images: &[OciImage<'_>]) -> Vec<u8> {
+    let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
     let mut manifests = Vec::new();
-    for (name, user) in IMAGES {
+    for image in images {
+        let digests: Vec<String> = image.layers.iter().map(|l| sha256_hex(l)).collect();
+        let mut config = serde_json::json!({
+            "Env": image.env, "Cmd": image.cmd, "User": image.user
+        });
+        if !image.entrypoint.is_empty() {
+            config["Entrypoint"] = serde_json::json!(image.entrypoint);
+        }
         let config = serde_json::json!({
             "architecture": "amd64",
             "os": "linux",
-            "config": {
-                "Env": ["PATH=/bin"], "Cmd": ["/bin/sleep", "infinity"], "User": user
+            "config": config,
+            "rootfs": {
+                "type": "layers",
+                "diff_ids": digests.iter().map(|d| format!("sha256:{d}")).collect::<Vec<_>>(),
             },
-            "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{layer_digest}")] },
         })
         .to_string()
         .into_bytes();
         let config_digest = sha256_hex(&config);
+        let layers: Vec<serde_json::Value> = digests
+            .iter()
+            .zip(image.layers)
+            .map(|(digest, layer)| {
+                serde_json::json!({
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": format!("sha256:{digest}"),
+                    "size": layer.len(),
+                })
+            })
+            .collect();
         let manifest = serde_json::json!({
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -489,27 +622,27 @@ pub fn build_image_tar() -> Vec<u8> {
                 "digest": format!("sha256:{config_digest}"),
                 "size": config.len(),
             },
-            "layers": [{
-                "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                "digest": format!("sha256:{layer_digest}"),
-                "size": layer.len(),
-            }],
+            "layers": layers,
         })
         .to_string()
         .into_bytes();
         let manifest_digest = sha256_hex(&manifest);
-        let tag = name.rsplit(':').next().unwrap_or("latest");
+        let tag = image.name.rsplit(':').next().unwrap_or("latest");
         manifests.push(serde_json::json!({
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "digest": format!("sha256:{manifest_digest}"),
             "size": manifest.len(),
             "platform": { "architecture": "amd64", "os": "linux" },
             "annotations": {
-                "io.containerd.image.name": name,
+                "io.containerd.image.name": image.name,
                 "org.opencontainers.image.ref.name": tag,
             },
         }));
-        for (digest, blob) in [(config_digest, config), (manifest_digest, manifest)] {
+        let layer_blobs = digests
+            .into_iter()
+            .zip(image.layers.iter().map(|l| l.to_vec()));
+        let own = [(config_digest, config), (manifest_digest, manifest)];
+        for (digest, blob) in layer_blobs.chain(own) {
             if !blobs.iter().any(|(d, _)| *d == digest) {
                 blobs.push((digest, blob));
             }

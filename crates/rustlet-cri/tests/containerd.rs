@@ -1319,3 +1319,75 @@ async fn a_containers_environment_has_the_services_variables() {
         "{lines:?}"
     );
 }
+
+/// Issue 27 (harness 2): an image built by `oci_layout_tar` from two layers (busybox with
+/// every applet, as the conformance busybox image has them, then a file layer) runs as its
+/// config says: the `Entrypoint` with the `Cmd` as its arguments, as the config's `User`, with
+/// the upper layer's files and busybox's applets; the conformance images (agnhost's
+/// `Entrypoint ["/agnhost"]`, `Cmd ["pause"]`; nonroot's `User 1234`) are built so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_images_entrypoint_cmd_user_and_layers_reach_the_container() {
+    use rustlet_cri::testing::{
+        LayerEntry, OciImage, all_busybox_applets, busybox_layer, layer, oci_layout_tar,
+    };
+    use rustlet_cri::{CriConfig, CriRuntime};
+
+    let Some(containerd) =
+        PrivateContainerd::start("an_images_entrypoint_cmd_user_and_layers_reach").await
+    else {
+        return;
+    };
+    let applets = all_busybox_applets();
+    assert!(applets.len() > 100, "{applets:?}");
+    let busybox = busybox_layer(&applets.iter().map(String::as_str).collect::<Vec<_>>());
+    let upper = layer(&[
+        LayerEntry::Dir {
+            path: "greeting",
+            mode: 0o755,
+        },
+        LayerEntry::File {
+            path: "greeting/hello.txt",
+            mode: 0o644,
+            data: b"hello from the upper layer\n",
+        },
+        LayerEntry::Symlink {
+            path: "hello",
+            target: "greeting/hello.txt",
+        },
+    ]);
+    let name = "registry.example/layered:1.0";
+    let tar = scratch(&containerd, "images").join("layered.tar");
+    std::fs::write(
+        &tar,
+        oci_layout_tar(&[OciImage {
+            name,
+            entrypoint: &["/bin/sh", "-c"],
+            cmd: &["cat /hello; id -u; true && basename /bin/busybox"],
+            user: "1234",
+            env: &["PATH=/bin"],
+            layers: &[&busybox, &upper],
+        }]),
+    )
+    .unwrap();
+    containerd.import(&tar);
+
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "layered", "namespace": "default", "uid": "uid-layered"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{"name": "main", "image": name}]
+        }
+    }))
+    .unwrap();
+    let out = run_to_exit(&runtime, &root, &pod).await;
+    assert_eq!(
+        out["main"],
+        ["hello from the upper layer", "1234", "busybox"],
+        "{out:?}\n{}",
+        containerd.log()
+    );
+}

@@ -1,0 +1,905 @@
+//! `cargo xtask conformance`: upstream's node conformance specs (issue 27) against Rustlet,
+//! with the test binaries of the pinned release built from `tools/k8s/`.
+//!
+//! * `build`: builds `e2e.test` (`k8s.io/kubernetes/test/e2e`) and `e2e_node.test`
+//!   (`test/e2e_node`) with `go test -c` as upstream's `hack/lib/golang.sh` does for its test
+//!   targets, and `ginkgo` (the version `k8s.io/kubernetes` requires), `agnhost` and
+//!   `nonewprivs` (`test/images/...`, for the test images) with `go build`, all from the
+//!   release `tools/k8s/go.mod` pins, into a cache outside the repository keyed by the
+//!   Kubernetes and ginkgo versions (`${XDG_CACHE_HOME:-~/.cache}/rustlet/k8s-<v>-e2e-ginkgo-<v>/bin/`);
+//!   a warm cache builds nothing.
+//! * `images`: the test images (`registry.k8s.io/e2e-test-images/busybox`, `agnhost`,
+//!   `nonroot`, `nonewprivs`, an `nginx` stand-in, `registry.k8s.io/pause`) as OCI image
+//!   tarballs under the release's names, built without a registry by
+//!   `rustlet_cri::testing` (through the `conformance` runner of `tests/conformance`) into
+//!   `<cache>/images/`.
+//! * `[--suite cluster|node] [--focus REGEX] [--skip REGEX] [--procs N] [--dry-run]`: runs
+//!   ginkgo on the suite's binary with focus [`FOCUS`] and skip [`SKIP`] unless told, writes
+//!   ginkgo's JUnit report into `target/conformance/<suite>/junit.xml` and prints
+//!   `N passed, M failed, K skipped`. `--dry-run` lists the specs the focus selects without a
+//!   node (ginkgo's dry run). A real run of `cluster` starts the control plane of
+//!   `cargo xtask cluster` and Rustlet with the CRI runtime on a private containerd (the
+//!   runner `tests/conformance`, as root in a private mount namespace); `node` (`e2e_node.test
+//!   --conformance=true --start-services=true`) has no real run yet.
+//!
+//! Go is test tooling only: nothing here is linked into Rustlet.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cluster::{cache_root, go_binary, ldflags, pinned_versions, required_version};
+
+/// The specs the suites run unless told: upstream's node conformance tag.
+pub const FOCUS: &str = r"\[NodeConformance\]";
+/// The specs never run unless told (issue 27): flaky, serial, slow, disruptive, alpha and
+/// off-by-default features.
+pub const SKIP: &str =
+    r"\[Flaky\]|\[Serial\]|\[Slow\]|\[Disruptive\]|\[Alpha\]|\[Feature:OffByDefault\]";
+
+/// ginkgo's suite timeout: its default of 1 h is too short for a whole run on two cores.
+const SUITE_TIMEOUT: &str = "6h";
+
+/// The module that provides `ginkgo` (the version `k8s.io/kubernetes` requires).
+const GINKGO_MODULE: &str = "github.com/onsi/ginkgo/v2";
+
+/// How each cached binary is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BuildKind {
+    /// `go build` of a `package main`.
+    Program,
+    /// `go test -c` of a test package (upstream's test targets: `hack/lib/golang.sh`).
+    TestBinary,
+}
+
+/// The binaries of the cache: name, package, how it is built; in build order (the small
+/// ones first, so that the images can be made while the test binaries link).
+const BINARIES: &[(&str, &str, BuildKind)] = &[
+    (
+        "ginkgo",
+        "github.com/onsi/ginkgo/v2/ginkgo",
+        BuildKind::Program,
+    ),
+    (
+        "agnhost",
+        "k8s.io/kubernetes/test/images/agnhost",
+        BuildKind::Program,
+    ),
+    (
+        "nonewprivs",
+        "k8s.io/kubernetes/test/images/nonewprivs",
+        BuildKind::Program,
+    ),
+    (
+        "e2e.test",
+        "k8s.io/kubernetes/test/e2e",
+        BuildKind::TestBinary,
+    ),
+    (
+        "e2e_node.test",
+        "k8s.io/kubernetes/test/e2e_node",
+        BuildKind::TestBinary,
+    ),
+];
+
+/// What a test image is made of (the runner builds it with `rustlet_cri::testing`, without a
+/// registry): upstream's images by their Dockerfiles (`test/images/<name>/`), with Debian's
+/// `busybox-static` where upstream has Alpine or the busybox image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestImage {
+    /// busybox with every applet; `Cmd ["sh"]`.
+    Busybox,
+    /// busybox and `/agnhost` (+ `/agnhost-2`, `/uploads`); `Entrypoint ["/agnhost"]`,
+    /// `Cmd ["pause"]`, as upstream's Dockerfile.
+    Agnhost,
+    /// agnhost's `pause` (prints `Paused`, waits for SIGTERM or SIGINT) in place of
+    /// upstream's C `pause`; `Entrypoint ["/agnhost", "pause"]`.
+    Pause,
+    /// busybox with `User 1234`.
+    NonRoot,
+    /// busybox and the setuid-root `/usr/local/bin/nnp` (upstream's `nnp.go`, which prints
+    /// its effective UID); `Cmd ["nnp"]`.
+    NonewPrivs,
+    /// A stand-in for nginx where a spec needs only an HTTP server on port 80: busybox's
+    /// `httpd` serving `/usr/share/nginx/html`.
+    Nginx,
+}
+
+/// The test images of the pinned release (`test/utils/image/manifest.go`: the
+/// `promoterE2eRegistry` and `gcRegistry` entries), under the names the specs use;
+/// [`check_images_listed`] holds them to what `e2e.test --list-images` prints.
+pub const TEST_IMAGES: &[(&str, TestImage)] = &[
+    (
+        "registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
+        TestImage::Busybox,
+    ),
+    (
+        "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+        TestImage::Agnhost,
+    ),
+    // `AgnhostPrev`: the Pods lifecycle spec patches a pod's image to it.
+    (
+        "registry.k8s.io/e2e-test-images/agnhost:2.55",
+        TestImage::Agnhost,
+    ),
+    (
+        "registry.k8s.io/e2e-test-images/busybox:1.36.1-1",
+        TestImage::Busybox,
+    ),
+    ("registry.k8s.io/pause:3.10.2", TestImage::Pause),
+    (
+        "registry.k8s.io/e2e-test-images/nonroot:1.5",
+        TestImage::NonRoot,
+    ),
+    (
+        "registry.k8s.io/e2e-test-images/nonewprivs:1.4",
+        TestImage::NonewPrivs,
+    ),
+    (
+        "registry.k8s.io/e2e-test-images/nginx:1.27.0-2",
+        TestImage::Nginx,
+    ),
+    (
+        "registry.k8s.io/e2e-test-images/nginx:1.28.0-2",
+        TestImage::Nginx,
+    ),
+];
+
+/// Fails unless every name of [`TEST_IMAGES`] is a line of `list` (the output of
+/// `e2e.test --list-images`): a new release renames its images.
+pub fn check_images_listed(list: &str) -> Result<()> {
+    let listed: Vec<&str> = list.lines().map(str::trim).collect();
+    let missing: Vec<&str> = TEST_IMAGES
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| !listed.contains(name))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "e2e.test --list-images does not list {missing:?}: update TEST_IMAGES to the \
+             pinned release's test/utils/image/manifest.go"
+        );
+    }
+    Ok(())
+}
+
+/// Which upstream suite runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suite {
+    /// `e2e_node.test`: the binary starts its own etcd and API server
+    /// (`--conformance=true --start-services=true`) and a running node registers with it.
+    Node,
+    /// `e2e.test` against the real control plane of `cargo xtask cluster`.
+    Cluster,
+}
+
+impl Suite {
+    /// The test binary of the suite.
+    pub fn binary(self) -> &'static str {
+        match self {
+            Suite::Node => "e2e_node.test",
+            Suite::Cluster => "e2e.test",
+        }
+    }
+
+    /// The name on the command line (and of the report's directory).
+    pub fn name(self) -> &'static str {
+        match self {
+            Suite::Node => "node",
+            Suite::Cluster => "cluster",
+        }
+    }
+}
+
+/// Whether the specs run or are only listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The specs run against the node.
+    Run,
+    /// ginkgo's dry run: the specs the focus selects are listed (and reported as passed),
+    /// nothing runs, no node is needed.
+    DryRun,
+}
+
+/// The options of `cargo xtask conformance`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Which suite runs.
+    pub suite: Suite,
+    /// ginkgo's `--focus` (a regular expression on the spec's full text).
+    pub focus: String,
+    /// ginkgo's `--skip`.
+    pub skip: String,
+    /// Whether the specs run or are only listed.
+    pub mode: Mode,
+    /// ginkgo's `--procs`: specs run in parallel by this many processes.
+    pub procs: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            suite: Suite::Cluster,
+            focus: FOCUS.to_owned(),
+            skip: SKIP.to_owned(),
+            mode: Mode::Run,
+            procs: 1,
+        }
+    }
+}
+
+impl Options {
+    /// Parses `[--suite node|cluster] [--focus REGEX] [--skip REGEX] [--procs N] [--dry-run]`
+    /// (`--flag value` or `--flag=value`).
+    pub fn parse(args: &[String]) -> Result<Self> {
+        let mut opts = Options::default();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) => (f, Some(v.to_owned())),
+                None => (arg.as_str(), None),
+            };
+            let mut value = || -> Result<String> {
+                match &inline {
+                    Some(v) => Ok(v.clone()),
+                    None => it
+                        .next()
+                        .cloned()
+                        .with_context(|| format!("{flag} needs a value")),
+                }
+            };
+            match flag {
+                "--suite" => {
+                    opts.suite = match value()?.as_str() {
+                        "node" => Suite::Node,
+                        "cluster" => Suite::Cluster,
+                        other => bail!("--suite {other:?}: expected node or cluster"),
+                    }
+                }
+                "--focus" => opts.focus = value()?,
+                "--skip" => opts.skip = value()?,
+                "--procs" => {
+                    opts.procs = value()?
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .context("--procs needs a positive number")?;
+                }
+                "--dry-run" => opts.mode = Mode::DryRun,
+                other => bail!("unknown option {other:?}"),
+            }
+        }
+        Ok(opts)
+    }
+}
+
+/// Where a run finds what ginkgo's command line names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunContext {
+    /// The cache's `bin` ([`build`]): `ginkgo` and the test binaries.
+    pub bin: PathBuf,
+    /// ginkgo's output dir: the JUnit report (`junit.xml`) and the suite's own reports.
+    pub report_dir: PathBuf,
+    /// What the suite is pointed at.
+    pub target: Target,
+}
+
+/// What the suite under test talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Nothing (a dry run of `e2e.test`, which only lists the specs).
+    None,
+    /// `e2e.test`: the cluster's admin kubeconfig and the `kubectl` beside its servers.
+    Cluster {
+        /// The admin kubeconfig.
+        kubeconfig: PathBuf,
+        /// The `kubectl` the specs run (of the same release).
+        kubectl: PathBuf,
+    },
+    /// `e2e_node.test`: the token its own API server accepts, the node's name and the node's
+    /// CRI endpoint.
+    Node {
+        /// The token of `known_tokens.csv` the suite's API server accepts.
+        bearer_token: String,
+        /// The Node's name.
+        node_name: String,
+        /// The node's CRI socket (`unix://...`).
+        runtime_endpoint: String,
+    },
+}
+
+/// The ginkgo command line of a run: ginkgo's own flags, the test binary, then `--` and the
+/// binary's flags.
+pub fn ginkgo_args(opts: &Options, ctx: &RunContext) -> Vec<String> {
+    let report = ctx.report_dir.display();
+    let mut args = vec![
+        format!("--focus={}", opts.focus),
+        format!("--skip={}", opts.skip),
+        format!("--procs={}", opts.procs),
+        format!("--timeout={SUITE_TIMEOUT}"),
+        "--no-color".to_owned(),
+        "-v".to_owned(),
+        format!("--output-dir={report}"),
+        "--junit-report=junit.xml".to_owned(),
+    ];
+    if opts.mode == Mode::DryRun {
+        args.push("--dry-run".to_owned());
+    }
+    args.push(ctx.bin.join(opts.suite.binary()).display().to_string());
+    args.push("--".to_owned());
+    args.push(format!("--report-dir={report}"));
+    match opts.suite {
+        Suite::Cluster => {
+            // upstream: the skeleton provider is the one for a cluster no cloud made.
+            args.push("--provider=skeleton".to_owned());
+        }
+        Suite::Node => {
+            // upstream (test/e2e_node/conformance/build/Dockerfile): the framework starts
+            // etcd and its API server, not the kubelet; no image is pulled beforehand.
+            args.push("--conformance=true".to_owned());
+            args.push("--start-services=true".to_owned());
+            args.push("--prepull-images=false".to_owned());
+        }
+    }
+    match &ctx.target {
+        Target::None => {}
+        Target::Cluster {
+            kubeconfig,
+            kubectl,
+        } => {
+            args.push(format!("--kubeconfig={}", kubeconfig.display()));
+            args.push(format!("--kubectl-path={}", kubectl.display()));
+        }
+        Target::Node {
+            bearer_token,
+            node_name,
+            runtime_endpoint,
+        } => {
+            args.push(format!("--bearer-token={bearer_token}"));
+            args.push(format!("--node-name={node_name}"));
+            args.push(format!("--container-runtime-endpoint={runtime_endpoint}"));
+        }
+    }
+    args
+}
+
+/// The cache of one pinned release: `<cache root>/k8s-<v>-e2e-ginkgo-<v>`, with `bin/` and
+/// `images/`.
+pub fn cache_dir(root: &Path) -> Result<PathBuf> {
+    let versions = pinned_versions(root)?;
+    let path = root.join("tools/k8s/go.mod");
+    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let ginkgo = required_version(&text, GINKGO_MODULE)
+        .with_context(|| format!("parsing {}", path.display()))?;
+    Ok(cache_root()?.join(format!("k8s-{}-e2e-ginkgo-{ginkgo}", versions.kubernetes)))
+}
+
+/// The cache's `bin` when every binary is there (nothing is built).
+pub fn cached_binaries(root: &Path) -> Result<Option<PathBuf>> {
+    let bin = cache_dir(root)?.join("bin");
+    Ok(BINARIES
+        .iter()
+        .all(|(name, ..)| bin.join(name).is_file())
+        .then_some(bin))
+}
+
+/// Builds the binaries into the cache unless all are there already; returns the cache's `bin`.
+pub fn build(root: &Path) -> Result<PathBuf> {
+    if let Some(bin) = cached_binaries(root)? {
+        eprintln!("xtask: conformance: binaries cached in {}", bin.display());
+        return Ok(bin);
+    }
+    let versions = pinned_versions(root)?;
+    let dir = cache_dir(root)?;
+    let bin = dir.join("bin");
+    let staging = dir.join(format!("bin.tmp-{}", std::process::id()));
+    fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
+    let go = go_binary();
+    let ldflags = ldflags(&versions)?;
+    eprintln!(
+        "xtask: conformance: building the test binaries of Kubernetes {} into {} (cold: about \
+         25 minutes on two busy cores)",
+        versions.kubernetes,
+        bin.display()
+    );
+    let started = Instant::now();
+    for (name, package, kind) in BINARIES {
+        let step = Instant::now();
+        let out = staging.join(name);
+        // The lowest priority and one compile at a time: the machine's cores are shared.
+        let mut cmd = Command::new("nice");
+        cmd.args(["-n", "19"]).arg(&go);
+        match kind {
+            BuildKind::Program => cmd.arg("build"),
+            // vet checks the suite's own sources; building the binary needs none of it.
+            BuildKind::TestBinary => cmd.args(["test", "-c", "-vet=off"]),
+        };
+        let status = cmd
+            .args(["-p", "1", "-trimpath", "-ldflags"])
+            .arg(&ldflags)
+            .arg("-o")
+            .arg(&out)
+            .arg(package)
+            .env("CGO_ENABLED", "0")
+            .current_dir(root.join("tools/k8s"))
+            .status()
+            .with_context(|| format!("starting {} for {name}", go.display()))?;
+        if !status.success() {
+            bail!("building {name} ({package}) failed: {status}");
+        }
+        eprintln!("xtask: conformance: {name} built in {:.0?}", step.elapsed());
+    }
+    if bin.exists() {
+        fs::remove_dir_all(&bin).with_context(|| format!("removing {}", bin.display()))?;
+    }
+    fs::rename(&staging, &bin)
+        .with_context(|| format!("moving {} to {}", staging.display(), bin.display()))?;
+    eprintln!(
+        "xtask: conformance: built in {:.0?} into {}",
+        started.elapsed(),
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// `cargo xtask conformance [build|images|OPTIONS]`.
+pub fn main(root: &Path, args: &[String]) -> Result<()> {
+    match args.first().map(String::as_str) {
+        Some("build") => build(root).map(|bin| println!("{}", bin.display())),
+        Some("images") => {
+            let bin = build(root)?;
+            let images = cache_dir(root)?.join("images");
+            runner(
+                root,
+                &[
+                    "images".to_owned(),
+                    bin.display().to_string(),
+                    images.display().to_string(),
+                ],
+            )
+        }
+        _ => {
+            let opts = Options::parse(args)?;
+            let bin = build(root)?;
+            match (opts.mode, opts.suite) {
+                (Mode::DryRun, _) => dry_run(root, &opts, &bin),
+                (Mode::Run, Suite::Node) => bail!(
+                    "a real run of the node suite (e2e_node.test --conformance=true) is not \
+                     built yet: use --suite cluster, or --dry-run to list its specs"
+                ),
+                (Mode::Run, Suite::Cluster) => {
+                    crate::cluster::build(root)?;
+                    let mut forwarded = vec!["run".to_owned()];
+                    forwarded.extend(args.iter().cloned());
+                    runner(root, &forwarded)
+                }
+            }
+        }
+    }
+}
+
+/// Where a run of `suite` writes its reports: `target/conformance/<suite>[-dry-run]/`.
+pub fn report_dir(root: &Path, opts: &Options) -> PathBuf {
+    let name = match opts.mode {
+        Mode::Run => opts.suite.name().to_owned(),
+        Mode::DryRun => format!("{}-dry-run", opts.suite.name()),
+    };
+    root.join("target/conformance").join(name)
+}
+
+/// Runs ginkgo with `args` (from [`ginkgo_args`]), through `nsenter --net=<netns>` when
+/// given (the suite then reaches a cluster that listens in that namespace), and reads the
+/// JUnit report it wrote into `report_dir`. ginkgo's own exit status is not an error here:
+/// it fails whenever a spec did, and the summary says which.
+pub fn run_ginkgo(
+    bin: &Path,
+    args: &[String],
+    report_dir: &Path,
+    netns: Option<&Path>,
+) -> Result<Summary> {
+    if report_dir.exists() {
+        fs::remove_dir_all(report_dir)
+            .with_context(|| format!("removing {}", report_dir.display()))?;
+    }
+    fs::create_dir_all(report_dir).with_context(|| format!("creating {}", report_dir.display()))?;
+    let ginkgo = bin.join("ginkgo");
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={}", ns.display()))
+                .arg("--")
+                .arg(&ginkgo);
+            c
+        }
+        None => Command::new(&ginkgo),
+    };
+    eprintln!(
+        "xtask: conformance: {} {}",
+        ginkgo.display(),
+        args.join(" ")
+    );
+    let status = cmd
+        .args(args)
+        .current_dir(report_dir)
+        .status()
+        .with_context(|| format!("starting {}", ginkgo.display()))?;
+    let junit = report_dir.join("junit.xml");
+    let xml = fs::read_to_string(&junit)
+        .with_context(|| format!("reading {} (ginkgo exited: {status})", junit.display()))?;
+    Summary::from_junit(&xml).with_context(|| format!("parsing {}", junit.display()))
+}
+
+/// ginkgo's dry run: lists the specs the focus selects, runs none, needs no node.
+fn dry_run(root: &Path, opts: &Options, bin: &Path) -> Result<()> {
+    let report_dir = report_dir(root, opts);
+    let ctx = RunContext {
+        bin: bin.to_owned(),
+        report_dir: report_dir.clone(),
+        target: Target::None,
+    };
+    let summary = run_ginkgo(bin, &ginkgo_args(opts, &ctx), &report_dir, None)?;
+    let selected: Vec<&str> = summary
+        .specs
+        .iter()
+        .filter(|(_, o)| *o != Outcome::NotSelected)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    for name in &selected {
+        println!("{name}");
+    }
+    println!(
+        "dry run: {} specs of {} selected by focus {:?} and skip {:?} ({})",
+        selected.len(),
+        summary.specs.len(),
+        opts.focus,
+        opts.skip,
+        report_dir.join("junit.xml").display()
+    );
+    Ok(())
+}
+
+/// Runs the conformance runner (`tests/conformance`, the `rustlet` package's test target
+/// `conformance`: it holds the private containerd, the images and the agent) with `args`, as
+/// root in a private mount namespace, failing where a privileged part or the control plane
+/// is missing instead of skipping.
+fn runner(root: &Path, args: &[String]) -> Result<()> {
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "-m",
+        "--propagation",
+        "private",
+        "env",
+        "RUSTLET_PRIVATE_MOUNT_NS=1",
+        "RUSTLET_REQUIRE_PRIVILEGED=1",
+        "RUSTLET_REQUIRE_CLUSTER=1",
+        "cargo",
+        "test",
+        "-p",
+        "rustlet",
+        "--test",
+        "conformance",
+        "--",
+    ])
+    .args(args)
+    .current_dir(root);
+    eprintln!("xtask: conformance: {cmd:?}");
+    let status = cmd.status().context("starting the conformance runner")?;
+    if !status.success() {
+        bail!("the conformance runner failed: {status}");
+    }
+    Ok(())
+}
+
+/// One spec's outcome in ginkgo's JUnit report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Passed (in a dry run: selected).
+    Passed,
+    /// Failed, timed out, panicked, interrupted or aborted.
+    Failed,
+    /// Skipped while it ran (`e2eskipper.Skipf`): the reason.
+    Skipped(String),
+    /// Not selected by the focus and skip expressions (or pending).
+    NotSelected,
+}
+
+/// The specs (ginkgo's `[It]` nodes) of a JUnit report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Each spec's full text (without ginkgo's `[It] `) and outcome, in report order.
+    pub specs: Vec<(String, Outcome)>,
+}
+
+impl Summary {
+    /// Reads the report ginkgo writes with `--junit-report` (upstream: ginkgo's
+    /// `reporters.GenerateJUnitReportWithConfig`): one `<testcase>` per spec, its `status`
+    /// attribute the spec's state, a `<skipped message="skipped[ - reason]">` when skipped
+    /// (no reason when a filter left it out).
+    pub fn from_junit(xml: &str) -> Result<Self> {
+        let mut specs = Vec::new();
+        for case in xml.split("<testcase ").skip(1) {
+            let head = case.split('>').next().unwrap_or_default();
+            let name = attribute(head, "name").context("a testcase without a name")?;
+            let Some(spec) = name.strip_prefix("[It] ") else {
+                // The suite's setup nodes ([SynchronizedBeforeSuite], [ReportAfterSuite]...).
+                continue;
+            };
+            let status = attribute(head, "status").context("a testcase without a status")?;
+            let outcome = match status.as_str() {
+                "passed" => Outcome::Passed,
+                "skipped" => {
+                    let message = case
+                        .split("<skipped ")
+                        .nth(1)
+                        .and_then(|s| attribute(s.split('>').next().unwrap_or_default(), "message"))
+                        .unwrap_or_default();
+                    match message.strip_prefix("skipped - ") {
+                        Some(reason) => Outcome::Skipped(reason.to_owned()),
+                        None => Outcome::NotSelected,
+                    }
+                }
+                "pending" => Outcome::NotSelected,
+                "failed" | "timedout" | "panicked" | "interrupted" | "aborted" => Outcome::Failed,
+                other => bail!("testcase {spec:?}: unknown status {other:?}"),
+            };
+            specs.push((spec.to_owned(), outcome));
+        }
+        Ok(Summary { specs })
+    }
+
+    /// How many specs had `outcome`'s kind.
+    pub fn count(&self, kind: fn(&Outcome) -> bool) -> usize {
+        self.specs.iter().filter(|(_, o)| kind(o)).count()
+    }
+
+    /// The specs that passed.
+    pub fn passed(&self) -> usize {
+        self.count(|o| *o == Outcome::Passed)
+    }
+
+    /// The specs that failed.
+    pub fn failed(&self) -> usize {
+        self.count(|o| *o == Outcome::Failed)
+    }
+
+    /// The specs skipped while they ran.
+    pub fn skipped(&self) -> usize {
+        self.count(|o| matches!(o, Outcome::Skipped(_)))
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} passed, {} failed, {} skipped",
+            self.passed(),
+            self.failed(),
+            self.skipped()
+        )
+    }
+}
+
+/// The value of `name="..."` in an element's head, with XML's escapes undone.
+fn attribute(head: &str, name: &str) -> Option<String> {
+    let needle = format!(" {name}=\"");
+    let start = format!(" {head}").find(&needle)? + needle.len() - 1;
+    let rest = &head[start..];
+    let value = &rest[..rest.find('"')?];
+    Some(
+        value
+            .replace("&#34;", "\"")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&apos;", "'")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&#xA;", "\n")
+            .replace("&#x9;", "\t")
+            .replace("&amp;", "&"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// Issue 27 (harness 3): without options a run is the cluster suite with the issue's focus
+    /// and skip; each option is read in both spellings.
+    #[test]
+    fn conformance_options_default_to_the_issues_focus_and_skip() {
+        let opts = Options::parse(&[]).unwrap();
+        assert_eq!(opts.suite, Suite::Cluster);
+        assert_eq!(opts.focus, r"\[NodeConformance\]");
+        assert_eq!(
+            opts.skip,
+            r"\[Flaky\]|\[Serial\]|\[Slow\]|\[Disruptive\]|\[Alpha\]|\[Feature:OffByDefault\]"
+        );
+        assert_eq!(opts.mode, Mode::Run);
+        let opts = Options::parse(&strings(&[
+            "--suite=node",
+            "--focus",
+            "Pods should get a host IP",
+            "--procs=2",
+            "--dry-run",
+        ]))
+        .unwrap();
+        assert_eq!(opts.suite, Suite::Node);
+        assert_eq!(opts.focus, "Pods should get a host IP");
+        assert_eq!(opts.procs, 2);
+        assert_eq!(opts.mode, Mode::DryRun);
+        assert!(Options::parse(&strings(&["--suite", "both"])).is_err());
+        assert!(Options::parse(&strings(&["--procs", "0"])).is_err());
+        assert!(Options::parse(&strings(&["--focus"])).is_err());
+        assert!(Options::parse(&strings(&["--fast"])).is_err());
+    }
+
+    /// Issue 27 (harness 3): a dry run is ginkgo's `--dry-run` on `e2e.test` with the focus
+    /// and skip, the JUnit report in the report dir, and nothing to reach.
+    #[test]
+    fn a_dry_run_is_ginkgos_dry_run_of_the_focus() {
+        let opts = Options::parse(&strings(&["--dry-run"])).unwrap();
+        let ctx = RunContext {
+            bin: PathBuf::from("/c/bin"),
+            report_dir: PathBuf::from("/r"),
+            target: Target::None,
+        };
+        let args = ginkgo_args(&opts, &ctx);
+        let binary = args.iter().position(|a| a == "/c/bin/e2e.test").unwrap();
+        let (ginkgo, rest) = args.split_at(binary);
+        assert!(ginkgo.contains(&"--dry-run".to_owned()), "{args:?}");
+        assert!(ginkgo.contains(&r"--focus=\[NodeConformance\]".to_owned()));
+        assert!(ginkgo.contains(&format!("--skip={SKIP}")));
+        assert!(ginkgo.contains(&"--output-dir=/r".to_owned()));
+        assert!(ginkgo.contains(&"--junit-report=junit.xml".to_owned()));
+        assert!(ginkgo.contains(&"--procs=1".to_owned()));
+        assert_eq!(rest[1], "--");
+        assert!(rest.contains(&"--provider=skeleton".to_owned()));
+        assert!(
+            !rest.iter().any(|a| a.starts_with("--kubeconfig")),
+            "{rest:?}"
+        );
+    }
+
+    /// Issue 27 (harness 3): a real run of `e2e.test` names the cluster's kubeconfig and
+    /// kubectl after `--`, and is no dry run; one of `e2e_node.test` asks for the
+    /// conformance mode (services started, no kubelet), no pre-pulled images, the token and
+    /// the node.
+    #[test]
+    fn a_run_points_the_suite_at_the_node() {
+        let opts = Options::parse(&strings(&["--focus", "Pods"])).unwrap();
+        let ctx = RunContext {
+            bin: PathBuf::from("/c/bin"),
+            report_dir: PathBuf::from("/r"),
+            target: Target::Cluster {
+                kubeconfig: PathBuf::from("/k/admin.kubeconfig"),
+                kubectl: PathBuf::from("/k/kubectl"),
+            },
+        };
+        let args = ginkgo_args(&opts, &ctx);
+        assert!(!args.contains(&"--dry-run".to_owned()));
+        assert!(args.contains(&"--focus=Pods".to_owned()));
+        let dashes = args.iter().position(|a| a == "--").unwrap();
+        let binary_args = &args[dashes + 1..];
+        assert!(binary_args.contains(&"--kubeconfig=/k/admin.kubeconfig".to_owned()));
+        assert!(binary_args.contains(&"--kubectl-path=/k/kubectl".to_owned()));
+        assert!(binary_args.contains(&"--report-dir=/r".to_owned()));
+
+        let opts = Options::parse(&strings(&["--suite", "node"])).unwrap();
+        let ctx = RunContext {
+            target: Target::Node {
+                bearer_token: "t0k3n".to_owned(),
+                node_name: "node-a".to_owned(),
+                runtime_endpoint: "unix:///c.sock".to_owned(),
+            },
+            ..ctx
+        };
+        let args = ginkgo_args(&opts, &ctx);
+        let dashes = args.iter().position(|a| a == "--").unwrap();
+        assert_eq!(args[dashes - 1], "/c/bin/e2e_node.test");
+        for flag in [
+            "--conformance=true",
+            "--start-services=true",
+            "--prepull-images=false",
+            "--bearer-token=t0k3n",
+            "--node-name=node-a",
+            "--container-runtime-endpoint=unix:///c.sock",
+        ] {
+            assert!(
+                args[dashes + 1..].contains(&flag.to_owned()),
+                "{flag}: {args:?}"
+            );
+        }
+    }
+
+    /// Issue 27 (harness 3): the counts come from ginkgo's JUnit report: setup nodes are not
+    /// specs, a spec skipped while running is skipped with its reason, one a filter left out
+    /// is not counted, every failing state is a failure.
+    #[test]
+    fn the_summary_counts_ginkgos_junit_report() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="6" disabled="3" errors="1" failures="1" time="12.5">
+  <testsuite name="Kubernetes e2e suite" package="/c/bin" tests="6" disabled="0" skipped="3" errors="1" failures="1" time="12.5" timestamp="2026-12-03T19:00:00">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="1.0"></testcase>
+    <testcase name="[It] [sig-node] Pods should get a host IP [NodeConformance] [Conformance]" classname="Kubernetes e2e suite" status="passed" time="5.1">
+      <system-err>...</system-err>
+    </testcase>
+    <testcase name="[It] [sig-node] Probing container should be &#34;ready&#34; [NodeConformance]" classname="Kubernetes e2e suite" status="failed" time="3.2">
+      <failure message="timed out" type="failed">...</failure>
+    </testcase>
+    <testcase name="[It] [sig-node] Lifecycle should panic [NodeConformance]" classname="Kubernetes e2e suite" status="panicked" time="0.2">
+      <error message="boom" type="panicked">...</error>
+    </testcase>
+    <testcase name="[It] [sig-node] Sysctls should support sysctls [NodeConformance]" classname="Kubernetes e2e suite" status="skipped" time="0.1">
+      <skipped message="skipped - Only supported for providers [gce] (not skeleton)"></skipped>
+    </testcase>
+    <testcase name="[It] [sig-apps] Deployment should run" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped>
+    </testcase>
+    <testcase name="[It] [sig-node] Pending spec" classname="Kubernetes e2e suite" status="pending" time="0">
+      <skipped message="pending"></skipped>
+    </testcase>
+  </testsuite>
+</testsuites>"#;
+        let summary = Summary::from_junit(xml).unwrap();
+        assert_eq!(summary.specs.len(), 6);
+        assert_eq!(summary.to_string(), "1 passed, 2 failed, 1 skipped");
+        assert_eq!(
+            summary.specs[1].0,
+            r#"[sig-node] Probing container should be "ready" [NodeConformance]"#
+        );
+        assert_eq!(
+            summary.specs[3].1,
+            Outcome::Skipped("Only supported for providers [gce] (not skeleton)".to_owned())
+        );
+        assert_eq!(summary.specs[4].1, Outcome::NotSelected);
+        assert!(Summary::from_junit(r#"<testcase name="[It] x" status="weird">"#).is_err());
+    }
+
+    /// Issue 27 (harness 2): the images are those the release lists; a list without one of
+    /// them (another release) is refused.
+    #[test]
+    fn the_test_images_are_the_releases() {
+        let list = "registry.k8s.io/e2e-test-images/agnhost:2.66.1\n\
+                    registry.k8s.io/e2e-test-images/agnhost:2.55\n\
+                    registry.k8s.io/e2e-test-images/busybox:1.36.1-1\n\
+                    registry.k8s.io/e2e-test-images/busybox:1.37.0-2\n\
+                    registry.k8s.io/e2e-test-images/nginx:1.27.0-2\n\
+                    registry.k8s.io/e2e-test-images/nginx:1.28.0-2\n\
+                    registry.k8s.io/e2e-test-images/nonewprivs:1.4\n\
+                    registry.k8s.io/e2e-test-images/nonroot:1.5\n\
+                    registry.k8s.io/etcd:3.6.5-0\n\
+                    registry.k8s.io/pause:3.10.2\n";
+        check_images_listed(list).unwrap();
+        let older = list.replace("agnhost:2.66.1", "agnhost:2.52");
+        let err = check_images_listed(&older).unwrap_err().to_string();
+        assert!(err.contains("agnhost:2.66.1"), "{err}");
+    }
+
+    /// The cache is keyed by the pinned Kubernetes release and ginkgo's version, both read
+    /// from `tools/k8s/go.mod`.
+    #[test]
+    fn the_cache_is_keyed_by_kubernetes_and_ginkgo() {
+        let root = crate::workspace_root();
+        let dir = cache_dir(&root).unwrap();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let text = fs::read_to_string(root.join("tools/k8s/go.mod")).unwrap();
+        let ginkgo = required_version(&text, GINKGO_MODULE).unwrap();
+        assert!(ginkgo.starts_with("v2."), "{ginkgo}");
+        assert_eq!(
+            name,
+            format!(
+                "k8s-{}-e2e-ginkgo-{ginkgo}",
+                pinned_versions(&root).unwrap().kubernetes
+            )
+        );
+    }
+}

@@ -176,8 +176,14 @@ pub fn resource_field_value(
         _ => return Err(format!("unsupported resource {:?}", selector.resource)),
     };
     let set = list.and_then(|l| l.get(name));
+    // upstream `ExtractContainerResourceValue`: a zero divisor is 1. The API server serves an
+    // unset one as "0", so a pod from the API always has one.
     let one = Quantity("1".into());
-    let divisor = selector.divisor.as_ref().unwrap_or(&one);
+    let divisor = selector
+        .divisor
+        .as_ref()
+        .filter(|d| quantity_milli_ceil(d) != Some(0))
+        .unwrap_or(&one);
     let fallback = |value: Option<i128>| {
         // Upstream: an unset limit is node allocatable; an unset request is the limit (or 0).
         if part == "limits" {
@@ -406,6 +412,10 @@ volumes.kubernetes.io/controller-managed-attach-detach="true""#
         assert_eq!(resource("limits.memory", Some("1Mi")).unwrap(), "64");
         assert_eq!(resource("limits.memory", None).unwrap(), "67108864");
         assert_eq!(resource("requests.memory", None).unwrap(), "0");
+        // The API server serves an unset divisor as "0": upstream takes it as 1 (conformance's
+        // Downward API volume specs met `invalid divisor 0`).
+        assert_eq!(resource("limits.cpu", Some("0")).unwrap(), "2");
+        assert_eq!(resource("limits.memory", Some("0")).unwrap(), "67108864");
         assert!(resource("limits.ephemeral-storage", None).is_err());
         assert!(resource("limits.gpu", None).is_err());
     }

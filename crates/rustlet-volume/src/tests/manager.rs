@@ -916,13 +916,13 @@ async fn the_remount_tick_reprocesses_only_pods_with_volumes_that_want_it() {
     mount_empty_dir_pods(&r.manager, &pods, 50).await;
     // Settled: the operations' ends recorded and the passes after them run. Those ends come
     // from blocking threads in real time while paused time jumps ahead, so a fixed virtual
-    // wait is not enough on a loaded machine (CI saw one late question): wait until a real
-    // pause and a virtual second both bring none, three times in a row.
+    // wait is not enough on a loaded machine (CI saw one late question, twice): wait until a
+    // real pause and a virtual second both bring none, five times in a row.
     let asked = || states.asked.load(std::sync::atomic::Ordering::SeqCst);
     let mut quiet = 0;
-    while quiet < 3 {
+    while quiet < 5 {
         let seen = asked();
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(400));
         tokio::time::sleep(Duration::from_secs(1)).await;
         quiet = if asked() == seen { quiet + 1 } else { 0 };
     }

@@ -403,7 +403,9 @@ fn received_at(event: &Value) -> Timestamp {
 ///
 /// This test takes about nine minutes (the token's lifetime cannot be shorter than the API
 /// server's 10-minute minimum, and the agent refreshes it after 8 minutes plus at most its
-/// one-minute remount period): it is the only slow test of the set.
+/// one-minute remount period): it is the only slow test of the set, and `cargo xtask test`
+/// (so CI) runs it beside the other tests instead of after them (`xtask`'s `SLOW_TEST`, which
+/// names it).
 #[test]
 fn cri_a_projected_token_is_refreshed_after_80_percent_of_its_lifetime() {
     let Some(node) = CriNode::start("cri-token-refresh", "node-a") else {

@@ -1660,3 +1660,96 @@ fn cri_a_sidecar_starts_first_is_restarted_when_it_exits_and_stops_after_the_mai
     );
     assert!(!cri.root.join("pods").join(&uid).exists());
 }
+
+/// A pod whose sidecar `side` is ready while `/out/side-ready` exists and alive while
+/// `/out/side-sick` does not (exec probes, every second).
+fn probed_sidecar(out: &Path) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: probed-sidecar
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: side
+    image: localhost/busybox:1
+    restartPolicy: Always
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    readinessProbe:
+      exec: {{command: ["test", "-e", "/out/side-ready"]}}
+      periodSeconds: 1
+    livenessProbe:
+      exec: {{command: ["/bin/sh", "-c", "! test -e /out/side-sick"]}}
+      periodSeconds: 1
+      failureThreshold: 1
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+  volumes:
+  - name: out
+    hostPath: {{path: {}, type: Directory}}
+"#,
+        out.display()
+    )
+}
+
+fn condition(pod: &Value, type_: &str) -> Value {
+    pod["status"]["conditions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["type"] == type_))
+        .map_or(Value::Null, |c| c["status"].clone())
+}
+
+/// Issue 27 (sidecar containers), upstream's prober on restartable init containers ("Probing
+/// restartable init container"): a sidecar's readiness probe decides its `ready` and counts in
+/// the pod's Ready; a failed liveness probe restarts the sidecar, not the main container.
+#[test]
+fn cri_a_sidecars_readiness_counts_in_the_pods_ready_and_a_failed_liveness_probe_restarts_it() {
+    let Some(cri) = Cri::new("cri_a_sidecars_probes", &[]) else {
+        return;
+    };
+    let out = scratch(&cri.containerd, "out");
+    std::fs::write(
+        cri.manifests.join("probed-sidecar.yaml"),
+        probed_sidecar(&out),
+    )
+    .unwrap();
+    let agent = cri.start();
+    let pod = running(&agent, "probed-sidecar");
+    let side = init_container(&pod, "side");
+    assert_eq!(side["ready"], false, "{side}");
+    assert_eq!(condition(&pod, "Initialized"), "True", "{pod}");
+    assert_eq!(condition(&pod, "Ready"), "False", "{pod}");
+
+    std::fs::write(out.join("side-ready"), "").unwrap();
+    let pod = agent.wait_for("the pod Ready with its sidecar", || {
+        agent
+            .pod("probed-sidecar")
+            .filter(|p| condition(p, "Ready") == "True")
+    });
+    assert_eq!(init_container(&pod, "side")["ready"], true, "{pod}");
+
+    std::fs::write(out.join("side-sick"), "").unwrap();
+    let pod = agent.wait_for("the sidecar restarted by its liveness probe", || {
+        agent.pod("probed-sidecar").filter(|p| {
+            let side = init_container(p, "side");
+            side["restartCount"] == 1 && side["state"]["running"].is_object()
+        })
+    });
+    std::fs::remove_file(out.join("side-sick")).unwrap();
+    let side = init_container(&pod, "side");
+    assert!(side["lastState"]["terminated"].is_object(), "{side}");
+    let main = container(&pod, "main");
+    assert_eq!(main["restartCount"], 0, "{main}");
+    assert!(main["state"]["running"].is_object(), "{main}");
+    agent.wait_for("the restarted sidecar ready again", || {
+        agent
+            .pod("probed-sidecar")
+            .filter(|p| condition(p, "Ready") == "True")
+    });
+}

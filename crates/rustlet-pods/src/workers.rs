@@ -889,11 +889,11 @@ impl Worker {
         });
     }
 
-    /// B10's input: each regular container's and sidecar's startup and readiness results, for its newest
-    /// instance. B11: a container adopted from an earlier agent (started before this one's
-    /// start less 10 s) without a result yet keeps what `old` said: `started` if it was, and
-    /// `ready` while the pod was Ready, so an agent restart does not flip a pod unready until
-    /// its probes run again.
+    /// B10's input: each regular container's and sidecar's startup and readiness results, for
+    /// its newest instance. B11: a container adopted from an earlier agent (started before this
+    /// one's start less 10 s) without a result yet keeps what `old` said: `started` if it was,
+    /// and `ready` while the pod was Ready, so an agent restart does not flip a pod unready
+    /// until its probes run again.
     fn probe_view(
         &self,
         pod: &Pod,
@@ -1054,9 +1054,9 @@ impl Worker {
 
     /// Upstream `SyncPod` (W20) and the runtime manager's `SyncPod` (C13): status (a terminal
     /// one ends the pass), volumes, then the actions computed from what the runtime reports
-    /// ([`compute_pod_actions`]): kill (the pod, or single containers), a new sandbox, the next
-    /// init container, the regular containers; each start behind the crash-loop back-off
-    /// (C14, C15).
+    /// ([`compute_pod_actions`]): kill (the pod, or single containers), a new sandbox, the init
+    /// containers (the next one and the sidecars to keep running), the regular containers; each
+    /// start behind the crash-loop back-off (C14, C15).
     async fn sync_pod(&mut self, pod: &Arc<Pod>) -> Result<Synced, SyncError> {
         let no_waiting = HashMap::new();
         let runtime = self.shared.runtime.pod_status(&self.uid).await;

@@ -1539,3 +1539,217 @@ fn cri_the_agent_rotates_a_container_log_above_container_log_max_size() {
     });
     assert!(agent.terminate().success());
 }
+
+/// A pod with a sidecar (`side`, an init container with `restartPolicy: Always`) before an
+/// ordinary init container and the main container. Each appends to `/out/log`: the sidecar
+/// `side` when it starts (then passes its startup probe), and exits 1 when `/out/crash` appears
+/// (it removes it) or `side-term` on SIGTERM; the init container `init`, after checking that
+/// the sidecar started before it (`init-early` otherwise); the main container `main`, and on
+/// SIGTERM `main-term`, then `main-exit` a second later.
+fn with_sidecar(out: &Path) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: with-sidecar
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 30
+  initContainers:
+  - name: side
+    image: localhost/busybox:1
+    restartPolicy: Always
+    command: ["/bin/sh", "-c", "echo side >> /out/log; touch /tmp/started; trap 'echo side-term >> /out/log; exit 0' TERM; while [ ! -e /out/crash ]; do sleep 0.2 & wait $!; done; rm /out/crash; exit 1"]
+    startupProbe:
+      exec: {{command: ["test", "-e", "/tmp/started"]}}
+      periodSeconds: 1
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+  - name: init
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "if grep -q side /out/log; then echo init >> /out/log; else echo init-early >> /out/log; fi"]
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "echo main >> /out/log; trap 'echo main-term >> /out/log; sleep 1; echo main-exit >> /out/log; exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+  volumes:
+  - name: out
+    hostPath: {{path: {}, type: Directory}}
+"#,
+        out.display()
+    )
+}
+
+/// Issue 27 (sidecar containers), upstream `computeInitContainerActions` and the termination
+/// ordering of `killContainersWithSyncResult`: the sidecar starts (and passes its startup
+/// probe) before the next init container, the main container after both, with the pod
+/// Initialized; the sidecar is restarted when it exits; on deletion it stops after the main
+/// container.
+#[test]
+fn cri_a_sidecar_starts_first_is_restarted_when_it_exits_and_stops_after_the_main_container() {
+    let Some(cri) = Cri::new("cri_a_sidecar_starts_first", &[]) else {
+        return;
+    };
+    let out = scratch(&cri.containerd, "out");
+    std::fs::write(cri.manifests.join("with-sidecar.yaml"), with_sidecar(&out)).unwrap();
+    let agent = cri.start();
+    let pod = agent.wait_for("the main container and the sidecar running", || {
+        agent.pod("with-sidecar").filter(|p| {
+            container(p, "main")["state"]["running"].is_object()
+                && init_container(p, "side")["state"]["running"].is_object()
+        })
+    });
+    assert_eq!(gated_log(&out), ["side", "init", "main"], "{pod}");
+    let side = init_container(&pod, "side");
+    assert_eq!(side["started"], true, "{side}");
+    assert_eq!(side["restartCount"], 0, "{side}");
+    assert_eq!(
+        init_container(&pod, "init")["state"]["terminated"]["exitCode"],
+        0,
+        "{pod}"
+    );
+    let initialized = pod["status"]["conditions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["type"] == "Initialized"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(initialized["status"], "True", "{pod}");
+    let uid = uid(&pod);
+
+    // The sidecar exits 1: it is restarted (the first restart is at once), the main container
+    // keeps running and the ordinary init container does not run again.
+    std::fs::write(out.join("crash"), "").unwrap();
+    let pod = agent.wait_for("the sidecar restarted", || {
+        agent.pod("with-sidecar").filter(|p| {
+            let side = init_container(p, "side");
+            side["restartCount"] == 1 && side["state"]["running"].is_object()
+        })
+    });
+    let side = init_container(&pod, "side");
+    assert_eq!(side["lastState"]["terminated"]["exitCode"], 1, "{side}");
+    assert_eq!(container(&pod, "main")["restartCount"], 0, "{pod}");
+    agent.wait_for("the restarted sidecar's line", || {
+        (gated_log(&out).len() >= 4).then_some(())
+    });
+    assert_eq!(gated_log(&out), ["side", "init", "main", "side"]);
+
+    // Deleted: the main container stops first (its trap takes a second), then the sidecar.
+    std::fs::remove_file(cri.manifests.join("with-sidecar.yaml")).unwrap();
+    agent.wait_for("the pod deleted", || {
+        agent.pod("with-sidecar").is_none().then_some(())
+    });
+    agent.wait_for("the runtime emptied", || {
+        let (s, c) = cri.listed();
+        (s.is_empty() && c.is_empty()).then_some(())
+    });
+    assert_eq!(
+        gated_log(&out),
+        [
+            "side",
+            "init",
+            "main",
+            "side",
+            "main-term",
+            "main-exit",
+            "side-term"
+        ]
+    );
+    assert!(!cri.root.join("pods").join(&uid).exists());
+}
+
+/// A pod whose sidecar `side` is ready while `/out/side-ready` exists and alive while
+/// `/out/side-sick` does not (exec probes, every second).
+fn probed_sidecar(out: &Path) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: probed-sidecar
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: side
+    image: localhost/busybox:1
+    restartPolicy: Always
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    readinessProbe:
+      exec: {{command: ["test", "-e", "/out/side-ready"]}}
+      periodSeconds: 1
+    livenessProbe:
+      exec: {{command: ["/bin/sh", "-c", "! test -e /out/side-sick"]}}
+      periodSeconds: 1
+      failureThreshold: 1
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+  volumes:
+  - name: out
+    hostPath: {{path: {}, type: Directory}}
+"#,
+        out.display()
+    )
+}
+
+fn condition(pod: &Value, type_: &str) -> Value {
+    pod["status"]["conditions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["type"] == type_))
+        .map_or(Value::Null, |c| c["status"].clone())
+}
+
+/// Issue 27 (sidecar containers), upstream's prober on restartable init containers ("Probing
+/// restartable init container"): a sidecar's readiness probe decides its `ready` and counts in
+/// the pod's Ready; a failed liveness probe restarts the sidecar, not the main container.
+#[test]
+fn cri_a_sidecars_readiness_counts_in_the_pods_ready_and_a_failed_liveness_probe_restarts_it() {
+    let Some(cri) = Cri::new("cri_a_sidecars_probes", &[]) else {
+        return;
+    };
+    let out = scratch(&cri.containerd, "out");
+    std::fs::write(
+        cri.manifests.join("probed-sidecar.yaml"),
+        probed_sidecar(&out),
+    )
+    .unwrap();
+    let agent = cri.start();
+    let pod = running(&agent, "probed-sidecar");
+    let side = init_container(&pod, "side");
+    assert_eq!(side["ready"], false, "{side}");
+    assert_eq!(condition(&pod, "Initialized"), "True", "{pod}");
+    assert_eq!(condition(&pod, "Ready"), "False", "{pod}");
+
+    std::fs::write(out.join("side-ready"), "").unwrap();
+    let pod = agent.wait_for("the pod Ready with its sidecar", || {
+        agent
+            .pod("probed-sidecar")
+            .filter(|p| condition(p, "Ready") == "True")
+    });
+    assert_eq!(init_container(&pod, "side")["ready"], true, "{pod}");
+
+    std::fs::write(out.join("side-sick"), "").unwrap();
+    let pod = agent.wait_for("the sidecar restarted by its liveness probe", || {
+        agent.pod("probed-sidecar").filter(|p| {
+            let side = init_container(p, "side");
+            side["restartCount"] == 1 && side["state"]["running"].is_object()
+        })
+    });
+    std::fs::remove_file(out.join("side-sick")).unwrap();
+    let side = init_container(&pod, "side");
+    assert!(side["lastState"]["terminated"].is_object(), "{side}");
+    let main = container(&pod, "main");
+    assert_eq!(main["restartCount"], 0, "{main}");
+    assert!(main["state"]["running"].is_object(), "{main}");
+    agent.wait_for("the restarted sidecar ready again", || {
+        agent
+            .pod("probed-sidecar")
+            .filter(|p| condition(p, "Ready") == "True")
+    });
+}

@@ -11,7 +11,9 @@
 //! * [`logs`]: the kubelet's log layout: `<podLogsDir>/<namespace>_<name>_<uid>/<container>/
 //!   <n>.log` and the `/var/log/containers`-style symlinks; hostile names refused.
 //! * [`runtime`]: [`CriRuntime`], the `Runtime` over CRI with a relisted cache (upstream's
-//!   generic PLEG), image pulls with back-off, adoption and orphan removal by pod UID label.
+//!   generic PLEG), image pulls with back-off, adoption and orphan removal by pod UID label;
+//!   a pod's sidecars stop after its regular containers, in reverse order (upstream's
+//!   termination ordering).
 //!
 //! # Invariants
 //!
@@ -29,6 +31,7 @@
 pub mod client;
 pub mod config;
 pub mod logs;
+mod ordering;
 pub mod runtime;
 pub mod security;
 pub mod stats;

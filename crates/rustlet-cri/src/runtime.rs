@@ -46,6 +46,7 @@ use crate::config::{
     sandbox_config,
 };
 use crate::logs::{self, LogLayoutError};
+use crate::ordering::TerminationOrdering;
 use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
 use crate::termination;
 
@@ -823,7 +824,10 @@ impl CriRuntime {
             let pod_ip = record.sandboxes.first().and_then(|s| s.ip.clone());
             (containers, sandboxes, pod_ip)
         };
-        // In parallel, each with the whole grace period (upstream `killContainersWithSyncResult`).
+        // In parallel, each with the whole grace period (upstream `killContainersWithSyncResult`);
+        // the sidecars stop after the regular containers, in reverse order.
+        let names: Vec<&str> = containers.iter().map(|(_, name)| name.as_str()).collect();
+        let ordering = pod.map(|p| TerminationOrdering::new(p, &names));
         let stops = containers.iter().map(|(id, name)| {
             let stop = StopContainer {
                 pod,
@@ -831,6 +835,7 @@ impl CriRuntime {
                 id,
                 pod_ip: pod_ip.as_deref().unwrap_or_default(),
                 grace,
+                ordering: ordering.as_ref(),
             };
             self.stop_container(stop)
         });
@@ -859,10 +864,13 @@ impl CriRuntime {
 
     /// Stops one container (upstream: `killContainer`): its `preStop` hook first when it has
     /// one and the grace period is not zero (upstream: `executePreStopHook`: the hook is waited
-    /// for at most the grace period, a failure is logged and the stop goes on), then
-    /// `StopContainer` with what is left of the grace period, in whole seconds and at least
-    /// upstream's `minimumGracePeriodInSeconds` (2 s). Deviation: without a hook the grace
-    /// period is passed on as it came (upstream clamps it to 2 s too).
+    /// for at most the grace period, a failure is logged and the stop goes on), then its turn
+    /// in the pod's [`TerminationOrdering`] within what is left, then `StopContainer` with what
+    /// is left of the grace period, in whole seconds and at least upstream's
+    /// `minimumGracePeriodInSeconds` (2 s). Deviation: without a hook or a wait the grace
+    /// period is passed on as it came (upstream clamps it to 2 s too); a container whose stop
+    /// failed counts as stopped for the ones that wait for it (upstream lets them wait out
+    /// their grace period).
     async fn stop_container(&self, stop: StopContainer<'_>) -> Result<(), CriError> {
         let StopContainer {
             pod,
@@ -870,6 +878,7 @@ impl CriRuntime {
             id,
             pod_ip,
             mut grace,
+            ordering,
         } = stop;
         let pre_stop = spec.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
         if let (Some(pod), Some(spec), Some(handler)) = (pod, spec, pre_stop)
@@ -895,7 +904,21 @@ impl CriRuntime {
             let elapsed = Duration::from_secs(start.elapsed().as_secs());
             grace = grace.saturating_sub(elapsed).max(MINIMUM_GRACE_PERIOD);
         }
-        self.client.stop_container(raw_id(id), grace).await
+        let name = spec.map(|c| c.name.as_str());
+        if let (Some(ordering), Some(name)) = (ordering, name)
+            && !grace.is_zero()
+        {
+            let waited = ordering.wait_for_turn(name, grace).await;
+            if !waited.is_zero() {
+                let waited = Duration::from_secs(waited.as_secs());
+                grace = grace.saturating_sub(waited).max(MINIMUM_GRACE_PERIOD);
+            }
+        }
+        let stopped = self.client.stop_container(raw_id(id), grace).await;
+        if let (Some(ordering), Some(name)) = (ordering, name) {
+            ordering.terminated(name);
+        }
+        stopped
     }
 
     /// The container's `/var/log/containers`-style symlink to its log, made only when the log
@@ -978,6 +1001,8 @@ struct StopContainer<'a> {
     pod_ip: &'a str,
     /// The grace period.
     grace: Duration,
+    /// The order of the pod's stop, when the whole pod stops.
+    ordering: Option<&'a TerminationOrdering>,
 }
 
 /// The pod's spec container (init or regular) named `name`.
@@ -1429,6 +1454,7 @@ impl Runtime for CriRuntime {
                     id: &id,
                     pod_ip,
                     grace: termination_grace_period(pod),
+                    ordering: None,
                 };
                 if let Err(kill) = self.stop_container(stop).await {
                     warn!(container = %container.name, error = %kill, "Failed to kill container");
@@ -1705,6 +1731,7 @@ impl Runtime for CriRuntime {
             id: raw,
             pod_ip: pod_ip.as_deref().unwrap_or_default(),
             grace,
+            ordering: None,
         };
         match self.stop_container(stop).await {
             Ok(()) => {}

@@ -3,16 +3,23 @@
 //! `pod-lifecycle.md` C7, C8, C10-C12, C20), computed from the pod and what the runtime reports,
 //! before anything is done. Pure: no clock, no I/O.
 //!
-//! Deviations, each written down: restartable init containers (sidecars) are treated as
-//! ordinary init containers (as the status generation does); ephemeral containers and in-place
+//! Restartable init containers (sidecars, `restartPolicy: Always`) follow upstream's
+//! `computeInitContainerActions`: each starts the next init container once it runs (and its
+//! startup probe passed), is restarted whenever it exits (whatever the pod's policy), on a
+//! liveness or startup failure and on a definition change, and is not restarted once the pod is
+//! done (C12).
+//!
+//! Deviations, each written down: ephemeral containers and in-place
 //! resize are not supported; instead of purging the init containers of a replaced sandbox
 //! (upstream `purgeInitContainers`), init instances count only in the sandbox they were made in
 //! ([`ContainerInstance::sandbox_id`]), which leaves them to the garbage collection and keeps
 //! their restart counts.
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
-use crate::prober::ProbeKind;
+use rustlet_core::pod::is_restartable_init_container;
+
+use crate::prober::{ProbeKind, ProbeResult};
 use crate::runtime::{ContainerInstance, InstanceState, RuntimePodStatus, Sandbox, container_hash};
 
 /// Why a running container is killed (the message of its `Killing` event).
@@ -50,8 +57,10 @@ pub struct PodActions {
     pub create_sandbox: bool,
     /// The pod had a sandbox that is replaced (event `SandboxChanged`).
     pub sandbox_changed: bool,
-    /// The init container to start next (an index into `spec.initContainers`).
-    pub next_init: Option<usize>,
+    /// The init containers to start, in spec order (indexes into `spec.initContainers`;
+    /// upstream `InitContainersToStart`): at most one ordinary init container, the next, and
+    /// the sidecars to (re)start.
+    pub init_to_start: Vec<usize>,
     /// The regular containers to start (indexes into `spec.containers`).
     pub start: Vec<usize>,
     /// Instances to kill before the starts.
@@ -60,17 +69,23 @@ pub struct PodActions {
 
 /// The probe results a pass reads besides the pod and the runtime's report.
 pub trait ProbeFailures {
-    /// Whether this running instance's probe of this kind (liveness or startup) failed.
-    fn failed(&self, id: &str, kind: ProbeKind) -> bool;
+    /// This running instance's result of this probe kind (liveness or startup); `None` while
+    /// the probe has not given one (upstream's results manager `Get` not `found`).
+    fn result(&self, id: &str, kind: ProbeKind) -> Option<ProbeResult>;
+
+    /// Whether this running instance's probe of this kind failed.
+    fn failed(&self, id: &str, kind: ProbeKind) -> bool {
+        self.result(id, kind) == Some(ProbeResult::Failure)
+    }
 }
 
-/// No probe failed (a runtime that runs no probes).
+/// No probe runs (a runtime without processes): every probe is taken as passed.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoProbes;
 
 impl ProbeFailures for NoProbes {
-    fn failed(&self, _id: &str, _kind: ProbeKind) -> bool {
-        false
+    fn result(&self, _id: &str, _kind: ProbeKind) -> Option<ProbeResult> {
+        Some(ProbeResult::Success)
     }
 }
 
@@ -128,55 +143,151 @@ fn succeeded(instance: Option<&ContainerInstance>) -> bool {
     )
 }
 
-/// Where initialization stands (upstream `computeInitContainerActions` for ordinary init
-/// containers).
-enum Init {
-    /// Every init container succeeded in this sandbox (or a regular container runs).
-    Done,
-    /// One runs: wait for it.
-    Running,
-    /// Start this one next.
-    Start(usize),
-    /// This one failed (exit code not 0, or its state is unknown).
-    Failed(usize),
-}
-
-fn init_progress(
-    init: &[Container],
-    regular: &[Container],
+/// Upstream `computeInitContainerActions` (C10 with sidecars): fills `actions.init_to_start`
+/// (and `kill`, or `kill_pod` for a run-once pod whose ordinary init container failed) and
+/// returns whether the pod has initialized, when its regular containers are looked at.
+///
+/// The init containers are read from the last to the first: the last one with an instance in
+/// this sandbox decides what comes next; those before it are "previously initialized", and of
+/// them only the sidecars are kept running.
+fn init_container_actions(
+    pod: &Pod,
     runtime: &RuntimePodStatus,
     sandbox_id: &str,
-) -> Init {
-    // Initialized: a regular container was created or runs (an exited one does not count: a
-    // node reboot leaves them all exited).
-    let regular_up = regular.iter().any(|c| {
+    probes: &dyn ProbeFailures,
+    actions: &mut PodActions,
+) -> bool {
+    let empty = k8s_openapi::api::core::v1::PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&empty);
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    if init.is_empty() {
+        return true;
+    }
+    // A regular container created or running: every init container ran once (an exited one
+    // does not count: a node reboot leaves them all exited).
+    let mut initialized = spec.containers.iter().any(|c| {
         matches!(
             runtime.instances(&c.name).0.map(|i| &i.state),
             Some(InstanceState::Created | InstanceState::Running { .. })
         )
     });
-    if regular_up || init.is_empty() {
-        return Init::Done;
-    }
-    // The newest instance of each init container made in this sandbox, from the last to the
-    // first.
+    let mut previously_initialized = initialized;
+    let restart_on_failure = restarts_on_failure(pod);
+    let mut to_start = Vec::new();
+    let mut kill = |instance: &ContainerInstance, reason: KillReason, message: String| {
+        actions.kill.push(ContainerToKill {
+            id: instance.id.clone(),
+            name: instance.name.clone(),
+            reason,
+            message,
+        });
+    };
     for (index, container) in init.iter().enumerate().rev() {
+        let sidecar = is_restartable_init_container(container);
+        let last = index + 1 == init.len();
+        // The newest instance made in this sandbox.
         let Some(newest) = runtime
             .containers
             .iter()
             .find(|i| i.name == container.name && i.sandbox_id == sandbox_id)
         else {
+            // Gone from the runtime after initialization: a sidecar starts again.
+            if previously_initialized && sidecar {
+                to_start.push(index);
+            }
             continue;
         };
-        return match &newest.state {
-            InstanceState::Running { .. } => Init::Running,
-            InstanceState::Created => Init::Start(index),
-            InstanceState::Exited { exit_code: 0, .. } if index + 1 == init.len() => Init::Done,
-            InstanceState::Exited { exit_code: 0, .. } => Init::Start(index + 1),
-            InstanceState::Exited { .. } | InstanceState::Unknown => Init::Failed(index),
-        };
+        if previously_initialized && !sidecar {
+            continue;
+        }
+        match &newest.state {
+            // Created but never started (the runtime failed to start it): started again.
+            InstanceState::Created => to_start.push(index),
+            InstanceState::Running { .. } if !sidecar => {}
+            InstanceState::Running { .. } => 'sidecar: {
+                if container.startup_probe.is_some() {
+                    match probes.result(&newest.id, ProbeKind::Startup) {
+                        // Not started yet: wait for the probe.
+                        None => break 'sidecar,
+                        Some(ProbeResult::Success) => {}
+                        Some(ProbeResult::Failure) => {
+                            kill(
+                                newest,
+                                KillReason::Startup,
+                                format!("Init container {} failed startup probe", container.name),
+                            );
+                            to_start.push(index);
+                            break 'sidecar;
+                        }
+                    }
+                }
+                if last {
+                    initialized = true;
+                } else if !previously_initialized {
+                    // Started for the first time: the next init container follows.
+                    to_start.push(index + 1);
+                }
+                if newest
+                    .hash
+                    .as_ref()
+                    .is_some_and(|hash| *hash != container_hash(container))
+                {
+                    kill(
+                        newest,
+                        KillReason::DefinitionChanged,
+                        format!("Init container {} definition changed", container.name),
+                    );
+                    to_start.push(index);
+                    break 'sidecar;
+                }
+                // Its liveness does not hold back the next init container.
+                if container.liveness_probe.is_some()
+                    && probes.result(&newest.id, ProbeKind::Liveness) == Some(ProbeResult::Failure)
+                {
+                    kill(
+                        newest,
+                        KillReason::Liveness,
+                        format!("Init container {} failed liveness probe", container.name),
+                    );
+                    to_start.push(index);
+                }
+            }
+            // A sidecar that exited is restarted, whatever the pod's policy.
+            InstanceState::Exited { .. } if sidecar => to_start.push(index),
+            InstanceState::Exited { exit_code: 0, .. } => {
+                if last {
+                    initialized = true;
+                } else {
+                    to_start.push(index + 1);
+                }
+            }
+            InstanceState::Exited { .. } if !restart_on_failure => {
+                actions.kill_pod = true;
+                return false;
+            }
+            InstanceState::Exited { .. } => to_start.push(index),
+            InstanceState::Unknown => {
+                if !sidecar && !restart_on_failure {
+                    actions.kill_pod = true;
+                    return false;
+                }
+                kill(
+                    newest,
+                    KillReason::Unknown,
+                    "Init container is in \"Unknown\" state, try killing it before restart".into(),
+                );
+                to_start.push(index);
+            }
+        }
+        previously_initialized = true;
     }
-    Init::Start(0)
+    // No init container started yet: the first one.
+    if !previously_initialized {
+        to_start.push(0);
+    }
+    to_start.reverse();
+    actions.init_to_start = to_start;
+    initialized
 }
 
 /// C8-C12: upstream `computePodActions`.
@@ -220,43 +331,15 @@ pub fn compute_pod_actions(
         if init.is_empty() {
             actions.start = to_start;
         } else {
-            actions.next_init = Some(0);
+            actions.init_to_start = vec![0];
         }
         return actions;
     }
     let sandbox_id = runtime.sandbox.as_ref().map_or("", |s| s.id.as_str());
 
     // C10: initialization.
-    match init_progress(init, &spec.containers, runtime, sandbox_id) {
-        Init::Done => {}
-        Init::Running => return actions,
-        Init::Start(index) => {
-            actions.next_init = Some(index);
-            return actions;
-        }
-        Init::Failed(index) => {
-            if !restarts_on_failure(pod) {
-                actions.kill_pod = true;
-                return actions;
-            }
-            let container = &init[index];
-            if let Some(unknown) = runtime
-                .containers
-                .iter()
-                .find(|i| i.name == container.name && i.state == InstanceState::Unknown)
-            {
-                actions.kill.push(ContainerToKill {
-                    id: unknown.id.clone(),
-                    name: container.name.clone(),
-                    reason: KillReason::Unknown,
-                    message:
-                        "Init container is in \"Unknown\" state, try killing it before restart"
-                            .into(),
-                });
-            }
-            actions.next_init = Some(index);
-            return actions;
-        }
+    if !init_container_actions(pod, runtime, sandbox_id, probes, &mut actions) || actions.kill_pod {
+        return actions;
     }
 
     // C11: regular containers.
@@ -317,8 +400,10 @@ pub fn compute_pod_actions(
         });
     }
     // C12: nothing runs and nothing starts: the pod is done.
+    // Its sidecars are not restarted: they do not keep the pod alive.
     if keep == 0 && actions.start.is_empty() {
         actions.kill_pod = true;
+        actions.init_to_start.clear();
     }
     actions
 }

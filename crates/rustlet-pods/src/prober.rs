@@ -1,5 +1,6 @@
 //! The prober (upstream `pkg/kubelet/prober`; spec `pod-lifecycle.md` B1-B10): one task per
-//! (pod, container, probe kind) for regular containers, results by container instance ID, and a
+//! (pod, container, probe kind) for regular containers and sidecars (init containers with
+//! `restartPolicy: Always`), results by container instance ID, and a
 //! wake of the pod's worker whenever a result changes.
 //!
 //! ```text

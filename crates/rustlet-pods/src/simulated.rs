@@ -6,7 +6,8 @@
 //!   after it starts, with `rustlet.io/simulate-exit-code` (default 0). Without it they run
 //!   until the pod is killed.
 //! * Init containers exit as soon as they start, with
-//!   `rustlet.io/simulate-init-exit-code` (default 0).
+//!   `rustlet.io/simulate-init-exit-code` (default 0); sidecars (`restartPolicy: Always`) run
+//!   until they are killed.
 //! * A kill stops every container at once, exit code 0 (a simulated process honours SIGTERM
 //!   and exits cleanly; one whose state the runtime lost exits 137); so does a kill of one
 //!   container.
@@ -31,6 +32,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use rustlet_core::PodUid;
+use rustlet_core::pod::is_restartable_init_container;
 use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
 
@@ -327,6 +329,7 @@ impl Runtime for SimulatedRuntime {
             )));
         }
         let exit = match kind {
+            ContainerKind::Init if is_restartable_init_container(container) => None,
             ContainerKind::Init => {
                 Some((Duration::ZERO, simulated_init_exit(pod).map_err(failed)?))
             }

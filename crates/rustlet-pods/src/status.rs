@@ -2,15 +2,17 @@
 //! `convertToAPIContainerStatuses`; spec `pod-lifecycle.md` S1-S13) from what the runtime
 //! reports. Pure: no clock, no I/O.
 //!
+//! Restartable init containers (sidecars) are started and ready as regular containers are (by
+//! their probes), and count in the phase as upstream's `getPhase` counts them.
+//!
 //! Simplifications, each a deviation written down: no probes, so a running container is
-//! started and ready (B10 without workers); restartable init containers (sidecars) are treated
-//! as ordinary init containers; one node IP family.
+//! started and ready (B10 without workers); one node IP family.
 
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use rustlet_core::FeatureGates;
@@ -18,7 +20,10 @@ use rustlet_core::generate::{
     GenerateContext, NamespaceMode, SandboxStatus, containers_ready_condition,
     pod_initialized_condition, pod_ready_condition, pod_ready_to_start_containers_condition,
 };
-use rustlet_core::pod::{PodPhase, condition_type, is_static_pod, pod_condition_by_kubelet};
+use rustlet_core::pod::{
+    PodPhase, condition_type, is_restartable_init_container, is_static_pod,
+    pod_condition_by_kubelet,
+};
 
 use crate::runtime::{ContainerInstance, ContainerKind, InstanceState, RuntimePodStatus};
 
@@ -49,7 +54,7 @@ pub struct StatusInput<'a> {
     pub waiting: &'a HashMap<String, WaitingReason>,
     /// Feature gates in force.
     pub gates: &'a FeatureGates,
-    /// Probe results per regular container name (B10); a name without an entry has no probe
+    /// Probe results per regular container and sidecar name (B10); a name without an entry has no probe
     /// workers (and a runtime that runs no probes gives none).
     pub probes: &'a HashMap<String, ContainerProbes>,
     /// An internal module's request that the pod fail (upstream: a `PodSyncHandler`'s
@@ -100,7 +105,7 @@ pub fn past_active_deadline(
         .map(|_| DEADLINE_EXCEEDED)
 }
 
-/// A regular container's probe state for its newest instance (B10).
+/// A regular container's or sidecar's probe state for its newest instance (B10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ContainerProbes {
     /// `None`: no startup probe; else whether it succeeded.
@@ -178,11 +183,12 @@ fn state_of(instance: &ContainerInstance, old: Option<&ContainerStatus>) -> Cont
 /// S9-S12 for one spec container.
 fn container_status(
     input: &StatusInput<'_>,
-    name: &str,
-    image: &str,
+    spec: &Container,
     kind: ContainerKind,
     old: Option<&ContainerStatus>,
 ) -> ContainerStatus {
+    let name = spec.name.as_str();
+    let image = spec.image.as_deref().unwrap_or_default();
     let has_init = input
         .pod
         .spec
@@ -251,7 +257,7 @@ fn container_status(
     // B10.
     let state = status.state.clone().unwrap_or_default();
     let running = state.running.is_some();
-    if kind == ContainerKind::Init {
+    if kind == ContainerKind::Init && !is_restartable_init_container(spec) {
         status.ready = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
         status.started = Some(running);
     } else {
@@ -263,7 +269,11 @@ fn container_status(
     status
 }
 
-/// S4: upstream `getPhase` (restartable init containers counted as ordinary ones).
+/// S4: upstream `getPhase`. A sidecar is pending until it runs and has started; once
+/// `pod_has_initialized` (a regular container was created or runs in the runtime: upstream
+/// `HasAnyActiveRegularContainerStarted`) a sidecar that is not started no longer holds the pod
+/// pending. A running sidecar counts as running; an exited one is not counted, so a run-once
+/// pod whose regular containers are done is Succeeded or Failed by them alone.
 ///
 /// ```
 /// use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec};
@@ -278,21 +288,54 @@ fn container_status(
 ///     ..Pod::default()
 /// };
 /// // No status for its container yet: Pending.
-/// assert_eq!(get_phase(&pod, &[], &[], false), PodPhase::Pending);
+/// assert_eq!(get_phase(&pod, &[], &[], false, false), PodPhase::Pending);
 /// let waiting = ContainerStatus { name: "app".into(), ..ContainerStatus::default() };
-/// assert_eq!(get_phase(&pod, &[], &[waiting], false), PodPhase::Pending);
+/// assert_eq!(get_phase(&pod, &[], &[waiting], false, false), PodPhase::Pending);
 /// ```
 pub fn get_phase(
     pod: &Pod,
     init: &[ContainerStatus],
     regular: &[ContainerStatus],
     pod_is_terminal: bool,
+    pod_has_initialized: bool,
 ) -> PodPhase {
     let spec = pod.spec.clone().unwrap_or_default();
     let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let (mut pending_init, mut failed_init) = (0, 0);
+    let last_terminated = |s: &ContainerStatus| {
+        s.last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .map(|t| t.exit_code)
+    };
+    let (mut pending_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for c in spec.init_containers.iter().flatten() {
-        let Some(s) = init.iter().find(|s| s.name == c.name) else {
+        let status = init.iter().find(|s| s.name == c.name);
+        if is_restartable_init_container(c) {
+            let Some(s) = status else {
+                unknown += 1;
+                continue;
+            };
+            let state = s.state.clone().unwrap_or_default();
+            if state.running.is_some() {
+                if s.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+                running += 1;
+            } else if state.terminated.is_some() {
+                // An exited sidecar does not count.
+            } else if state.waiting.is_some() {
+                if last_terminated(s).is_none() {
+                    pending_sidecars += 1;
+                    waiting += 1;
+                }
+            } else {
+                pending_sidecars += 1;
+                unknown += 1;
+            }
+            continue;
+        }
+        let Some(s) = status else {
             pending_init += 1;
             continue;
         };
@@ -301,18 +344,12 @@ pub fn get_phase(
             if t.exit_code != 0 {
                 failed_init += 1;
             }
-        } else if state.waiting.is_some()
-            && s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some_and(|t| t.exit_code != 0)
-        {
+        } else if state.waiting.is_some() && last_terminated(s).is_some_and(|code| code != 0) {
             failed_init += 1;
         } else {
             pending_init += 1;
         }
     }
-    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for c in &spec.containers {
         let Some(s) = regular.iter().find(|s| s.name == c.name) else {
             unknown += 1;
@@ -327,10 +364,7 @@ pub fn get_phase(
                 succeeded += 1;
             }
         } else if state.waiting.is_some() {
-            if s.last_state
-                .as_ref()
-                .is_some_and(|l| l.terminated.is_some())
-            {
+            if last_terminated(s).is_some() {
                 stopped += 1;
             } else {
                 waiting += 1;
@@ -342,7 +376,7 @@ pub fn get_phase(
     if failed_init > 0 && restart_policy == "Never" {
         return PodPhase::Failed;
     }
-    if pending_init > 0 || failed_init > 0 {
+    if pending_init > 0 || failed_init > 0 || (pending_sidecars > 0 && !pod_has_initialized) {
         return PodPhase::Pending;
     }
     if waiting > 0 {
@@ -369,6 +403,16 @@ pub fn get_phase(
     PodPhase::Pending
 }
 
+/// Upstream `HasAnyActiveRegularContainerStarted`: a regular container was created or runs.
+fn any_regular_container_active(pod: &Pod, runtime: &RuntimePodStatus) -> bool {
+    pod.spec.iter().flat_map(|s| &s.containers).any(|c| {
+        matches!(
+            runtime.instances(&c.name).0.map(|i| &i.state),
+            Some(InstanceState::Created | InstanceState::Running { .. })
+        )
+    })
+}
+
 /// Upstream `generateAPIPodStatus` (S2-S8).
 pub fn generate_api_status(input: &StatusInput<'_>) -> PodStatus {
     let pod = input.pod;
@@ -383,8 +427,7 @@ pub fn generate_api_status(input: &StatusInput<'_>) -> PodStatus {
                 let o = old_list
                     .as_ref()
                     .and_then(|l| l.iter().find(|s| s.name == c.name));
-                let image = c.image.as_deref().unwrap_or_default();
-                container_status(input, &c.name, image, kind, o)
+                container_status(input, c, kind, o)
             })
             .collect::<Vec<ContainerStatus>>()
     };
@@ -402,7 +445,13 @@ pub fn generate_api_status(input: &StatusInput<'_>) -> PodStatus {
 
     // S4, S5.
     let api_status = pod.status.clone().unwrap_or_default();
-    let mut phase = get_phase(pod, &init, &regular, input.pod_is_terminal);
+    let mut phase = get_phase(
+        pod,
+        &init,
+        &regular,
+        input.pod_is_terminal,
+        any_regular_container_active(pod, input.runtime),
+    );
     if !phase.is_terminal() {
         let old_phase = PodPhase::of(old);
         let api_phase = PodPhase::of(&api_status);

@@ -79,45 +79,51 @@ fn waiting(name: &str, last_exit: Option<i32>) -> ContainerStatus {
 fn s4_get_phase_follows_upstreams_table() {
     let p = pod("Always", &[], &["a", "b"]);
     assert_eq!(
-        get_phase(&p, &[], &[running("a"), running("b")], false),
+        get_phase(&p, &[], &[running("a"), running("b")], false, false),
         PodPhase::Running
     );
     assert_eq!(
-        get_phase(&p, &[], &[running("a")], false),
+        get_phase(&p, &[], &[running("a")], false, false),
         PodPhase::Pending,
         "b unknown"
     );
     assert_eq!(
-        get_phase(&p, &[], &[running("a"), waiting("b", None)], false),
+        get_phase(&p, &[], &[running("a"), waiting("b", None)], false, false),
         PodPhase::Pending,
         "running can revert to pending"
     );
     assert_eq!(
-        get_phase(&p, &[], &[exited("a", 1), waiting("b", Some(1))], false),
+        get_phase(
+            &p,
+            &[],
+            &[exited("a", 1), waiting("b", Some(1))],
+            false,
+            false
+        ),
         PodPhase::Running,
         "Always: stopped containers restart"
     );
     assert_eq!(
-        get_phase(&p, &[], &[exited("a", 0), exited("b", 1)], true),
+        get_phase(&p, &[], &[exited("a", 0), exited("b", 1)], true, false),
         PodPhase::Failed,
         "terminal: Failed unless every container succeeded"
     );
     let never = pod("Never", &[], &["a"]);
     assert_eq!(
-        get_phase(&never, &[], &[exited("a", 0)], false),
+        get_phase(&never, &[], &[exited("a", 0)], false, false),
         PodPhase::Succeeded
     );
     assert_eq!(
-        get_phase(&never, &[], &[exited("a", 2)], false),
+        get_phase(&never, &[], &[exited("a", 2)], false, false),
         PodPhase::Failed
     );
     let on_failure = pod("OnFailure", &[], &["a"]);
     assert_eq!(
-        get_phase(&on_failure, &[], &[exited("a", 2)], false),
+        get_phase(&on_failure, &[], &[exited("a", 2)], false, false),
         PodPhase::Running
     );
     assert_eq!(
-        get_phase(&on_failure, &[], &[exited("a", 0)], false),
+        get_phase(&on_failure, &[], &[exited("a", 0)], false, false),
         PodPhase::Succeeded
     );
 }
@@ -125,22 +131,28 @@ fn s4_get_phase_follows_upstreams_table() {
 #[test]
 fn s4_init_containers_hold_the_pod_pending_and_a_failed_one_fails_a_never_pod() {
     let p = pod("Always", &["i"], &["a"]);
-    assert_eq!(get_phase(&p, &[], &[], false), PodPhase::Pending);
+    assert_eq!(get_phase(&p, &[], &[], false, false), PodPhase::Pending);
     assert_eq!(
-        get_phase(&p, &[running("i")], &[waiting("a", None)], false),
+        get_phase(&p, &[running("i")], &[waiting("a", None)], false, false),
         PodPhase::Pending
     );
     assert_eq!(
-        get_phase(&p, &[exited("i", 0)], &[running("a")], false),
+        get_phase(&p, &[exited("i", 0)], &[running("a")], false, false),
         PodPhase::Running
     );
     let never = pod("Never", &["i"], &["a"]);
     assert_eq!(
-        get_phase(&never, &[exited("i", 1)], &[waiting("a", None)], false),
+        get_phase(
+            &never,
+            &[exited("i", 1)],
+            &[waiting("a", None)],
+            false,
+            false
+        ),
         PodPhase::Failed
     );
     assert_eq!(
-        get_phase(&p, &[exited("i", 1)], &[waiting("a", None)], false),
+        get_phase(&p, &[exited("i", 1)], &[waiting("a", None)], false, false),
         PodPhase::Pending,
         "Always: the init container is retried"
     );
@@ -641,7 +653,7 @@ fn test_compute_pod_actions_a_never_pod_whose_sandbox_died_gets_no_new_one() {
     let actions = compute_pod_actions(&p, &runtime, &NoProbes);
     assert!(actions.kill_pod);
     assert!(!actions.create_sandbox);
-    assert_eq!(actions.next_init, None);
+    assert!(actions.init_to_start.is_empty());
     assert!(actions.start.is_empty());
 }
 
@@ -664,25 +676,25 @@ fn test_compute_pod_actions_with_init_containers_a_new_sandbox_runs_them_again()
     };
     let actions = compute_pod_actions(&p, &runtime, &NoProbes);
     assert!(actions.kill_pod && actions.create_sandbox && actions.sandbox_changed);
-    assert_eq!(actions.next_init, Some(0));
+    assert_eq!(actions.init_to_start, [0]);
     assert!(actions.start.is_empty(), "the regular containers wait");
 
     runtime.sandbox = sandbox("s2", true);
     let actions = compute_pod_actions(&p, &runtime, &NoProbes);
     assert!(!actions.kill_pod && !actions.create_sandbox);
-    assert_eq!(actions.next_init, Some(0), "i1 ran in s1, not in s2");
+    assert_eq!(actions.init_to_start, [0], "i1 ran in s1, not in s2");
 
     runtime
         .containers
         .insert(0, instance("i1", "s2", exited_instance(0)));
     let actions = compute_pod_actions(&p, &runtime, &NoProbes);
-    assert_eq!(actions.next_init, Some(1));
+    assert_eq!(actions.init_to_start, [1]);
 
     runtime
         .containers
         .insert(0, instance("i2", "s2", exited_instance(0)));
     let actions = compute_pod_actions(&p, &runtime, &NoProbes);
-    assert_eq!(actions.next_init, None);
+    assert!(actions.init_to_start.is_empty());
     assert_eq!(actions.start, [0], "initialized: the container restarts");
 }
 
@@ -704,7 +716,7 @@ fn test_compute_pod_actions_an_unknown_container_is_killed_and_restarted() {
     );
     let always = pod("Always", &["i"], &["a"]);
     let actions = compute_pod_actions(&always, &runtime, &NoProbes);
-    assert_eq!(actions.next_init, Some(0));
+    assert_eq!(actions.init_to_start, [0]);
     assert_eq!(actions.kill.len(), 1);
     assert_eq!(actions.kill[0].reason, KillReason::Unknown);
 

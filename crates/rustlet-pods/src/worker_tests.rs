@@ -754,3 +754,60 @@ async fn an_updated_active_deadline_fails_the_running_pod_with_deadline_exceeded
     })
     .await;
 }
+
+/// Issue 27 (sidecar containers), upstream `computePodActions` and `getPhase`: the sidecar runs
+/// before the next init container and keeps running beside the main container; once the main
+/// container of a `restartPolicy: Never` pod has exited, the sidecar is stopped (not restarted)
+/// and the pod's phase is Succeeded, the sidecar's exit ignored.
+#[tokio::test(start_paused = true)]
+async fn a_never_pods_sidecar_is_stopped_when_its_main_container_is_done_and_the_pod_succeeds() {
+    let h = Harness::start(Duration::from_millis(100));
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": UID,
+                     "annotations": {"rustlet.io/simulate-exit-after": "5"}},
+        "spec": {"restartPolicy": "Never",
+                 "initContainers": [
+                     {"name": "side", "image": "busybox", "restartPolicy": "Always"},
+                     {"name": "i", "image": "busybox"}],
+                 "containers": [{"name": "a", "image": "busybox"}]}
+    }))
+    .unwrap();
+    h.put(p);
+    h.until(
+        "the main container runs",
+        Duration::from_secs(3),
+        async |h| find(&h.status().container_statuses, "a").is_some_and(running),
+    )
+    .await;
+    let status = h.status();
+    let side = named(&status.init_container_statuses, "side");
+    assert!(running(side), "{side:#?}");
+    assert_eq!(side.started, Some(true));
+    assert!(side.ready);
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let runtime = h.runtime_status().await;
+    let order: Vec<&str> = runtime
+        .containers
+        .iter()
+        .rev()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(order, ["side", "i", "a"], "started in this order");
+
+    h.until("the pod succeeds", Duration::from_secs(10), async |h| {
+        h.status().phase.as_deref() == Some("Succeeded")
+    })
+    .await;
+    let runtime = h.runtime_status().await;
+    assert!(
+        !runtime.any_running(),
+        "the sidecar was stopped: {runtime:#?}"
+    );
+    assert_eq!(newest(&runtime, "side").attempt, 0, "never restarted");
+    let status = h.status();
+    let side = named(&status.init_container_statuses, "side");
+    assert!(
+        side.state.as_ref().is_some_and(|s| s.terminated.is_some()),
+        "{side:#?}"
+    );
+}

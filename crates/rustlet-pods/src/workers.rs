@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::deletion::PodDeletionSafety;
 use rustlet_core::generate::need_to_reconcile_pod_readiness;
-use rustlet_core::pod::{PodPhase, condition_type, is_static_pod};
+use rustlet_core::pod::{PodPhase, condition_type, is_restartable_init_container, is_static_pod};
 use rustlet_core::{ChangeLog, FeatureGates, PodChanges, PodUid};
 use rustlet_status::StatusManager;
 use rustlet_volume::events::{EventKind, EventRecorder, FAILED_MOUNT};
@@ -667,8 +667,15 @@ struct ProbeView<'a> {
 }
 
 impl ProbeFailures for ProbeView<'_> {
-    fn failed(&self, id: &str, kind: ProbeKind) -> bool {
-        self.runs && !id.is_empty() && self.results.get(id, kind) == Some(ProbeResult::Failure)
+    fn result(&self, id: &str, kind: ProbeKind) -> Option<ProbeResult> {
+        if !self.runs {
+            // No probe runs: each is taken as passed.
+            return Some(ProbeResult::Success);
+        }
+        if id.is_empty() {
+            return None;
+        }
+        self.results.get(id, kind)
     }
 }
 
@@ -813,13 +820,13 @@ impl Worker {
         }
     }
 
-    /// Starts the probe tasks of the pod's regular containers that have none (B2), on a
-    /// runtime that runs probes.
+    /// Starts the probe tasks of the pod's regular containers and sidecars that have none (B2),
+    /// on a runtime that runs probes.
     fn ensure_probes(&mut self, pod: &Arc<Pod>) {
         if !self.shared.runtime.runs_probes() {
             return;
         }
-        for container in pod.spec.iter().flat_map(|s| &s.containers) {
+        for container in probed_containers(pod) {
             for kind in ProbeKind::ALL {
                 if kind.of(container).is_none() {
                     continue;
@@ -882,11 +889,11 @@ impl Worker {
         });
     }
 
-    /// B10's input: each regular container's startup and readiness results, for its newest
-    /// instance. B11: a container adopted from an earlier agent (started before this one's
-    /// start less 10 s) without a result yet keeps what `old` said: `started` if it was, and
-    /// `ready` while the pod was Ready, so an agent restart does not flip a pod unready until
-    /// its probes run again.
+    /// B10's input: each regular container's and sidecar's startup and readiness results, for
+    /// its newest instance. B11: a container adopted from an earlier agent (started before this
+    /// one's start less 10 s) without a result yet keeps what `old` said: `started` if it was,
+    /// and `ready` while the pod was Ready, so an agent restart does not flip a pod unready
+    /// until its probes run again.
     fn probe_view(
         &self,
         pod: &Pod,
@@ -898,9 +905,7 @@ impl Worker {
         }
         let results = &self.shared.probe_results;
         let pod_was_ready = rustlet_core::pod::is_condition_true(old, condition_type::READY);
-        pod.spec
-            .iter()
-            .flat_map(|s| &s.containers)
+        probed_containers(pod)
             .map(|c| {
                 let newest = runtime.instances(&c.name).0;
                 let id = newest.map(|i| i.id.as_str());
@@ -910,6 +915,7 @@ impl Worker {
                 let was_started = old
                     .container_statuses
                     .iter()
+                    .chain(&old.init_container_statuses)
                     .flatten()
                     .any(|s| s.name == c.name && s.container_id.as_deref() == id && s.started == Some(true));
                 let passed = |kind: ProbeKind| {
@@ -1048,9 +1054,9 @@ impl Worker {
 
     /// Upstream `SyncPod` (W20) and the runtime manager's `SyncPod` (C13): status (a terminal
     /// one ends the pass), volumes, then the actions computed from what the runtime reports
-    /// ([`compute_pod_actions`]): kill (the pod, or single containers), a new sandbox, the next
-    /// init container, the regular containers; each start behind the crash-loop back-off
-    /// (C14, C15).
+    /// ([`compute_pod_actions`]): kill (the pod, or single containers), a new sandbox, the init
+    /// containers (the next one and the sidecars to keep running), the regular containers; each
+    /// start behind the crash-loop back-off (C14, C15).
     async fn sync_pod(&mut self, pod: &Arc<Pod>) -> Result<Synced, SyncError> {
         let no_waiting = HashMap::new();
         let runtime = self.shared.runtime.pod_status(&self.uid).await;
@@ -1114,15 +1120,21 @@ impl Worker {
         let mut soonest = |at: Instant| wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
         let retry = Instant::now() + self.shared.config.sync_error_backoff;
 
-        // C13 step 8: the next init container; an ordinary one that cannot start ends the pass.
+        // C13 step 8: the init containers to start; an ordinary one that cannot start ends the
+        // pass (a sidecar that cannot is skipped).
+        let init = spec.init_containers.as_deref().unwrap_or_default();
         let mut init_started = None;
-        if let Some(index) = actions.next_init {
-            let container = &spec.init_containers.as_deref().unwrap_or_default()[index];
+        let mut init_blocked = false;
+        for &index in &actions.init_to_start {
+            let container = &init[index];
             match self
                 .start_with_back_off(pod, container, ContainerKind::Init, &runtime)
                 .await?
             {
-                Started::Yes => init_started = Some(container.name.as_str()),
+                Started::Yes => {
+                    init_started = Some(container.name.as_str());
+                    continue;
+                }
                 Started::BackingOff { reason, due } => {
                     waiting.insert(container.name.clone(), reason);
                     soonest(due);
@@ -1132,9 +1144,14 @@ impl Worker {
                     soonest(retry);
                 }
             }
+            if !is_restartable_init_container(container) {
+                init_blocked = true;
+                break;
+            }
         }
-        // C13 step 10: the regular containers, each on its own.
-        for &index in &actions.start {
+        // C13 step 10: the regular containers, each on its own (none while an ordinary init
+        // container could not start).
+        for &index in actions.start.iter().filter(|_| !init_blocked) {
             let container = &spec.containers[index];
             match self
                 .start_with_back_off(pod, container, ContainerKind::Regular, &runtime)
@@ -1156,13 +1173,17 @@ impl Worker {
         if PodPhase::of(&status).is_terminal() {
             return Ok(Synced::Terminal);
         }
-        // An init container that exited before this pass read the runtime again: no change
-        // will be announced for it, and the next one waits on it.
+        // An init container that exited before this pass read the runtime again, or a sidecar
+        // that runs (upstream: the PLEG's `ContainerStarted`): no change will be announced for
+        // it, and the next one waits on it.
         if let Some(name) = init_started
-            && runtime
-                .instances(name)
-                .0
-                .is_some_and(|i| matches!(i.state, InstanceState::Exited { .. }))
+            && runtime.instances(name).0.is_some_and(|i| {
+                matches!(i.state, InstanceState::Exited { .. })
+                    || (matches!(i.state, InstanceState::Running { .. })
+                        && init
+                            .iter()
+                            .any(|c| c.name == name && is_restartable_init_container(c)))
+            })
         {
             wake = Some(Instant::now());
         }
@@ -1461,6 +1482,18 @@ impl Worker {
         .await
         .map_err(|e| e.to_string())?
     }
+}
+
+/// The containers that have probes: the regular ones and the sidecars (upstream's prober
+/// manager `AddPod` skips only the ordinary init containers).
+fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    pod.spec.iter().flat_map(|s| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_restartable_init_container(c))
+            .chain(&s.containers)
+    })
 }
 
 /// W7 without kill options: the deletion's grace period, else the spec's, at least 1 s.

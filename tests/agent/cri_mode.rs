@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rustlet_cri::CriClient;
-use rustlet_cri::testing::{PrivateContainerd, scratch};
+use rustlet_cri::testing::{GrpcHealthServer, HealthAnswer, PrivateContainerd, scratch};
 use serde_json::Value;
 
 use crate::harness::{Agent, run_to_end, start_in, start_with_env};
@@ -519,6 +519,103 @@ fn cri_probes_flip_readiness_both_ways_and_a_failed_liveness_probe_restarts() {
         "{app}"
     );
     assert_eq!(container(&pod, "web")["restartCount"], 0);
+}
+
+/// Two pods with a gRPC liveness probe (upstream's "should *not* be restarted with a GRPC
+/// liveness probe" and "should be restarted with a GRPC liveness probe"): `serving`, on the
+/// host network, probes a health server the test runs there (`PORT`); `wrong-port` probes a
+/// port of its own pod IP where nothing listens.
+const GRPC_PROBED: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: serving}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    livenessProbe:
+      grpc: {port: PORT}
+      periodSeconds: 1
+      timeoutSeconds: 1
+      failureThreshold: 2
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: wrong-port}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    livenessProbe:
+      grpc: {port: 2333}
+      periodSeconds: 1
+      timeoutSeconds: 1
+      failureThreshold: 1
+"#;
+
+/// upstream "should be restarted with a GRPC liveness probe" and "should *not* be restarted
+/// with a GRPC liveness probe" through the binary: the agent checks `grpc.health.v1` at the
+/// pod IP; a pod whose port has no server is restarted, a pod whose server answers `SERVING`
+/// is not, and is restarted once the server answers `NOT_SERVING`.
+#[test]
+fn cri_a_failing_grpc_liveness_probe_restarts_the_container_and_a_serving_one_does_not() {
+    let Some(cri) = Cri::new("cri_a_failing_grpc_liveness_probe_restarts", &[]) else {
+        return;
+    };
+    // The health server listens on the loopback of containerd's network namespace: the
+    // host network of these pods, where the agent runs.
+    let listener = {
+        let netns = cri.containerd.netns();
+        std::thread::spawn(move || {
+            use nix::sched::{CloneFlags, setns};
+            let target = std::fs::File::open(netns).unwrap();
+            // This thread alone enters it, and ends there.
+            setns(&target, CloneFlags::CLONE_NEWNET).unwrap();
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap()
+        })
+        .join()
+        .unwrap()
+    };
+    let server = GrpcHealthServer::start(listener, "");
+    std::fs::write(
+        cri.manifests.join("grpc.yaml"),
+        GRPC_PROBED.replace("PORT", &server.port().to_string()),
+    )
+    .unwrap();
+    let agent = cri.start();
+    let first = container(&running(&agent, "serving"), "main")["containerID"].clone();
+    // Nothing at 2333: the check fails at its 1 s deadline and the container is replaced.
+    let pod = agent.wait_for("wrong-port restarted", || {
+        agent.pod("wrong-port").filter(|p| {
+            let main = container(p, "main");
+            main["restartCount"].as_i64() >= Some(1) && main["state"]["running"].is_object()
+        })
+    });
+    let main = container(&pod, "main");
+    assert!(main["lastState"]["terminated"].is_object(), "{main}");
+    // Meanwhile the serving pod's container passed several checks and still runs.
+    let pod = agent.pod("serving").unwrap();
+    let main = container(&pod, "main");
+    assert_eq!(main["restartCount"], 0, "{main}");
+    assert_eq!(main["containerID"], first, "{main}");
+
+    server.set(HealthAnswer::NotServing);
+    let pod = agent.wait_for("serving restarted", || {
+        agent.pod("serving").filter(|p| {
+            let main = container(p, "main");
+            main["restartCount"] == 1 && main["state"]["running"].is_object()
+        })
+    });
+    let main = container(&pod, "main");
+    assert_ne!(main["containerID"], first);
+    assert_eq!(
+        main["lastState"]["terminated"]["containerID"], first,
+        "{main}"
+    );
 }
 
 const CONTENT: &str = r#"apiVersion: v1

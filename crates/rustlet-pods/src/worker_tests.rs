@@ -80,6 +80,7 @@ impl Harness {
                 status: status.clone(),
                 volumes,
                 runtime: runtime.clone(),
+                grpc: None,
                 events: events.clone(),
             },
             PodWorkersConfig::new(root.path()),

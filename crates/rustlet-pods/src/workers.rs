@@ -38,7 +38,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions::{ContainerToKill, KillReason, ProbeFailures, compute_pod_actions};
-use crate::prober::{OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask};
+use crate::prober::{
+    GrpcProber, OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask,
+};
 use crate::runtime::{
     ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, container_hash,
     full_name,
@@ -204,6 +206,9 @@ pub struct PodWorkersDeps {
     pub volumes: Arc<VolumeManager>,
     /// The container runtime.
     pub runtime: Arc<dyn Runtime>,
+    /// The gRPC health check of `grpc` probes (`None`: such a probe errors, as one the agent
+    /// cannot run).
+    pub grpc: Option<Arc<dyn GrpcProber>>,
     /// Where pod events go.
     pub events: Arc<dyn EventRecorder>,
 }
@@ -268,6 +273,7 @@ struct Shared {
     status: Arc<StatusManager>,
     volumes: Arc<VolumeManager>,
     runtime: Arc<dyn Runtime>,
+    grpc: Option<Arc<dyn GrpcProber>>,
     events: Arc<dyn EventRecorder>,
     config: PodWorkersConfig,
 }
@@ -316,6 +322,7 @@ impl PodWorkers {
                 status: deps.status,
                 volumes: deps.volumes,
                 runtime: deps.runtime,
+                grpc: deps.grpc,
                 events: deps.events,
                 config,
             }),
@@ -856,6 +863,7 @@ impl Worker {
                     uid: self.uid.clone(),
                     container: container.clone(),
                     runtime: self.shared.runtime.clone(),
+                    grpc: self.shared.grpc.clone(),
                     results: self.shared.probe_results.clone(),
                     counts: self.shared.probe_counts.clone(),
                     events: self.shared.events.clone(),

@@ -1636,3 +1636,110 @@ fn cri_the_agent_rotates_a_container_log_above_container_log_max_size() {
     });
     assert!(agent.terminate().success());
 }
+
+/// A pod with its own UID (so that a manifest edit updates it instead of making a new pod),
+/// and, where `EPHEMERAL` stands, the ephemeral container `kubectl debug` would add.
+const DEBUGGED: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: debugged, uid: 3f0c1f9e-27c3-4d3b-9f5e-0e0000000e01}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+EPHEMERAL"#;
+
+const DEBUGGER: &str = r#"  ephemeralContainers:
+  - name: debugger
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do echo polo; sleep 1 & wait $!; done"]
+    stdin: true
+    tty: true
+"#;
+
+/// upstream "Ephemeral Containers will start an ephemeral container in an existing pod"
+/// through the binary: an ephemeral container added to a running pod starts in its sandbox
+/// (the pod's own container goes on untouched), shows in `ephemeralContainerStatuses`, writes
+/// its log, runs an exec, and is stopped with the pod.
+#[test]
+fn cri_an_ephemeral_container_added_to_a_running_pod_starts_and_stops_with_it() {
+    let Some(cri) = Cri::new("cri_an_ephemeral_container_added", &[]) else {
+        return;
+    };
+    let manifest = cri.manifests.join("debugged.yaml");
+    std::fs::write(&manifest, DEBUGGED.replace("EPHEMERAL", "")).unwrap();
+    let agent = cri.start();
+    let pod = running(&agent, "debugged");
+    let pod_uid = uid(&pod);
+    let main_id = container(&pod, "main")["containerID"].clone();
+    assert!(
+        pod["status"]["ephemeralContainerStatuses"].is_null(),
+        "{pod}"
+    );
+
+    std::fs::write(&manifest, DEBUGGED.replace("EPHEMERAL", DEBUGGER)).unwrap();
+    let ephemeral = |p: &Value| {
+        p["status"]["ephemeralContainerStatuses"]
+            .as_array()
+            .and_then(|l| l.iter().find(|c| c["name"] == "debugger"))
+            .cloned()
+    };
+    let pod = agent.wait_for("the debugger running", || {
+        agent
+            .pod("debugged")
+            .filter(|p| ephemeral(p).is_some_and(|d| d["state"]["running"].is_object()))
+    });
+    assert_eq!(uid(&pod), pod_uid, "the same pod");
+    let debugger = ephemeral(&pod).unwrap();
+    assert_eq!(debugger["ready"], false, "{debugger}");
+    assert_eq!(debugger["restartCount"], 0, "{debugger}");
+    let main = container(&pod, "main");
+    assert_eq!(main["containerID"], main_id, "{main}");
+    assert_eq!(main["restartCount"], 0, "{main}");
+    let (sandboxes, containers) = cri.listed();
+    assert_eq!((sandboxes.len(), containers.len()), (1, 2));
+
+    // Its log, and an exec in it (as `kubectl exec -c debugger`).
+    agent.wait_for("the debugger's log", || {
+        log_lines(&cri.root, &pod_uid, "debugger")
+            .iter()
+            .any(|l| l.contains("polo"))
+            .then_some(())
+    });
+    let id = debugger["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_owned();
+    let endpoint = cri.containerd.endpoint().to_owned();
+    let out = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                .await
+                .unwrap();
+            client
+                .exec_sync(
+                    &id,
+                    vec!["/bin/echo".into(), "marco".into()],
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap()
+        });
+    assert_eq!(out.exit_code, 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("marco"));
+
+    // The pod deleted: both containers stop and go with the sandbox.
+    std::fs::remove_file(&manifest).unwrap();
+    agent.wait_for("the pod deleted", || {
+        agent.pod("debugged").is_none().then_some(())
+    });
+    agent.wait_for("the runtime emptied", || {
+        let (s, c) = cri.listed();
+        (s.is_empty() && c.is_empty()).then_some(())
+    });
+}

@@ -278,6 +278,7 @@ pub fn container_config(
             match inputs.kind {
                 ContainerKind::Init => "init",
                 ContainerKind::Regular => "regular",
+                ContainerKind::Ephemeral => "ephemeral",
             }
             .to_owned(),
         ),

@@ -449,6 +449,7 @@ impl CriRuntime {
             .map(String::as_str)
         {
             Some("init") => ContainerKind::Init,
+            Some("ephemeral") => ContainerKind::Ephemeral,
             _ => ContainerKind::Regular,
         };
         let metadata = status.metadata.clone().unwrap_or_default();

@@ -4,8 +4,9 @@
 //! before anything is done. Pure: no clock, no I/O.
 //!
 //! Deviations, each written down: restartable init containers (sidecars) are treated as
-//! ordinary init containers (as the status generation does); ephemeral containers and in-place
-//! resize are not supported; instead of purging the init containers of a replaced sandbox
+//! ordinary init containers (as the status generation does); in-place resize is not
+//! supported; an ephemeral container's `targetContainerName` is not joined (see
+//! [`crate::runtime::ephemeral_container`]); instead of purging the init containers of a replaced sandbox
 //! (upstream `purgeInitContainers`), init instances count only in the sandbox they were made in
 //! ([`ContainerInstance::sandbox_id`]), which leaves them to the garbage collection and keeps
 //! their restart counts.
@@ -54,6 +55,9 @@ pub struct PodActions {
     pub next_init: Option<usize>,
     /// The regular containers to start (indexes into `spec.containers`).
     pub start: Vec<usize>,
+    /// The ephemeral containers to start (indexes into `spec.ephemeralContainers`): those
+    /// that never had an instance (upstream `EphemeralContainersToStart`; never restarted).
+    pub ephemeral: Vec<usize>,
     /// Instances to kill before the starts.
     pub kill: Vec<ContainerToKill>,
 }
@@ -225,6 +229,17 @@ pub fn compute_pod_actions(
         return actions;
     }
     let sandbox_id = runtime.sandbox.as_ref().map_or("", |s| s.id.as_str());
+
+    // Ephemeral containers start even while initialization goes on, each once: one that has
+    // an instance, whatever its state, is never started again.
+    actions.ephemeral = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, c)| runtime.instances(&c.name).0.is_none())
+        .map(|(index, _)| index)
+        .collect();
 
     // C10: initialization.
     match init_progress(init, &spec.containers, runtime, sandbox_id) {

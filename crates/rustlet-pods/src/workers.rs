@@ -43,7 +43,7 @@ use crate::prober::{
 };
 use crate::runtime::{
     ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, container_hash,
-    full_name,
+    ephemeral_container, full_name,
 };
 use crate::status::{
     ContainerProbes, StatusInput, WaitingReason, active_deadline, generate_api_status,
@@ -1122,6 +1122,26 @@ impl Worker {
         let mut soonest = |at: Instant| wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
         let retry = Instant::now() + self.shared.config.sync_error_backoff;
 
+        // C13 step 7: the ephemeral containers, before the init containers (so that a pod
+        // whose initialization is stuck can be debugged).
+        let ephemeral = spec.ephemeral_containers.as_deref().unwrap_or_default();
+        for &index in &actions.ephemeral {
+            let container = ephemeral_container(&ephemeral[index]);
+            match self
+                .start_with_back_off(pod, &container, ContainerKind::Ephemeral, &runtime)
+                .await?
+            {
+                Started::Yes => {}
+                Started::BackingOff { reason, due } => {
+                    waiting.insert(container.name.clone(), reason);
+                    soonest(due);
+                }
+                Started::No(reason) => {
+                    waiting.insert(container.name.clone(), reason);
+                    soonest(retry);
+                }
+            }
+        }
         // C13 step 8: the next init container; an ordinary one that cannot start ends the pass.
         let mut init_started = None;
         if let Some(index) = actions.next_init {

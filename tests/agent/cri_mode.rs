@@ -937,6 +937,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
                     security: ContainerSecurityInputs {
                         image_user: &ImageUser::Uid(0),
                         seccomp_profile_root: &cri.root.join("seccomp"),
+                        namespace_target: None,
                     },
                     termination_log: None,
                 },
@@ -1656,6 +1657,7 @@ const DEBUGGER: &str = r#"  ephemeralContainers:
     command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do echo polo; sleep 1 & wait $!; done"]
     stdin: true
     tty: true
+    targetContainerName: main
 "#;
 
 /// upstream "Ephemeral Containers will start an ephemeral container in an existing pod"
@@ -1713,7 +1715,7 @@ fn cri_an_ephemeral_container_added_to_a_running_pod_starts_and_stops_with_it() 
         .trim_start_matches("containerd://")
         .to_owned();
     let endpoint = cri.containerd.endpoint().to_owned();
-    let out = tokio::runtime::Builder::new_current_thread()
+    let (out, ps) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
@@ -1721,17 +1723,24 @@ fn cri_an_ephemeral_container_added_to_a_running_pod_starts_and_stops_with_it() 
             let client = CriClient::connect(&endpoint, Duration::from_secs(30))
                 .await
                 .unwrap();
-            client
-                .exec_sync(
-                    &id,
-                    vec!["/bin/echo".into(), "marco".into()],
-                    Duration::from_secs(10),
-                )
-                .await
-                .unwrap()
+            let exec = |cmd: &[&str]| {
+                let cmd = cmd.iter().map(|s| (*s).to_owned()).collect();
+                let (client, id) = (&client, &id);
+                async move {
+                    client
+                        .exec_sync(id, cmd, Duration::from_secs(10))
+                        .await
+                        .unwrap()
+                }
+            };
+            (exec(&["/bin/echo", "marco"]).await, exec(&["ps"]).await)
         });
     assert_eq!(out.exit_code, 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("marco"));
+    // `targetContainerName: main`: the debugger sees main's processes (upstream's
+    // `NamespaceMode_TARGET`).
+    let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
+    assert!(ps.contains("do sleep 1"), "{ps}");
 
     // The pod deleted: both containers stop and go with the sandbox.
     std::fs::remove_file(&manifest).unwrap();

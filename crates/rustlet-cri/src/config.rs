@@ -833,6 +833,7 @@ mod tests {
                 security: ContainerSecurityInputs {
                     image_user: &ImageUser::Uid(0),
                     seccomp_profile_root: Path::new("/r/seccomp"),
+                    namespace_target: None,
                 },
                 termination_log: None,
             },
@@ -877,6 +878,7 @@ mod tests {
                     security: ContainerSecurityInputs {
                         image_user: &ImageUser::Uid(0),
                         seccomp_profile_root: Path::new("/r/seccomp"),
+                        namespace_target: None,
                     },
                     termination_log: Some(log),
                 },
@@ -1196,6 +1198,7 @@ mod tests {
             security: ContainerSecurityInputs {
                 image_user: user,
                 seccomp_profile_root: Path::new("/r/seccomp"),
+                namespace_target: None,
             },
             termination_log: None,
         };

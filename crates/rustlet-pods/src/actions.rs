@@ -5,8 +5,7 @@
 //!
 //! Deviations, each written down: restartable init containers (sidecars) are treated as
 //! ordinary init containers (as the status generation does); in-place resize is not
-//! supported; an ephemeral container's `targetContainerName` is not joined (see
-//! [`crate::runtime::ephemeral_container`]); instead of purging the init containers of a replaced sandbox
+//! supported; instead of purging the init containers of a replaced sandbox
 //! (upstream `purgeInitContainers`), init instances count only in the sandbox they were made in
 //! ([`ContainerInstance::sandbox_id`]), which leaves them to the garbage collection and keeps
 //! their restart counts.

@@ -60,9 +60,9 @@ pub enum ContainerKind {
 /// An ephemeral container as the container the runtime starts (upstream casts its
 /// `EphemeralContainerCommon` to a `Container`). What the API server refuses on an ephemeral
 /// container (ports, probes, lifecycle hooks, resources, a restart policy) is dropped here
-/// too, so a manifest that carries them anyway gets none of them. `targetContainerName` (the
-/// process namespace of another container) has no place in a `Container`: such a container
-/// shares the pod's namespaces only (a deviation: upstream joins the target's PID namespace).
+/// too, so a manifest that carries them anyway gets none of them. `targetContainerName` has no
+/// place in a `Container`: a runtime reads it from the pod's spec (`rustlet-cri` joins the
+/// target's process namespace, as upstream).
 pub fn ephemeral_container(
     ephemeral: &k8s_openapi::api::core::v1::EphemeralContainer,
 ) -> Container {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rustlet_cri::CriClient;
-use rustlet_cri::testing::{PrivateContainerd, scratch};
+use rustlet_cri::testing::{GrpcHealthServer, HealthAnswer, PrivateContainerd, scratch};
 use serde_json::Value;
 
 use crate::harness::{Agent, run_to_end, start_in, start_with_env};
@@ -521,6 +521,103 @@ fn cri_probes_flip_readiness_both_ways_and_a_failed_liveness_probe_restarts() {
     assert_eq!(container(&pod, "web")["restartCount"], 0);
 }
 
+/// Two pods with a gRPC liveness probe (upstream's "should *not* be restarted with a GRPC
+/// liveness probe" and "should be restarted with a GRPC liveness probe"): `serving`, on the
+/// host network, probes a health server the test runs there (`PORT`); `wrong-port` probes a
+/// port of its own pod IP where nothing listens.
+const GRPC_PROBED: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: serving}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    livenessProbe:
+      grpc: {port: PORT}
+      periodSeconds: 1
+      timeoutSeconds: 1
+      failureThreshold: 2
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: wrong-port}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+    livenessProbe:
+      grpc: {port: 2333}
+      periodSeconds: 1
+      timeoutSeconds: 1
+      failureThreshold: 1
+"#;
+
+/// upstream "should be restarted with a GRPC liveness probe" and "should *not* be restarted
+/// with a GRPC liveness probe" through the binary: the agent checks `grpc.health.v1` at the
+/// pod IP; a pod whose port has no server is restarted, a pod whose server answers `SERVING`
+/// is not, and is restarted once the server answers `NOT_SERVING`.
+#[test]
+fn cri_a_failing_grpc_liveness_probe_restarts_the_container_and_a_serving_one_does_not() {
+    let Some(cri) = Cri::new("cri_a_failing_grpc_liveness_probe_restarts", &[]) else {
+        return;
+    };
+    // The health server listens on the loopback of containerd's network namespace: the
+    // host network of these pods, where the agent runs.
+    let listener = {
+        let netns = cri.containerd.netns();
+        std::thread::spawn(move || {
+            use nix::sched::{CloneFlags, setns};
+            let target = std::fs::File::open(netns).unwrap();
+            // This thread alone enters it, and ends there.
+            setns(&target, CloneFlags::CLONE_NEWNET).unwrap();
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap()
+        })
+        .join()
+        .unwrap()
+    };
+    let server = GrpcHealthServer::start(listener, "");
+    std::fs::write(
+        cri.manifests.join("grpc.yaml"),
+        GRPC_PROBED.replace("PORT", &server.port().to_string()),
+    )
+    .unwrap();
+    let agent = cri.start();
+    let first = container(&running(&agent, "serving"), "main")["containerID"].clone();
+    // Nothing at 2333: the check fails at its 1 s deadline and the container is replaced.
+    let pod = agent.wait_for("wrong-port restarted", || {
+        agent.pod("wrong-port").filter(|p| {
+            let main = container(p, "main");
+            main["restartCount"].as_i64() >= Some(1) && main["state"]["running"].is_object()
+        })
+    });
+    let main = container(&pod, "main");
+    assert!(main["lastState"]["terminated"].is_object(), "{main}");
+    // Meanwhile the serving pod's container passed several checks and still runs.
+    let pod = agent.pod("serving").unwrap();
+    let main = container(&pod, "main");
+    assert_eq!(main["restartCount"], 0, "{main}");
+    assert_eq!(main["containerID"], first, "{main}");
+
+    server.set(HealthAnswer::NotServing);
+    let pod = agent.wait_for("serving restarted", || {
+        agent.pod("serving").filter(|p| {
+            let main = container(p, "main");
+            main["restartCount"] == 1 && main["state"]["running"].is_object()
+        })
+    });
+    let main = container(&pod, "main");
+    assert_ne!(main["containerID"], first);
+    assert_eq!(
+        main["lastState"]["terminated"]["containerID"], first,
+        "{main}"
+    );
+}
+
 const CONTENT: &str = r#"apiVersion: v1
 kind: ConfigMap
 metadata: {name: app-config}
@@ -840,6 +937,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
                     security: ContainerSecurityInputs {
                         image_user: &ImageUser::Uid(0),
                         seccomp_profile_root: &cri.root.join("seccomp"),
+                        namespace_target: None,
                     },
                     termination_log: None,
                 },
@@ -1751,5 +1849,120 @@ fn cri_a_sidecars_readiness_counts_in_the_pods_ready_and_a_failed_liveness_probe
         agent
             .pod("probed-sidecar")
             .filter(|p| condition(p, "Ready") == "True")
+    });
+}
+
+/// A pod with its own UID (so that a manifest edit updates it instead of making a new pod),
+/// and, where `EPHEMERAL` stands, the ephemeral container `kubectl debug` would add.
+const DEBUGGED: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: debugged, uid: 3f0c1f9e-27c3-4d3b-9f5e-0e0000000e01}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+EPHEMERAL"#;
+
+const DEBUGGER: &str = r#"  ephemeralContainers:
+  - name: debugger
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do echo polo; sleep 1 & wait $!; done"]
+    stdin: true
+    tty: true
+    targetContainerName: main
+"#;
+
+/// upstream "Ephemeral Containers will start an ephemeral container in an existing pod"
+/// through the binary: an ephemeral container added to a running pod starts in its sandbox
+/// (the pod's own container goes on untouched), shows in `ephemeralContainerStatuses`, writes
+/// its log, runs an exec, and is stopped with the pod.
+#[test]
+fn cri_an_ephemeral_container_added_to_a_running_pod_starts_and_stops_with_it() {
+    let Some(cri) = Cri::new("cri_an_ephemeral_container_added", &[]) else {
+        return;
+    };
+    let manifest = cri.manifests.join("debugged.yaml");
+    std::fs::write(&manifest, DEBUGGED.replace("EPHEMERAL", "")).unwrap();
+    let agent = cri.start();
+    let pod = running(&agent, "debugged");
+    let pod_uid = uid(&pod);
+    let main_id = container(&pod, "main")["containerID"].clone();
+    assert!(
+        pod["status"]["ephemeralContainerStatuses"].is_null(),
+        "{pod}"
+    );
+
+    std::fs::write(&manifest, DEBUGGED.replace("EPHEMERAL", DEBUGGER)).unwrap();
+    let ephemeral = |p: &Value| {
+        p["status"]["ephemeralContainerStatuses"]
+            .as_array()
+            .and_then(|l| l.iter().find(|c| c["name"] == "debugger"))
+            .cloned()
+    };
+    let pod = agent.wait_for("the debugger running", || {
+        agent
+            .pod("debugged")
+            .filter(|p| ephemeral(p).is_some_and(|d| d["state"]["running"].is_object()))
+    });
+    assert_eq!(uid(&pod), pod_uid, "the same pod");
+    let debugger = ephemeral(&pod).unwrap();
+    assert_eq!(debugger["ready"], false, "{debugger}");
+    assert_eq!(debugger["restartCount"], 0, "{debugger}");
+    let main = container(&pod, "main");
+    assert_eq!(main["containerID"], main_id, "{main}");
+    assert_eq!(main["restartCount"], 0, "{main}");
+    let (sandboxes, containers) = cri.listed();
+    assert_eq!((sandboxes.len(), containers.len()), (1, 2));
+
+    // Its log, and an exec in it (as `kubectl exec -c debugger`).
+    agent.wait_for("the debugger's log", || {
+        log_lines(&cri.root, &pod_uid, "debugger")
+            .iter()
+            .any(|l| l.contains("polo"))
+            .then_some(())
+    });
+    let id = debugger["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_owned();
+    let endpoint = cri.containerd.endpoint().to_owned();
+    let (out, ps) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                .await
+                .unwrap();
+            let exec = |cmd: &[&str]| {
+                let cmd = cmd.iter().map(|s| (*s).to_owned()).collect();
+                let (client, id) = (&client, &id);
+                async move {
+                    client
+                        .exec_sync(id, cmd, Duration::from_secs(10))
+                        .await
+                        .unwrap()
+                }
+            };
+            (exec(&["/bin/echo", "marco"]).await, exec(&["ps"]).await)
+        });
+    assert_eq!(out.exit_code, 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("marco"));
+    // `targetContainerName: main`: the debugger sees main's processes (upstream's
+    // `NamespaceMode_TARGET`).
+    let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
+    assert!(ps.contains("do sleep 1"), "{ps}");
+
+    // The pod deleted: both containers stop and go with the sandbox.
+    std::fs::remove_file(&manifest).unwrap();
+    agent.wait_for("the pod deleted", || {
+        agent.pod("debugged").is_none().then_some(())
+    });
+    agent.wait_for("the runtime emptied", || {
+        let (s, c) = cri.listed();
+        (s.is_empty() && c.is_empty()).then_some(())
     });
 }

@@ -357,3 +357,131 @@ fn kubectl_logs_and_exec_reach_the_container_through_the_kubelet_server() {
         "refused requests of the agent: {refused:#?}"
     );
 }
+
+const TARGET: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: ephemeral-containers-target-pod
+  namespace: default
+spec:
+  nodeName: node-a
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: test-container-1
+    image: IMAGE
+    command: [/bin/sleep]
+    args: ['10000']
+";
+
+/// upstream "[sig-node] Ephemeral Containers [NodeConformance] will start an ephemeral
+/// container in an existing pod" and "should update the ephemeral containers in an existing
+/// pod" through the real API server: `kubectl debug` adds an ephemeral container through the
+/// `ephemeralcontainers` subresource (the pod's generation goes to 2); the agent starts it and
+/// reports it running in `ephemeralContainerStatuses`; `kubectl exec -c debugger` and
+/// `kubectl logs -c debugger` reach it through the kubelet server; a second one starts too.
+#[test]
+fn kubectl_debug_starts_an_ephemeral_container_that_exec_and_logs_reach() {
+    let Some(node) = ServedNode::start("ephemeral-containers", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    let pod = "ephemeral-containers-target-pod";
+    cluster.apply(&TARGET.replace("IMAGE", BUSYBOX_IMAGE));
+    let ephemeral_running = |name: &str| {
+        let got = cluster.get(&["pod", pod]);
+        let running = got["status"]["ephemeralContainerStatuses"]
+            .as_array()
+            .is_some_and(|l| {
+                l.iter()
+                    .any(|c| c["name"] == name && c["state"]["running"].is_object())
+            });
+        running
+            .then_some(got.clone())
+            .ok_or_else(|| got["status"].to_string())
+    };
+    cluster.wait_for("the target pod runs", || {
+        let got = cluster.get(&["pod", pod]);
+        (got["status"]["phase"] == "Running")
+            .then_some(())
+            .ok_or_else(|| got["status"].to_string())
+    });
+    assert_eq!(cluster.get(&["pod", pod])["metadata"]["generation"], 1);
+
+    let out = cluster.kubectl_output(
+        &[
+            "debug",
+            pod,
+            &format!("--image={BUSYBOX_IMAGE}"),
+            "--container=debugger",
+            "--profile=legacy",
+            "--",
+            "/bin/sh",
+            "-c",
+            "while true; do echo polo; sleep 2; done",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = cluster.wait_for("the debugger runs", || ephemeral_running("debugger"));
+    assert_eq!(got["metadata"]["generation"], 2);
+    let status = got["status"]["ephemeralContainerStatuses"][0].clone();
+    assert_eq!(status["ready"], false, "{status}");
+    assert_eq!(
+        got["status"]["containerStatuses"][0]["restartCount"], 0,
+        "{got}"
+    );
+
+    let exec = cluster.kubectl_output(
+        &["exec", pod, "-c", "debugger", "--", "/bin/echo", "marco"],
+        None,
+    );
+    assert!(
+        String::from_utf8_lossy(&exec.stdout).contains("marco"),
+        "{}",
+        String::from_utf8_lossy(&exec.stderr)
+    );
+    cluster.wait_for("the debugger's log", || {
+        let out = cluster.kubectl_output(&["logs", pod, "-c", "debugger"], None);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("polo")
+            .then_some(())
+            .ok_or_else(|| format!("{text:?} {}", String::from_utf8_lossy(&out.stderr)))
+    });
+
+    // A second one, as the second spec adds it (by an update of the subresource there).
+    let out = cluster.kubectl_output(
+        &[
+            "debug",
+            pod,
+            &format!("--image={BUSYBOX_IMAGE}"),
+            "--container=debugger2",
+            "--profile=legacy",
+            "--",
+            "/bin/sleep",
+            "10000",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = cluster.wait_for("the second debugger runs", || {
+        ephemeral_running("debugger2")
+    });
+    assert_eq!(
+        got["spec"]["ephemeralContainers"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let refused = cluster.refused_requests_of_node("node-a");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+}

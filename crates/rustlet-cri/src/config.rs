@@ -278,6 +278,7 @@ pub fn container_config(
             match inputs.kind {
                 ContainerKind::Init => "init",
                 ContainerKind::Regular => "regular",
+                ContainerKind::Ephemeral => "ephemeral",
             }
             .to_owned(),
         ),
@@ -832,6 +833,7 @@ mod tests {
                 security: ContainerSecurityInputs {
                     image_user: &ImageUser::Uid(0),
                     seccomp_profile_root: Path::new("/r/seccomp"),
+                    namespace_target: None,
                 },
                 termination_log: None,
             },
@@ -876,6 +878,7 @@ mod tests {
                     security: ContainerSecurityInputs {
                         image_user: &ImageUser::Uid(0),
                         seccomp_profile_root: Path::new("/r/seccomp"),
+                        namespace_target: None,
                     },
                     termination_log: Some(log),
                 },
@@ -1195,6 +1198,7 @@ mod tests {
             security: ContainerSecurityInputs {
                 image_user: user,
                 seccomp_profile_root: Path::new("/r/seccomp"),
+                namespace_target: None,
             },
             termination_log: None,
         };

@@ -10,6 +10,8 @@
 //!   against the image's user; pure.
 //! * [`logs`]: the kubelet's log layout: `<podLogsDir>/<namespace>_<name>_<uid>/<container>/
 //!   <n>.log` and the `/var/log/containers`-style symlinks; hostile names refused.
+//! * [`grpc_probe`]: [`GrpcHealthProber`], the gRPC health check of `grpc` probes (upstream
+//!   `pkg/probe/grpc`) over tonic, the pod workers' `GrpcProber`.
 //! * [`runtime`]: [`CriRuntime`], the `Runtime` over CRI with a relisted cache (upstream's
 //!   generic PLEG), image pulls with back-off, adoption and orphan removal by pod UID label;
 //!   a pod's sidecars stop after its regular containers, in reverse order (upstream's
@@ -30,6 +32,7 @@
 
 pub mod client;
 pub mod config;
+pub mod grpc_probe;
 pub mod logs;
 mod ordering;
 pub mod runtime;
@@ -40,6 +43,7 @@ pub mod termination;
 pub mod testing;
 
 pub use client::{CriClient, CriError};
+pub use grpc_probe::GrpcHealthProber;
 pub use runtime::{CriConfig, CriRuntime, ServiceSource};
 
 /// The README's examples, compiled and run as doctests so that they stay true.

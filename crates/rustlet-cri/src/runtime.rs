@@ -450,6 +450,7 @@ impl CriRuntime {
             .map(String::as_str)
         {
             Some("init") => ContainerKind::Init,
+            Some("ephemeral") => ContainerKind::Ephemeral,
             _ => ContainerKind::Regular,
         };
         let metadata = status.metadata.clone().unwrap_or_default();
@@ -1069,6 +1070,27 @@ fn same_state(a: &PodRecord, b: &PodRecord) -> bool {
             .all(|(x, y)| x.id == y.id && x.cri_state == y.cri_state)
 }
 
+/// The `targetContainerName` of the ephemeral container `container` of `pod` (`None` for any
+/// other container, or without one).
+fn ephemeral_target<'a>(
+    pod: &'a Pod,
+    container: &Container,
+    kind: ContainerKind,
+) -> Option<&'a str> {
+    if kind != ContainerKind::Ephemeral {
+        return None;
+    }
+    pod.spec
+        .as_ref()?
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .find(|e| e.name == container.name)?
+        .target_container_name
+        .as_deref()
+        .filter(|t| !t.is_empty())
+}
+
 /// Dead objects a relist found.
 #[derive(Debug, Default)]
 struct Garbage {
@@ -1377,6 +1399,29 @@ impl Runtime for CriRuntime {
                 Some(made)
             }
         };
+        // upstream `getTargetID`: an ephemeral container's `targetContainerName` is the newest
+        // instance of that name, which must exist.
+        let namespace_target = match ephemeral_target(pod, container, kind) {
+            None => None,
+            Some(target) => {
+                let state = self.state();
+                let found = state
+                    .pods
+                    .get(&uid)
+                    .into_iter()
+                    .flat_map(|p| &p.containers)
+                    .find(|c| c.instance.name == target)
+                    .map(|c| c.id.clone());
+                match found {
+                    Some(id) => Some(id),
+                    None => {
+                        return Err(config_error(format!(
+                            "unable to find target container {target}"
+                        )));
+                    }
+                }
+            }
+        };
         let mut config = container_config(
             pod,
             container,
@@ -1389,6 +1434,7 @@ impl Runtime for CriRuntime {
                 security: ContainerSecurityInputs {
                     image_user: &image_user,
                     seccomp_profile_root: &self.config.root_dir.join(SECCOMP_PROFILE_DIR),
+                    namespace_target: namespace_target.as_deref(),
                 },
                 termination_log: termination_log.as_deref(),
             },

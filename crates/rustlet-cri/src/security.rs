@@ -385,6 +385,21 @@ fn supplemental_groups_policy(policy: &str) -> Result<i32, SecurityContextError>
         .ok_or_else(|| SecurityContextError::SupplementalGroupsPolicy(policy.to_owned()))
 }
 
+/// A container's namespaces: the pod's, and for an ephemeral container with a target the
+/// target's process namespace when the pod's containers each have their own (upstream
+/// `determineEffectiveSecurityContext`: `NamespaceMode_TARGET` only over `CONTAINER`; a pod that
+/// shares one process namespace, or the node's, keeps it).
+fn container_namespaces(pod: &Pod, target: Option<&str>) -> cri::NamespaceOption {
+    let mut namespaces = namespace_options(pod);
+    if let Some(target) = target
+        && namespaces.pid == cri::NamespaceMode::Container as i32
+    {
+        namespaces.pid = cri::NamespaceMode::Target as i32;
+        target.clone_into(&mut namespaces.target_id);
+    }
+    namespaces
+}
+
 /// What a container's security context is built from besides the pod and the spec container.
 #[derive(Clone, Copy, Debug)]
 pub struct ContainerSecurityInputs<'a> {
@@ -392,6 +407,9 @@ pub struct ContainerSecurityInputs<'a> {
     pub image_user: &'a ImageUser,
     /// Where `Localhost` seccomp profiles are (`<root-dir>/seccomp`).
     pub seccomp_profile_root: &'a Path,
+    /// The CRI ID of the container whose process namespace an ephemeral container joins (its
+    /// `targetContainerName`'s instance); `None` for every other container.
+    pub namespace_target: Option<&'a str>,
 }
 
 /// The container's Linux security context (upstream `determineEffectiveSecurityContext` with
@@ -419,7 +437,7 @@ pub fn container_security_context(
             container,
             inputs.seccomp_profile_root,
         )?),
-        namespace_options: Some(namespace_options(pod)),
+        namespace_options: Some(container_namespaces(pod, inputs.namespace_target)),
         no_new_privs: add_no_new_privileges(&effective),
         masked_paths: masked_paths(effective.proc_mount.as_deref()),
         readonly_paths: readonly_paths(effective.proc_mount.as_deref()),
@@ -532,6 +550,48 @@ mod tests {
         ContainerSecurityInputs {
             image_user: user,
             seccomp_profile_root: Path::new(ROOT),
+            namespace_target: None,
+        }
+    }
+
+    /// upstream `determineEffectiveSecurityContext`'s namespace target (and
+    /// `TestGenerateContainerConfigNamespaces` "Target Namespace"): an ephemeral container with
+    /// a target joins the target's process namespace when the pod's containers each have their
+    /// own; with `shareProcessNamespace` or `hostPID` the pod's stays.
+    #[test]
+    fn an_ephemeral_containers_target_is_its_process_namespace() {
+        let (mut pod, container) = fixture(serde_json::json!({}), serde_json::json!({}));
+        let root = ImageUser::Uid(0);
+        let targeted = ContainerSecurityInputs {
+            namespace_target: Some("abc123"),
+            ..inputs(&root)
+        };
+        let sc = container_security_context(&pod, &container, targeted).unwrap();
+        let ns = sc.namespace_options.unwrap();
+        assert_eq!(ns.pid, cri::NamespaceMode::Target as i32);
+        assert_eq!(ns.target_id, "abc123");
+        assert_eq!(ns.network, cri::NamespaceMode::Pod as i32);
+        let plain = container_security_context(&pod, &container, inputs(&root)).unwrap();
+        let ns = plain.namespace_options.unwrap();
+        assert_eq!(ns.pid, cri::NamespaceMode::Container as i32);
+        assert_eq!(ns.target_id, "");
+        for (field, mode) in [
+            ("share_process_namespace", cri::NamespaceMode::Pod),
+            ("host_pid", cri::NamespaceMode::Node),
+        ] {
+            let spec = pod.spec.as_mut().unwrap();
+            (spec.share_process_namespace, spec.host_pid) = (None, None);
+            match field {
+                "share_process_namespace" => spec.share_process_namespace = Some(true),
+                _ => spec.host_pid = Some(true),
+            }
+            let sc = container_security_context(&pod, &container, targeted).unwrap();
+            let ns = sc.namespace_options.unwrap();
+            assert_eq!(
+                (ns.pid, ns.target_id.as_str()),
+                (mode as i32, ""),
+                "{field}"
+            );
         }
     }
 

@@ -8,6 +8,9 @@
 //! container is force-deleted through runc, containerd stops, and what is still mounted under
 //! the temp dir is unmounted before the dir is removed.
 //!
+//! [`GrpcHealthServer`] is a gRPC health server as agnhost's `grpc-health-checking`, for the
+//! gRPC probe's tests.
+//!
 //! Like the mount tests: without root, containerd, runc or the CNI plugins the test prints
 //! `skipped: needs CAP_SYS_ADMIN` and why; with `RUSTLET_REQUIRE_PRIVILEGED=1` it fails.
 
@@ -670,4 +673,133 @@ pub fn scratch(containerd: &PrivateContainerd, name: &str) -> PathBuf {
     let p = containerd.dir().join(name);
     std::fs::create_dir_all(&p).expect("scratch dir");
     p
+}
+
+/// What a [`GrpcHealthServer`] answers a `Check`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HealthAnswer {
+    /// `SERVING`.
+    Serving,
+    /// `NOT_SERVING` (agnhost after `--delay-unhealthy-sec` or `/make-not-serving`).
+    NotServing,
+    /// The `UNIMPLEMENTED` error of a server without the health service.
+    Unimplemented,
+    /// Nothing, ever (a server that hangs).
+    Hang,
+}
+
+/// A gRPC health server on a listener of the test's, answering as agnhost's
+/// `grpc-health-checking` (the upstream e2e specs' gRPC server): `NOT_FOUND` "unknown service"
+/// for a service other than its own, else the [`HealthAnswer`] set (at first `SERVING`).
+/// It runs on a thread of its own, so sync and async tests can use it; dropping it stops it.
+pub struct GrpcHealthServer {
+    port: u16,
+    answer: std::sync::Arc<std::sync::Mutex<HealthAnswer>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// agnhost's `HealthChecker`.
+struct AgnhostHealth {
+    service: String,
+    answer: std::sync::Arc<std::sync::Mutex<HealthAnswer>>,
+}
+
+#[tonic::async_trait]
+impl tonic_health::pb::health_server::Health for AgnhostHealth {
+    async fn check(
+        &self,
+        request: tonic::Request<tonic_health::pb::HealthCheckRequest>,
+    ) -> Result<tonic::Response<tonic_health::pb::HealthCheckResponse>, tonic::Status> {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        let answer = *self.answer.lock().unwrap_or_else(|e| e.into_inner());
+        if answer == HealthAnswer::Unimplemented {
+            return Err(tonic::Status::unimplemented("unimplemented"));
+        }
+        if request.get_ref().service != self.service {
+            return Err(tonic::Status::not_found("unknown service"));
+        }
+        let status = match answer {
+            HealthAnswer::Serving => ServingStatus::Serving,
+            HealthAnswer::NotServing => ServingStatus::NotServing,
+            HealthAnswer::Unimplemented | HealthAnswer::Hang => {
+                return std::future::pending().await;
+            }
+        };
+        Ok(tonic::Response::new(
+            tonic_health::pb::HealthCheckResponse {
+                status: status as i32,
+            },
+        ))
+    }
+
+    type WatchStream = tonic::codegen::tokio_stream::Empty<
+        Result<tonic_health::pb::HealthCheckResponse, tonic::Status>,
+    >;
+
+    async fn watch(
+        &self,
+        _request: tonic::Request<tonic_health::pb::HealthCheckRequest>,
+    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("unimplemented"))
+    }
+}
+
+impl GrpcHealthServer {
+    /// Serves `service`'s health (`""`: agnhost's default) on `listener` (bound by the test,
+    /// in whichever network namespace it likes).
+    pub fn start(listener: std::net::TcpListener, service: &str) -> Self {
+        let port = listener.local_addr().expect("a bound listener").port();
+        listener.set_nonblocking(true).expect("non-blocking");
+        let answer = std::sync::Arc::new(std::sync::Mutex::new(HealthAnswer::Serving));
+        let health = AgnhostHealth {
+            service: service.to_owned(),
+            answer: answer.clone(),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("a listener");
+                let serve = tonic::transport::Server::builder()
+                    .add_service(tonic_health::pb::health_server::HealthServer::new(health))
+                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+                // Stopping drops the runtime with the connections' tasks, hung calls included.
+                tokio::select! {
+                    _ = serve => {}
+                    _ = stopped => {}
+                }
+            });
+        });
+        Self {
+            port,
+            answer,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// What it answers from now on.
+    pub fn set(&self, answer: HealthAnswer) {
+        *self.answer.lock().unwrap_or_else(|e| e.into_inner()) = answer;
+    }
+}
+
+impl Drop for GrpcHealthServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }

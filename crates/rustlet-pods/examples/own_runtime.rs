@@ -193,6 +193,7 @@ async fn main() {
             status: status.clone(),
             volumes: volumes.clone(),
             runtime: Arc::new(InstantJobs::default()),
+            grpc: None,
             events: Arc::new(NoEvents),
         },
         PodWorkersConfig::new(root.path()),

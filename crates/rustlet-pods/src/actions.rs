@@ -9,8 +9,7 @@
 //! liveness or startup failure and on a definition change, and is not restarted once the pod is
 //! done (C12).
 //!
-//! Deviations, each written down: ephemeral containers and in-place
-//! resize are not supported; instead of purging the init containers of a replaced sandbox
+//! Deviations, each written down: in-place resize is not supported; instead of purging the init containers of a replaced sandbox
 //! (upstream `purgeInitContainers`), init instances count only in the sandbox they were made in
 //! ([`ContainerInstance::sandbox_id`]), which leaves them to the garbage collection and keeps
 //! their restart counts.
@@ -63,6 +62,9 @@ pub struct PodActions {
     pub init_to_start: Vec<usize>,
     /// The regular containers to start (indexes into `spec.containers`).
     pub start: Vec<usize>,
+    /// The ephemeral containers to start (indexes into `spec.ephemeralContainers`): those
+    /// that never had an instance (upstream `EphemeralContainersToStart`; never restarted).
+    pub ephemeral: Vec<usize>,
     /// Instances to kill before the starts.
     pub kill: Vec<ContainerToKill>,
 }
@@ -336,6 +338,17 @@ pub fn compute_pod_actions(
         return actions;
     }
     let sandbox_id = runtime.sandbox.as_ref().map_or("", |s| s.id.as_str());
+
+    // Ephemeral containers start even while initialization goes on, each once: one that has
+    // an instance, whatever its state, is never started again.
+    actions.ephemeral = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, c)| runtime.instances(&c.name).0.is_none())
+        .map(|(index, _)| index)
+        .collect();
 
     // C10: initialization.
     if !init_container_actions(pod, runtime, sandbox_id, probes, &mut actions) || actions.kill_pod {

@@ -8,7 +8,7 @@
 //! * [`actions`]: what a sync does to the sandbox and the containers (`computePodActions`).
 //! * [`runtime`]: the [`runtime::Runtime`] trait, the seam where a CRI runtime plugs in.
 //! * [`prober`]: liveness, readiness and startup probes (exec through the runtime, HTTP GET,
-//!   TCP), on a runtime that runs processes.
+//!   TCP, gRPC through the [`prober::GrpcProber`] seam), on a runtime that runs processes.
 //! * [`simulated`]: a runtime without processes (kwok-like): real volumes and statuses.
 //! * [`status`]: `generateAPIPodStatus` and `getPhase`, pure.
 //!

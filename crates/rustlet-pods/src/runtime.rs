@@ -52,6 +52,40 @@ pub enum ContainerKind {
     Init,
     /// `spec.containers`.
     Regular,
+    /// `spec.ephemeralContainers` (`kubectl debug`): started once in the running pod's
+    /// sandbox, never restarted, never probed.
+    Ephemeral,
+}
+
+/// An ephemeral container as the container the runtime starts (upstream casts its
+/// `EphemeralContainerCommon` to a `Container`). What the API server refuses on an ephemeral
+/// container (ports, probes, lifecycle hooks, resources, a restart policy) is dropped here
+/// too, so a manifest that carries them anyway gets none of them. `targetContainerName` has no
+/// place in a `Container`: a runtime reads it from the pod's spec (`rustlet-cri` joins the
+/// target's process namespace, as upstream).
+pub fn ephemeral_container(
+    ephemeral: &k8s_openapi::api::core::v1::EphemeralContainer,
+) -> Container {
+    let e = ephemeral.clone();
+    Container {
+        name: e.name,
+        image: e.image,
+        image_pull_policy: e.image_pull_policy,
+        command: e.command,
+        args: e.args,
+        working_dir: e.working_dir,
+        env: e.env,
+        env_from: e.env_from,
+        volume_mounts: e.volume_mounts,
+        volume_devices: e.volume_devices,
+        security_context: e.security_context,
+        stdin: e.stdin,
+        stdin_once: e.stdin_once,
+        tty: e.tty,
+        termination_message_path: e.termination_message_path,
+        termination_message_policy: e.termination_message_policy,
+        ..Container::default()
+    }
 }
 
 /// A container instance's state as the runtime reports it.

@@ -334,6 +334,8 @@ impl Runtime for SimulatedRuntime {
                 Some((Duration::ZERO, simulated_init_exit(pod).map_err(failed)?))
             }
             ContainerKind::Regular => simulated_exit(pod).map_err(failed)?,
+            // A debugging shell: it runs until the pod stops.
+            ContainerKind::Ephemeral => None,
         };
         if !self.config.start_delay.is_zero() {
             tokio::time::sleep(self.config.start_delay).await;

@@ -25,7 +25,9 @@ use rustlet_core::pod::{
     pod_condition_by_kubelet,
 };
 
-use crate::runtime::{ContainerInstance, ContainerKind, InstanceState, RuntimePodStatus};
+use crate::runtime::{
+    ContainerInstance, ContainerKind, InstanceState, RuntimePodStatus, ephemeral_container,
+};
 
 /// A waiting reason the workers impose on a container (upstream's reason cache, S12):
 /// `CrashLoopBackOff` while a restart backs off.
@@ -257,7 +259,12 @@ fn container_status(
     // B10.
     let state = status.state.clone().unwrap_or_default();
     let running = state.running.is_some();
-    if kind == ContainerKind::Init && !is_restartable_init_container(spec) {
+    if kind == ContainerKind::Ephemeral {
+        // upstream: the probe manager sets `started` and `ready` of regular and init
+        // containers only.
+        status.ready = false;
+        status.started = None;
+    } else if kind == ContainerKind::Init && !is_restartable_init_container(spec) {
         status.ready = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
         status.started = Some(running);
     } else {
@@ -442,6 +449,18 @@ pub fn generate_api_status(input: &StatusInput<'_>) -> PodStatus {
         ContainerKind::Regular,
     );
     regular.sort_by(|a, b| a.name.cmp(&b.name));
+    let ephemeral_specs: Vec<k8s_openapi::api::core::v1::Container> = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .map(ephemeral_container)
+        .collect();
+    let mut ephemeral = statuses(
+        &ephemeral_specs,
+        &old.ephemeral_container_statuses,
+        ContainerKind::Ephemeral,
+    );
+    ephemeral.sort_by(|a, b| a.name.cmp(&b.name));
 
     // S4, S5.
     let api_status = pod.status.clone().unwrap_or_default();
@@ -558,6 +577,7 @@ pub fn generate_api_status(input: &StatusInput<'_>) -> PodStatus {
         pod_ips: ip.map(|ip| vec![PodIP { ip }]),
         init_container_statuses: (!init.is_empty()).then_some(init),
         container_statuses: Some(regular),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         qos_class: api_status.qos_class.clone().or(old.qos_class.clone()),
         start_time: old.start_time.clone().or(api_status.start_time.clone()),
         ..Default::default()

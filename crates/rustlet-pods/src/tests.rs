@@ -787,3 +787,144 @@ async fn the_simulated_runtime_reports_its_running_pods_using_nothing() {
     runtime.kill_pod(&p, Duration::ZERO).await.unwrap();
     assert!(runtime.pod_usage().await.unwrap().is_empty());
 }
+
+/// `pod` with these ephemeral containers (added through the `ephemeralcontainers`
+/// subresource, as `kubectl debug` does).
+fn with_ephemeral(mut pod: Pod, names: &[&str]) -> Pod {
+    pod.spec.as_mut().unwrap().ephemeral_containers = Some(
+        names
+            .iter()
+            .map(|n| k8s_openapi::api::core::v1::EphemeralContainer {
+                name: (*n).into(),
+                image: Some("busybox".into()),
+                tty: Some(true),
+                stdin: Some(true),
+                ..Default::default()
+            })
+            .collect(),
+    );
+    pod
+}
+
+/// Upstream `TestComputePodActionsWithInitAndEphemeralContainers` "Create a new ephemeral
+/// container", "Ephemeral container is in unknown state; leave it alone", "Ephemeral container
+/// exited; do not restart": an ephemeral container starts once, even while an init container
+/// runs, and whatever becomes of its instance it is never started again; a new sandbox runs
+/// the pod afresh without it.
+#[test]
+fn test_compute_pod_actions_with_ephemeral_containers_starts_each_once() {
+    use crate::actions::{NoProbes, compute_pod_actions};
+    let p = with_ephemeral(pod("Always", &["i"], &["a"]), &["debugger", "other"]);
+    // Initialization goes on: the ephemeral containers start anyway.
+    let mut runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", true),
+        containers: vec![instance("i", "s1", InstanceState::Created)],
+    };
+    runtime.containers[0].state = InstanceState::Running {
+        started_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    };
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert_eq!(actions.ephemeral, [0, 1]);
+    assert!(actions.init_to_start.is_empty(), "the init container runs");
+
+    // Initialized, `a` running: only what never had an instance starts.
+    runtime.containers = vec![
+        instance(
+            "a",
+            "s1",
+            InstanceState::Running {
+                started_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            },
+        ),
+        instance("debugger", "s1", exited_instance(1)),
+        instance("i", "s1", exited_instance(0)),
+    ];
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert_eq!(actions.ephemeral, [1], "debugger exited: never restarted");
+    assert!(actions.start.is_empty() && actions.kill.is_empty() && !actions.kill_pod);
+
+    runtime
+        .containers
+        .push(instance("other", "s1", InstanceState::Unknown));
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert!(actions.ephemeral.is_empty(), "an unknown one is left alone");
+    assert!(actions.kill.is_empty());
+
+    // The sandbox died: a new one for the pod's own containers, none of the ephemeral ones.
+    runtime.sandbox = sandbox("s1", false);
+    let actions = compute_pod_actions(&p, &runtime, &NoProbes);
+    assert!(actions.create_sandbox);
+    assert!(actions.ephemeral.is_empty());
+}
+
+/// Upstream `generateAPIPodStatus`'s `EphemeralContainerStatuses`
+/// (`convertToAPIContainerStatuses` over the ephemeral containers): each ephemeral container
+/// has a status, waiting until its instance runs, never ready and without `started` (the probe
+/// manager sets those of regular and init containers only), sorted by name; they count in no
+/// phase or condition.
+#[test]
+fn ephemeral_container_statuses_follow_their_instances_and_count_in_no_condition() {
+    let gates = FeatureGates::default();
+    let p = with_ephemeral(pod("Always", &[], &["a"]), &["zz-debugger", "debugger"]);
+    let mut debugger = instance(
+        "debugger",
+        "s1",
+        InstanceState::Running {
+            started_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        },
+    );
+    debugger.kind = ContainerKind::Ephemeral;
+    let runtime = RuntimePodStatus {
+        sandbox: sandbox("s1", true),
+        containers: vec![
+            debugger,
+            instance(
+                "a",
+                "s1",
+                InstanceState::Running {
+                    started_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                },
+            ),
+        ],
+    };
+    let (old, none) = (PodStatus::default(), HashMap::new());
+    let status = generate_api_status(&input(&p, &runtime, &old, &none, &gates));
+    let ephemeral = status.ephemeral_container_statuses.clone().unwrap();
+    let names: Vec<&str> = ephemeral.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["debugger", "zz-debugger"]);
+    let running = &ephemeral[0];
+    assert!(
+        running.state.as_ref().unwrap().running.is_some(),
+        "{running:?}"
+    );
+    assert_eq!(
+        running.container_id.as_deref(),
+        Some("simulated://debugger-s1")
+    );
+    assert!(!running.ready);
+    assert_eq!(running.started, None);
+    let waiting = &ephemeral[1];
+    assert_eq!(
+        waiting
+            .state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.as_deref()),
+        Some("ContainerCreating")
+    );
+    // The pod is Running and Ready on its own container alone.
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    assert_eq!(status.container_statuses.unwrap().len(), 1);
+
+    // No ephemeral container: no list.
+    let plain = pod("Always", &[], &["a"]);
+    let status = generate_api_status(&input(&plain, &runtime, &old, &none, &gates));
+    assert_eq!(status.ephemeral_container_statuses, None);
+}

@@ -80,6 +80,7 @@ impl Harness {
                 status: status.clone(),
                 volumes,
                 runtime: runtime.clone(),
+                grpc: None,
                 events: events.clone(),
             },
             PodWorkersConfig::new(root.path()),
@@ -810,4 +811,59 @@ async fn a_never_pods_sidecar_is_stopped_when_its_main_container_is_done_and_the
         side.state.as_ref().is_some_and(|s| s.terminated.is_some()),
         "{side:#?}"
     );
+}
+
+/// upstream `SyncPod` step 7 (`EphemeralContainersToStart`): an ephemeral container added to
+/// a running pod starts in its sandbox, with `Created` and `Started` events, beside the pod's
+/// container, which goes on untouched; its status is in `ephemeralContainerStatuses`; the
+/// pod's termination stops it too.
+#[tokio::test(start_paused = true)]
+async fn an_ephemeral_container_added_to_a_running_pod_starts_once_and_stops_with_it() {
+    let h = Harness::start(Duration::ZERO);
+    let p = pod("Always", &[], &["a"], &[]);
+    h.put(p.clone());
+    h.until("a runs", Duration::from_secs(5), async |h| {
+        find(&h.status().container_statuses, "a").is_some_and(running)
+    })
+    .await;
+    let a = newest(&h.runtime_status().await, "a").id.clone();
+    let mut debugged = p;
+    debugged.spec.as_mut().unwrap().ephemeral_containers =
+        Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+            name: "debugger".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        }]);
+    h.put(debugged.clone());
+    h.until("the debugger runs", Duration::from_secs(5), async |h| {
+        find(&h.status().ephemeral_container_statuses, "debugger").is_some_and(running)
+    })
+    .await;
+    let runtime = h.runtime_status().await;
+    let debugger = newest(&runtime, "debugger");
+    assert_eq!(debugger.kind, crate::runtime::ContainerKind::Ephemeral);
+    assert_eq!(
+        Some(debugger.sandbox_id.as_str()),
+        runtime.sandbox.as_ref().map(|s| s.id.as_str())
+    );
+    assert_eq!(newest(&runtime, "a").id, a, "the pod's container untouched");
+    assert_eq!(
+        h.events("Started"),
+        ["Started container a", "Started container debugger"]
+    );
+    // Later syncs start it no more.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(h.runtime_status().await.containers.len(), 2);
+
+    // Deleted: both stop.
+    debugged.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+    debugged.metadata.deletion_grace_period_seconds = Some(0);
+    h.put(debugged);
+    h.until("nothing runs", Duration::from_secs(10), async |h| {
+        !h.runtime_status().await.any_running()
+    })
+    .await;
 }

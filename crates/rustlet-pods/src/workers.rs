@@ -38,10 +38,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions::{ContainerToKill, KillReason, ProbeFailures, compute_pod_actions};
-use crate::prober::{OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask};
+use crate::prober::{
+    GrpcProber, OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask,
+};
 use crate::runtime::{
     ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, container_hash,
-    full_name,
+    ephemeral_container, full_name,
 };
 use crate::status::{
     ContainerProbes, StatusInput, WaitingReason, active_deadline, generate_api_status,
@@ -204,6 +206,9 @@ pub struct PodWorkersDeps {
     pub volumes: Arc<VolumeManager>,
     /// The container runtime.
     pub runtime: Arc<dyn Runtime>,
+    /// The gRPC health check of `grpc` probes (`None`: such a probe errors, as one the agent
+    /// cannot run).
+    pub grpc: Option<Arc<dyn GrpcProber>>,
     /// Where pod events go.
     pub events: Arc<dyn EventRecorder>,
 }
@@ -268,6 +273,7 @@ struct Shared {
     status: Arc<StatusManager>,
     volumes: Arc<VolumeManager>,
     runtime: Arc<dyn Runtime>,
+    grpc: Option<Arc<dyn GrpcProber>>,
     events: Arc<dyn EventRecorder>,
     config: PodWorkersConfig,
 }
@@ -316,6 +322,7 @@ impl PodWorkers {
                 status: deps.status,
                 volumes: deps.volumes,
                 runtime: deps.runtime,
+                grpc: deps.grpc,
                 events: deps.events,
                 config,
             }),
@@ -863,6 +870,7 @@ impl Worker {
                     uid: self.uid.clone(),
                     container: container.clone(),
                     runtime: self.shared.runtime.clone(),
+                    grpc: self.shared.grpc.clone(),
                     results: self.shared.probe_results.clone(),
                     counts: self.shared.probe_counts.clone(),
                     events: self.shared.events.clone(),
@@ -1120,6 +1128,26 @@ impl Worker {
         let mut soonest = |at: Instant| wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
         let retry = Instant::now() + self.shared.config.sync_error_backoff;
 
+        // C13 step 7: the ephemeral containers, before the init containers (so that a pod
+        // whose initialization is stuck can be debugged).
+        let ephemeral = spec.ephemeral_containers.as_deref().unwrap_or_default();
+        for &index in &actions.ephemeral {
+            let container = ephemeral_container(&ephemeral[index]);
+            match self
+                .start_with_back_off(pod, &container, ContainerKind::Ephemeral, &runtime)
+                .await?
+            {
+                Started::Yes => {}
+                Started::BackingOff { reason, due } => {
+                    waiting.insert(container.name.clone(), reason);
+                    soonest(due);
+                }
+                Started::No(reason) => {
+                    waiting.insert(container.name.clone(), reason);
+                    soonest(retry);
+                }
+            }
+        }
         // C13 step 8: the init containers to start; an ordinary one that cannot start ends the
         // pass (a sidecar that cannot is skipped).
         let init = spec.init_containers.as_deref().unwrap_or_default();

@@ -430,6 +430,8 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             status: status.clone(),
             volumes: volumes.clone(),
             runtime,
+            // gRPC probes run from the agent, whichever the runtime (upstream's prober).
+            grpc: Some(Arc::new(rustlet_cri::GrpcHealthProber::new())),
             events: api.events.clone(),
         },
         PodWorkersConfig {

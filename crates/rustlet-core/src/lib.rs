@@ -25,6 +25,8 @@
 //! * [`deletion::deletion_decision`] and the [`deletion::PodDeletionSafety`] seam (R40).
 //! * [`terminate::terminate_status`]: the final status of a pod (R19-R23).
 //! * [`generate`]: the condition generators (G1-G7); [`probe`]: readiness and startup (R15-R18).
+//! * [`restart::container_should_restart`]: whether a container that exited is restarted (its
+//!   own `restartPolicy` and `restartPolicyRules`, else the pod's).
 //! * [`refs::referenced_names`]: the ConfigMaps and Secrets a pod references (what the content
 //!   sources watch).
 //! * [`changes::ChangeLog`]: which pods changed since a cursor, so periodic passes visit only
@@ -50,6 +52,7 @@ pub mod pod;
 pub mod probe;
 pub mod quantity;
 pub mod refs;
+pub mod restart;
 pub mod terminate;
 pub mod transition;
 pub mod update;

@@ -3,14 +3,22 @@
 //! `pod-lifecycle.md` C7, C8, C10-C12, C20), computed from the pod and what the runtime reports,
 //! before anything is done. Pure: no clock, no I/O.
 //!
+//! Container restart rules (`ContainerRestartRules`, on by default since v1.35; Rustlet's
+//! agent does not configure gates, so it is taken as on): a regular container's own
+//! `restartPolicy` and its `restartPolicyRules` decide whether it is restarted
+//! ([`rustlet_core::restart`]).
+//!
 //! Deviations, each written down: restartable init containers (sidecars) are treated as
-//! ordinary init containers (as the status generation does); ephemeral containers and in-place
+//! ordinary init containers (as the status generation does), and a failed ordinary init
+//! container is restarted by the pod's policy only, not by its own (upstream asks
+//! `ShouldContainerBeRestarted`); ephemeral containers and in-place
 //! resize are not supported; instead of purging the init containers of a replaced sandbox
 //! (upstream `purgeInitContainers`), init instances count only in the sandbox they were made in
 //! ([`ContainerInstance::sandbox_id`]), which leaves them to the garbage collection and keeps
 //! their restart counts.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
+use rustlet_core::restart::{container_should_restart, effective_restart_policy};
 
 use crate::prober::ProbeKind;
 use crate::runtime::{ContainerInstance, InstanceState, RuntimePodStatus, Sandbox, container_hash};
@@ -86,8 +94,13 @@ fn restarts_on_failure(pod: &Pod) -> bool {
     restart_policy(pod) != "Never"
 }
 
-/// C20: upstream `ShouldContainerBeRestarted`, on the newest instance of the container.
-pub fn should_container_be_restarted(pod: &Pod, newest: Option<&ContainerInstance>) -> bool {
+/// C20: upstream `ShouldContainerBeRestarted`, on the newest instance of the container: an
+/// exited one as its restart rules say ([`container_should_restart`]).
+pub fn should_container_be_restarted(
+    pod: &Pod,
+    container: &Container,
+    newest: Option<&ContainerInstance>,
+) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return false;
     }
@@ -97,11 +110,10 @@ pub fn should_container_be_restarted(pod: &Pod, newest: Option<&ContainerInstanc
     match &newest.state {
         InstanceState::Running { .. } => false,
         InstanceState::Unknown | InstanceState::Created => true,
-        InstanceState::Exited { exit_code, .. } => match restart_policy(pod) {
-            "Never" => false,
-            "OnFailure" => *exit_code != 0,
-            _ => true,
-        },
+        InstanceState::Exited { exit_code, .. } => {
+            let empty = k8s_openapi::api::core::v1::PodSpec::default();
+            container_should_restart(container, pod.spec.as_ref().unwrap_or(&empty), *exit_code)
+        }
     }
 }
 
@@ -204,7 +216,9 @@ pub fn compute_pod_actions(
             .iter()
             .enumerate()
             .filter(|(_, c)| {
-                !(restart_policy(pod) == "OnFailure" && succeeded(runtime.instances(&c.name).0))
+                // Run once on success: the container's own policy, else the pod's.
+                !(effective_restart_policy(spec, c) == "OnFailure"
+                    && succeeded(runtime.instances(&c.name).0))
             })
             .map(|(index, _)| index)
             .collect();
@@ -265,7 +279,7 @@ pub fn compute_pod_actions(
         let newest = runtime.instances(&container.name).0;
         let Some(running) = newest.filter(|i| matches!(i.state, InstanceState::Running { .. }))
         else {
-            if should_container_be_restarted(pod, newest) {
+            if should_container_be_restarted(pod, container, newest) {
                 actions.start.push(index);
                 if let Some(unknown) = newest.filter(|i| i.state == InstanceState::Unknown) {
                     actions.kill.push(ContainerToKill {
@@ -279,7 +293,9 @@ pub fn compute_pod_actions(
             }
             continue;
         };
-        let mut restart = restarts_on_failure(pod);
+        // A probe's kill: the container's own policy, else the pod's (its rules need an exit
+        // code, and it still runs).
+        let mut restart = effective_restart_policy(spec, container) != "Never";
         let (reason, mut message) = if running
             .hash
             .as_ref()

@@ -38,6 +38,8 @@ pub mod status;
 pub mod workers;
 
 #[cfg(test)]
+mod restart_rules_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod worker_tests;

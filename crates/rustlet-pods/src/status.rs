@@ -2,6 +2,11 @@
 //! `convertToAPIContainerStatuses`; spec `pod-lifecycle.md` S1-S13) from what the runtime
 //! reports. Pure: no clock, no I/O.
 //!
+//! The phase follows container restart rules (`ContainerRestartRules`, on by default since
+//! v1.35, taken as on): a container that exited counts as restarting or not by its own
+//! `restartPolicy` and `restartPolicyRules`, else by the pod's
+//! ([`rustlet_core::restart::container_should_restart`]).
+//!
 //! Simplifications, each a deviation written down: no probes, so a running container is
 //! started and ready (B10 without workers); restartable init containers (sidecars) are treated
 //! as ordinary init containers; one node IP family.
@@ -9,8 +14,8 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use rustlet_core::FeatureGates;
@@ -19,6 +24,7 @@ use rustlet_core::generate::{
     pod_initialized_condition, pod_ready_condition, pod_ready_to_start_containers_condition,
 };
 use rustlet_core::pod::{PodPhase, condition_type, is_static_pod, pod_condition_by_kubelet};
+use rustlet_core::restart::container_should_restart;
 
 use crate::runtime::{ContainerInstance, ContainerKind, InstanceState, RuntimePodStatus};
 
@@ -263,7 +269,9 @@ fn container_status(
     status
 }
 
-/// S4: upstream `getPhase` (restartable init containers counted as ordinary ones).
+/// S4: upstream `getPhase` with `ContainerRestartRules` (restartable init containers counted
+/// as ordinary ones): a failed init container that does not restart fails the pod; stopped
+/// regular containers leave it Running while one of them restarts, else Succeeded or Failed.
 ///
 /// ```
 /// use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec};
@@ -289,30 +297,39 @@ pub fn get_phase(
     pod_is_terminal: bool,
 ) -> PodPhase {
     let spec = pod.spec.clone().unwrap_or_default();
-    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let (mut pending_init, mut failed_init) = (0, 0);
+    // ContainerRestartRules: whether a container that exited with this code restarts.
+    let restarts = |c: &Container, exit_code: i32| container_should_restart(c, &spec, exit_code);
+    let (mut pending_init, mut failed_init_not_restartable) = (0, 0);
     for c in spec.init_containers.iter().flatten() {
         let Some(s) = init.iter().find(|s| s.name == c.name) else {
             pending_init += 1;
             continue;
         };
         let state = s.state.clone().unwrap_or_default();
-        if let Some(t) = &state.terminated {
-            if t.exit_code != 0 {
-                failed_init += 1;
-            }
-        } else if state.waiting.is_some()
-            && s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some_and(|t| t.exit_code != 0)
-        {
-            failed_init += 1;
+        // The exit code of the run that ended: the current state's, or the last one's while
+        // it waits to restart.
+        let exit_code = if state.running.is_some() {
+            None
+        } else if let Some(t) = &state.terminated {
+            Some(t.exit_code)
+        } else if state.waiting.is_some() {
+            last_exit_code(s)
         } else {
-            pending_init += 1;
+            None
+        };
+        match exit_code {
+            None => pending_init += 1,
+            Some(0) => {}
+            // Failed: the pod fails unless the container restarts.
+            Some(code) => {
+                if !restarts(c, code) {
+                    failed_init_not_restartable += 1;
+                }
+            }
         }
     }
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let mut stopped_not_restartable = 0;
     for c in &spec.containers {
         let Some(s) = regular.iter().find(|s| s.name == c.name) else {
             unknown += 1;
@@ -323,15 +340,18 @@ pub fn get_phase(
             running += 1;
         } else if let Some(t) = &state.terminated {
             stopped += 1;
+            if !restarts(c, t.exit_code) {
+                stopped_not_restartable += 1;
+            }
             if t.exit_code == 0 {
                 succeeded += 1;
             }
         } else if state.waiting.is_some() {
-            if s.last_state
-                .as_ref()
-                .is_some_and(|l| l.terminated.is_some())
-            {
+            if let Some(code) = last_exit_code(s) {
                 stopped += 1;
+                if !restarts(c, code) {
+                    stopped_not_restartable += 1;
+                }
             } else {
                 waiting += 1;
             }
@@ -339,19 +359,17 @@ pub fn get_phase(
             unknown += 1;
         }
     }
-    if failed_init > 0 && restart_policy == "Never" {
+    if failed_init_not_restartable > 0 {
         return PodPhase::Failed;
     }
-    if pending_init > 0 || failed_init > 0 {
-        return PodPhase::Pending;
-    }
-    if waiting > 0 {
+    if pending_init > 0 || waiting > 0 {
         return PodPhase::Pending;
     }
     if running > 0 && unknown == 0 {
         return PodPhase::Running;
     }
     if running == 0 && stopped > 0 && unknown == 0 {
+        // A terminal pod's containers are not restarted, whatever the policies say.
         if pod_is_terminal && !is_static_pod(pod) {
             return if stopped == succeeded {
                 PodPhase::Succeeded
@@ -359,14 +377,25 @@ pub fn get_phase(
                 PodPhase::Failed
             };
         }
-        return match restart_policy {
-            "Always" => PodPhase::Running,
-            _ if stopped == succeeded => PodPhase::Succeeded,
-            "Never" => PodPhase::Failed,
-            _ => PodPhase::Running,
+        return if stopped != stopped_not_restartable {
+            // At least one container restarts.
+            PodPhase::Running
+        } else if stopped == succeeded {
+            PodPhase::Succeeded
+        } else {
+            PodPhase::Failed
         };
     }
     PodPhase::Pending
+}
+
+/// The exit code of a container's last run, if it ended (`lastState.terminated`).
+fn last_exit_code(status: &ContainerStatus) -> Option<i32> {
+    status
+        .last_state
+        .as_ref()
+        .and_then(|l| l.terminated.as_ref())
+        .map(|t| t.exit_code)
 }
 
 /// Upstream `generateAPIPodStatus` (S2-S8).

@@ -1231,8 +1231,9 @@ async fn a_containers_etc_hosts_is_the_kubelet_managed_file_with_host_aliases() 
 /// Issue 27 (node features), upstream "[sig-node] Override hostname of Pod a pod with
 /// hostname and hostnameOverride fields will have hostnameOverride as hostname" (and the
 /// subdomain case; `GeneratePodHostNameAndDomain`, `GetNodenameForKernel`,
-/// `ensureHostsFile`): the container's host name is `hostnameOverride` whatever `hostname` and
-/// `subdomain` say, and its `/etc/hosts` names the pod IP with it alone; without the override,
+/// `ensureHostsFile`): the container's host name (and `hostname -f`, through `/etc/hosts`, as
+/// the spec reads them) is `hostnameOverride` whatever `hostname` and `subdomain` say, and its
+/// `/etc/hosts` names the pod IP with it alone; without the override,
 /// `setHostnameAsFQDN` makes the host name the FQDN under the cluster domain, which the hosts
 /// file names first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1256,7 +1257,7 @@ async fn hostname_override_is_the_containers_host_name_and_its_etc_hosts_entry()
     let pod = |name: &str, spec: serde_json::Value| -> k8s_openapi::api::core::v1::Pod {
         let mut spec = spec;
         spec["containers"] = serde_json::json!([{"name": "c", "image": BUSYBOX_IMAGE,
-            "command": ["/bin/sh", "-c", "hostname; cat /etc/hosts"]}]);
+            "command": ["/bin/sh", "-c", "echo $(hostname)';'$(hostname -f)';'; cat /etc/hosts"]}]);
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
             "spec": spec
@@ -1281,7 +1282,11 @@ async fn hostname_override_is_the_containers_host_name_and_its_etc_hosts_entry()
         .await
         .remove("c")
         .unwrap();
-    assert_eq!(lines[0], "override.example.host", "{lines:?}");
+    // The spec's own check: `echo $(hostname)';'$(hostname -f)';'`.
+    assert_eq!(
+        lines[0], "override.example.host;override.example.host;",
+        "{lines:?}"
+    );
     assert_eq!(lines[1], "# Kubernetes-managed hosts file.", "{lines:?}");
     let ip = pod_ip(&overridden).await;
     assert_eq!(
@@ -1299,7 +1304,10 @@ async fn hostname_override_is_the_containers_host_name_and_its_etc_hosts_entry()
         .await
         .remove("c")
         .unwrap();
-    assert_eq!(lines[0], "custom-host.t.ns.svc.cluster.local", "{lines:?}");
+    assert_eq!(
+        lines[0], "custom-host.t.ns.svc.cluster.local;custom-host.t.ns.svc.cluster.local;",
+        "{lines:?}"
+    );
     let ip = pod_ip(&fqdn).await;
     assert_eq!(
         lines.last().unwrap(),

@@ -865,3 +865,47 @@ async fn container_level_on_failure_restarts_a_failure_and_not_a_success() {
     .await;
     assert_eq!(h.events("Started").len(), 1, "not run twice");
 }
+
+/// Upstream e2e "PodOSRejection Kubelet [LinuxOnly] should reject pod when the node OS doesn't
+/// match pod's OS" (`HandlePodAdditions`, `rejectPod`): a pod for another OS is Failed with
+/// `PodOSNotSupported` and upstream's message, a Warning event says why, and nothing of it ever
+/// runs.
+#[tokio::test(start_paused = true)]
+async fn pod_os_rejection_should_reject_pod_when_the_node_os_doesnt_match_pods_os() {
+    let h = Harness::start(Duration::ZERO);
+    let mut p = pod("Always", &[], &["wrong-pod-os"], &[]);
+    p.spec.as_mut().unwrap().os = Some(k8s_openapi::api::core::v1::PodOS {
+        name: "windows".into(),
+    });
+    h.put(p);
+    h.until("the pod fails", Duration::from_secs(5), async |h| {
+        h.status().phase.as_deref() == Some("Failed")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some("PodOSNotSupported"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was rejected: Failed to admit pod as the OS field doesn't match node OS")
+    );
+    let rejected: Vec<_> = h
+        .events
+        .events()
+        .into_iter()
+        .filter(|(_, reason, _)| reason == "PodOSNotSupported")
+        .collect();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0].0, EventKind::Warning);
+    assert_eq!(
+        rejected[0].2,
+        "Failed to admit pod as the OS field doesn't match node OS"
+    );
+    assert!(h.events("Started").is_empty());
+    let runtime = h.runtime_status().await;
+    assert!(
+        runtime.sandbox.is_none() && runtime.containers.is_empty(),
+        "{runtime:#?}"
+    );
+}

@@ -54,7 +54,7 @@ pub fn admission_rejection(pod: &Pod, node_os: &str) -> Option<Rejection> {
     None
 }
 
-/// Upstream `rejectPod`'s status: Failed with the reason and "Pod was rejected: <message>",
+/// Upstream `rejectPod`'s status: Failed, the reason, the message after "Pod was rejected: ",
 /// the QoS class kept.
 pub fn rejected_status(pod: &Pod, rejection: Rejection) -> PodStatus {
     PodStatus {

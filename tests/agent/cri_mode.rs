@@ -916,7 +916,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
             let client = CriClient::connect(&endpoint, Duration::from_secs(30))
                 .await
                 .unwrap();
-            let mut sandbox_cfg = sandbox_config(&pod, 0, &log_dir).unwrap();
+            let mut sandbox_cfg = sandbox_config(&pod, 0, &log_dir, "").unwrap();
             sandbox_cfg.labels.extend(cri.owner_labels());
             let sandbox = client.run_pod_sandbox(sandbox_cfg.clone()).await.unwrap();
             let image = client
@@ -1052,7 +1052,7 @@ fn cri_the_orphan_pass_leaves_what_another_agent_created_on_a_shared_containerd(
         .unwrap();
         let log_dir = cri.containerd.dir().join("other-logs").join(uid);
         std::fs::create_dir_all(&log_dir).unwrap();
-        let mut config = sandbox_config(&pod, 0, &log_dir).unwrap();
+        let mut config = sandbox_config(&pod, 0, &log_dir, "").unwrap();
         if marked {
             config.labels.extend(cri.owner_labels());
         }

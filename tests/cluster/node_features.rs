@@ -65,3 +65,98 @@ fn cri_a_containers_environment_has_the_services_and_its_termination_message_sho
         "refused requests of the agent: {refused:#?}"
     );
 }
+
+/// Issue 27 (node features), upstream "[sig-node] Pod Extended (container restart policy)
+/// Container Restart Rules should restart container on rule match" and "should restart
+/// container on container-level restart policy Never", "Override hostname of Pod a pod with
+/// hostname and hostnameOverride fields will have hostnameOverride as hostname" and
+/// "PodOSRejection Kubelet [LinuxOnly] should reject pod when the node OS doesn't match pod's
+/// OS", through the API server: its status validation takes the rule's restart of a container
+/// in a `Never` pod (no request of the agent refused), a `Never` container in an `Always` pod
+/// fails the pod unrestarted, the container's host name is the override (the spec's own
+/// `hostname -f` check), and a `windows` pod is Failed `PodOSNotSupported`.
+#[test]
+fn cri_restart_rules_hostname_override_and_os_rejection_through_the_api_server() {
+    let Some(node) = CriNode::start("cri-restart-rules", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    cluster.kubectl(&["create", "namespace", "rules"]);
+    let pod = |name: &str, pod_policy: &str, container: &str, extra: &str| {
+        cluster.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: rules}}\n\
+             spec:\n  nodeName: node-a\n  restartPolicy: {pod_policy}\n{extra}  containers:\n  \
+             - name: main-container\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n\
+             {container}"
+        ));
+    };
+    pod(
+        "rule-match",
+        "Never",
+        "    command: [/bin/sh, -c, 'exit 42']\n    restartPolicy: Never\n    \
+         restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]\n",
+        "",
+    );
+    pod(
+        "container-never",
+        "Always",
+        "    command: [/bin/sh, -c, 'exit 1']\n    restartPolicy: Never\n",
+        "",
+    );
+    pod(
+        "override",
+        "Never",
+        "    command: [/bin/sh, -c, \"echo $(hostname)';'$(hostname -f)';' > \
+         /dev/termination-log\"]\n",
+        "  hostname: custom-host\n  subdomain: t\n  hostnameOverride: override.example.host\n",
+    );
+    pod(
+        "wrong-pod-os",
+        "Always",
+        "    command: [/bin/sh, -c, 'sleep 1000']\n",
+        "  os: {name: windows}\n",
+    );
+    let status = |name: &str| cluster.get(&["-n", "rules", "pod", name])["status"].clone();
+    cluster.wait_for("the rule's exit code restarts the container", || {
+        let s = status("rule-match");
+        match s["containerStatuses"][0]["restartCount"].as_i64() {
+            Some(n) if n > 0 && s["phase"] == "Running" => Ok(()),
+            _ => Err(format!("{s}")),
+        }
+    });
+    cluster.wait_for("the Never container fails its Always pod", || {
+        let s = status("container-never");
+        match s["phase"].as_str() {
+            Some("Failed") => Ok(()),
+            _ => Err(format!("{s}")),
+        }
+    });
+    assert_eq!(
+        status("container-never")["containerStatuses"][0]["restartCount"],
+        0
+    );
+    let message = cluster.wait_for("the override pod succeeds", || {
+        let s = status("override");
+        match s["phase"].as_str() {
+            Some("Succeeded") => Ok(s["containerStatuses"][0]["state"]["terminated"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()),
+            _ => Err(format!("{s}")),
+        }
+    });
+    assert_eq!(message, "override.example.host;override.example.host;\n");
+    cluster.wait_for("the windows pod is rejected", || {
+        let s = status("wrong-pod-os");
+        match (s["phase"].as_str(), s["reason"].as_str()) {
+            (Some("Failed"), Some("PodOSNotSupported")) => Ok(()),
+            _ => Err(format!("{s}")),
+        }
+    });
+    let refused = cluster.refused_requests_of_node("node-a");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+}

@@ -147,6 +147,13 @@ pub const TEST_IMAGES: &[(&str, TestImage)] = &[
         "registry.k8s.io/e2e-test-images/nginx:1.28.0-2",
         TestImage::Nginx,
     ),
+    // `GlibcDnsTesting`: the "Override hostname of Pod" specs run `sh -c "echo
+    // $(hostname)';'$(hostname -f)';'"` in it; busybox's `hostname -f` reads the kubelet's
+    // `/etc/hosts` as glibc's does.
+    (
+        "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
+        TestImage::Busybox,
+    ),
 ];
 
 /// Fails unless every name of [`TEST_IMAGES`] is a line of `list` (the output of
@@ -872,6 +879,7 @@ mod tests {
                     registry.k8s.io/e2e-test-images/agnhost:2.55\n\
                     registry.k8s.io/e2e-test-images/busybox:1.36.1-1\n\
                     registry.k8s.io/e2e-test-images/busybox:1.37.0-2\n\
+                    registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1\n\
                     registry.k8s.io/e2e-test-images/nginx:1.27.0-2\n\
                     registry.k8s.io/e2e-test-images/nginx:1.28.0-2\n\
                     registry.k8s.io/e2e-test-images/nonewprivs:1.4\n\

@@ -12,8 +12,10 @@ pub struct FeatureGates {
     /// `PodReadyToStartContainersCondition` (beta, on since v1.29): the
     /// `PodReadyToStartContainers` condition is kubelet-owned (section 1.5).
     pub pod_ready_to_start_containers_condition: bool,
-    /// `ContainerRestartRules` (v1.34+): container-level restart policy and rules take part in
-    /// the terminated-to-running transition check (R6 step 3, errata 1).
+    /// `ContainerRestartRules` (v1.34+, on since v1.35): container-level restart policy and
+    /// rules take part in the terminated-to-running transition check (R6 step 3, errata 1).
+    /// The pod workers' restart decision and phase take it as on
+    /// ([`crate::restart::container_should_restart`]).
     pub container_restart_rules: bool,
     /// `RestartAllContainersOnContainerExits` (alpha in v1.35, off): an initialized pod stays
     /// initialized while its containers restart in place (G3 step 5).

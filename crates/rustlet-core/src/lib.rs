@@ -25,6 +25,9 @@
 //! * [`deletion::deletion_decision`] and the [`deletion::PodDeletionSafety`] seam (R40).
 //! * [`terminate::terminate_status`]: the final status of a pod (R19-R23).
 //! * [`generate`]: the condition generators (G1-G7); [`probe`]: readiness and startup (R15-R18).
+//! * [`restart::container_should_restart`]: whether a container that exited is restarted (its
+//!   own `restartPolicy` and `restartPolicyRules`, else the pod's).
+//! * [`names`]: the DNS name formats the node checks again (a pod's host name).
 //! * [`refs::referenced_names`]: the ConfigMaps and Secrets a pod references (what the content
 //!   sources watch).
 //! * [`changes::ChangeLog`]: which pods changed since a cursor, so periodic passes visit only
@@ -42,6 +45,7 @@ pub mod features;
 pub mod generate;
 pub mod ids;
 pub mod merge;
+pub mod names;
 pub mod node;
 pub mod node_status;
 pub mod normalize;
@@ -50,6 +54,7 @@ pub mod pod;
 pub mod probe;
 pub mod quantity;
 pub mod refs;
+pub mod restart;
 pub mod terminate;
 pub mod transition;
 pub mod update;

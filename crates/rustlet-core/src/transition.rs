@@ -1,7 +1,7 @@
 //! Container state transitions (R6) and condition transition times (R7).
 //!
-//! Upstream: `checkContainerStateTransition`, `updateLastTransitionTime`,
-//! `podutil.ContainerShouldRestart`.
+//! Upstream: `checkContainerStateTransition`, `updateLastTransitionTime`; the restart rules
+//! are [`crate::restart`]'s.
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -9,6 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::features::FeatureGates;
 use crate::pod::{condition_type, is_restartable_init_container};
+use crate::restart::container_should_restart;
 
 /// Why an update was refused: a container that ended may not come back (R6).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,41 +39,6 @@ fn terminated_exit_code(status: &ContainerStatus) -> Option<i32> {
         .terminated
         .as_ref()
         .map(|t| t.exit_code)
-}
-
-/// Upstream `findMatchingContainerRestartRule` then the container-level policy, then the pod's
-/// (`ContainerShouldRestart`). An unset pod policy counts as `Always`.
-pub fn container_should_restart(container: &Container, spec: &PodSpec, exit_code: i32) -> bool {
-    if let Some(policy) = &container.restart_policy {
-        for rule in container.restart_policy_rules.iter().flatten() {
-            let Some(codes) = &rule.exit_codes else {
-                continue;
-            };
-            let listed = codes.values.iter().flatten().any(|c| *c == exit_code);
-            let matched = match codes.operator.as_str() {
-                "In" => listed,
-                "NotIn" => !listed,
-                _ => false,
-            };
-            if matched {
-                if rule.action == "Restart" {
-                    return true;
-                }
-                break;
-            }
-        }
-        match policy.as_str() {
-            "Always" => return true,
-            "OnFailure" => return exit_code != 0,
-            "Never" => return false,
-            _ => {}
-        }
-    }
-    match spec.restart_policy.as_deref() {
-        Some("OnFailure") => exit_code != 0,
-        Some("Never") => false,
-        _ => true,
-    }
 }
 
 fn may_leave_terminated(

@@ -1,6 +1,7 @@
 //! Pure translations of a pod into CRI requests (upstream `kuberuntime_sandbox.go`'s
 //! `generatePodSandboxConfig` and `kuberuntime_container.go`'s `generateContainerConfig`), the
-//! container's environment (`makeEnvironmentVariables` for what a pod carries itself) and the
+//! container's environment (`makeEnvironmentVariables` for what a pod carries itself), the
+//! pod's host name (`GeneratePodHostNameAndDomain`) and hosts file (`ensureHostsFile`) and the
 //! image pull policy. No I/O: everything here is unit-tested.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -56,20 +57,35 @@ fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
+/// Why a pod's sandbox config cannot be made (upstream: `generatePodSandboxConfig`'s errors).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxConfigError {
+    /// The pod's security context.
+    #[error(transparent)]
+    SecurityContext(#[from] SecurityContextError),
+    /// The pod's host name.
+    #[error(transparent)]
+    Hostname(#[from] HostnameError),
+}
+
 /// The pod's sandbox (`attempt`: how many sandboxes it had before). `log_directory` is the
-/// pod's log directory (absolute). Its Linux config is [`sandbox_linux_config`]'s.
+/// pod's log directory (absolute); `cluster_domain` the cluster's DNS domain (upstream
+/// `clusterDomain`). Its Linux config is [`sandbox_linux_config`]'s; its host name
+/// [`pod_hostname_and_domain`]'s through [`kernel_hostname`], none on the host's network.
 pub fn sandbox_config(
     pod: &Pod,
     attempt: u32,
     log_directory: &Path,
-) -> Result<cri::PodSandboxConfig, SecurityContextError> {
+    cluster_domain: &str,
+) -> Result<cri::PodSandboxConfig, SandboxConfigError> {
     let (name, namespace, uid) = meta(pod);
     let spec = pod.spec.as_ref();
     // A host-network sandbox shares the node's UTS namespace: containerd refuses a hostname.
     let hostname = if host_network(pod) {
         String::new()
     } else {
-        pod_hostname(pod)
+        let fqdn = spec.and_then(|s| s.set_hostname_as_fqdn).unwrap_or(false);
+        kernel_hostname(&pod_hostname_and_domain(pod, cluster_domain)?, fqdn)?
     };
     let dns_config = spec
         .and_then(|s| s.dns_config.as_ref())
@@ -122,21 +138,160 @@ pub fn sandbox_config(
     })
 }
 
-/// The pod's host name: `spec.hostname`, else its name, cut to 63 characters without a
-/// trailing `-` or `.` (upstream: `GeneratePodHostNameAndDomain`, `truncatePodHostnameIfNeeded`;
-/// the API server validated both).
-pub fn pod_hostname(pod: &Pod) -> String {
-    let (name, _, _) = meta(pod);
+/// A pod's host name and domain (upstream `GeneratePodHostNameAndDomain`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodHostname {
+    /// The host name: `spec.hostnameOverride`, else `spec.hostname`, else the pod's name; cut
+    /// to 63 characters without a trailing `-` or `.`.
+    pub hostname: String,
+    /// `<subdomain>.<namespace>.svc.<cluster domain>` for a pod with `spec.subdomain` (never
+    /// with `hostnameOverride`).
+    pub domain: Option<String>,
+}
+
+/// Why a pod's host name cannot be made (upstream's messages; the API server refuses such a
+/// pod, a manifest may still carry one).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HostnameError {
+    /// `spec.hostnameOverride` is not an RFC 1123 subdomain.
+    #[error("pod HostnameOverride {value:?} is not a valid DNS subdomain: {problems}")]
+    Override {
+        /// The value.
+        value: String,
+        /// Upstream's validation messages, `;`-separated.
+        problems: String,
+    },
+    /// `spec.hostname` is not an RFC 1123 label.
+    #[error("pod Hostname {value:?} is not a valid DNS label: {problems}")]
+    Hostname {
+        /// The value.
+        value: String,
+        /// Upstream's validation messages, `;`-separated.
+        problems: String,
+    },
+    /// `spec.subdomain` is not an RFC 1123 label.
+    #[error("pod Subdomain {value:?} is not a valid DNS label: {problems}")]
+    Subdomain {
+        /// The value.
+        value: String,
+        /// Upstream's validation messages, `;`-separated.
+        problems: String,
+    },
+    /// Nothing is left of the name once cut to 63 characters without a trailing `-` or `.`.
+    #[error("hostname for pod {pod:?} was invalid: {hostname:?}")]
+    Truncated {
+        /// The pod's name.
+        pod: String,
+        /// The name before it was cut.
+        hostname: String,
+    },
+    /// `setHostnameAsFQDN` and a host name with its domain longer than the kernel's 64.
+    #[error(
+        "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long (64 characters is the max, {} characters requested)",
+        fqdn.len()
+    )]
+    FqdnTooLong {
+        /// `<host name>.<domain>`.
+        fqdn: String,
+    },
+}
+
+/// Upstream `truncatePodHostnameIfNeeded`: at most 63 characters, then no trailing `-` or `.`.
+fn truncate_hostname(pod: &str, hostname: &str) -> Result<String, HostnameError> {
+    const HOSTNAME_MAX: usize = 63;
+    if hostname.chars().count() <= HOSTNAME_MAX {
+        return Ok(hostname.to_owned());
+    }
+    let cut: String = hostname.chars().take(HOSTNAME_MAX).collect();
+    let cut = cut.trim_end_matches(['-', '.']);
+    if cut.is_empty() {
+        return Err(HostnameError::Truncated {
+            pod: pod.to_owned(),
+            hostname: hostname.to_owned(),
+        });
+    }
+    Ok(cut.to_owned())
+}
+
+/// The pod's host name and domain (upstream `GeneratePodHostNameAndDomain`): with
+/// `spec.hostnameOverride`, that (an RFC 1123 subdomain) and no domain, whatever `hostname` and
+/// `subdomain` say; else `spec.hostname` (an RFC 1123 label) or the pod's name, and with
+/// `spec.subdomain` (a label) the domain `<subdomain>.<namespace>.svc.<cluster_domain>`. The
+/// API server validated them; a manifest may not have been.
+pub fn pod_hostname_and_domain(
+    pod: &Pod,
+    cluster_domain: &str,
+) -> Result<PodHostname, HostnameError> {
+    use rustlet_core::names::{dns1123_label_problems, dns1123_subdomain_problems};
+
+    let (name, namespace, _) = meta(pod);
     let spec = pod.spec.as_ref();
-    let h = spec
+    if let Some(hostname) = spec.and_then(|s| s.hostname_override.as_deref()) {
+        let problems = dns1123_subdomain_problems(hostname);
+        if !problems.is_empty() {
+            return Err(HostnameError::Override {
+                value: hostname.to_owned(),
+                problems: problems.join(";"),
+            });
+        }
+        return Ok(PodHostname {
+            hostname: truncate_hostname(name, hostname)?,
+            domain: None,
+        });
+    }
+    let hostname = match spec
         .and_then(|s| s.hostname.as_deref())
         .filter(|h| !h.is_empty())
-        .unwrap_or(name);
-    h.chars()
-        .take(63)
-        .collect::<String>()
-        .trim_end_matches(['-', '.'])
-        .to_owned()
+    {
+        Some(hostname) => {
+            let problems = dns1123_label_problems(hostname);
+            if !problems.is_empty() {
+                return Err(HostnameError::Hostname {
+                    value: hostname.to_owned(),
+                    problems: problems.join(";"),
+                });
+            }
+            hostname
+        }
+        None => name,
+    };
+    let hostname = truncate_hostname(name, hostname)?;
+    let domain = match spec
+        .and_then(|s| s.subdomain.as_deref())
+        .filter(|s| !s.is_empty())
+    {
+        Some(subdomain) => {
+            let problems = dns1123_label_problems(subdomain);
+            if !problems.is_empty() {
+                return Err(HostnameError::Subdomain {
+                    value: subdomain.to_owned(),
+                    problems: problems.join(";"),
+                });
+            }
+            Some(format!("{subdomain}.{namespace}.svc.{cluster_domain}"))
+        }
+        None => None,
+    };
+    Ok(PodHostname { hostname, domain })
+}
+
+/// The host name the sandbox's kernel gets (upstream `GetNodenameForKernel`): the host name,
+/// or with `setHostnameAsFQDN` and a domain, `<host name>.<domain>` (at most 64 characters).
+pub fn kernel_hostname(
+    name: &PodHostname,
+    set_hostname_as_fqdn: bool,
+) -> Result<String, HostnameError> {
+    const FQDN_MAX: usize = 64;
+    match &name.domain {
+        Some(domain) if set_hostname_as_fqdn => {
+            let fqdn = format!("{}.{domain}", name.hostname);
+            if fqdn.len() > FQDN_MAX {
+                return Err(HostnameError::FqdnTooLong { fqdn });
+            }
+            Ok(fqdn)
+        }
+        _ => Ok(name.hostname.clone()),
+    }
 }
 
 /// Where the kubelet's hosts file is bound in a container, and where the node's is.
@@ -158,12 +313,12 @@ pub fn mounts_hosts_file(pod: &Pod, container: &Container, pod_ip: Option<&str>)
 /// What the kubelet's hosts file of a pod is made from.
 #[derive(Clone, Copy, Debug)]
 pub enum HostsSource<'a> {
-    /// A pod on the pod network: its IPs.
+    /// A pod on the pod network: its IPs and its host name ([`pod_hostname_and_domain`]).
     PodNetwork {
         /// The pod's IPs.
         pod_ips: &'a [&'a str],
-        /// The cluster's DNS domain (upstream `clusterDomain`), for `spec.subdomain`.
-        cluster_domain: &'a str,
+        /// The pod's host name and domain.
+        name: &'a PodHostname,
     },
     /// A pod on the host's network: the node's hosts file, as read.
     HostNetwork {
@@ -174,8 +329,8 @@ pub enum HostsSource<'a> {
 
 /// The pod's hosts file (upstream: `ensureHostsFile`, `managedHostsFileContent`,
 /// `nodeHostsFileContent`, `hostsEntriesFromHostAliases`): upstream's header, then localhost
-/// and the IPv6 names and the pod's IPs with its host name (and its `subdomain`'s FQDN first),
-/// or the node's file for a host-network pod; then the `hostAliases`, one line per IP.
+/// and the IPv6 names and the pod's IPs with its host name (and its FQDN first when it has a
+/// domain), or the node's file for a host-network pod; then the `hostAliases`, one line per IP.
 pub fn hosts_file_content(pod: &Pod, source: HostsSource<'_>) -> Vec<u8> {
     let mut out = Vec::new();
     match source {
@@ -183,10 +338,7 @@ pub fn hosts_file_content(pod: &Pod, source: HostsSource<'_>) -> Vec<u8> {
             out.extend_from_slice(b"# Kubernetes-managed hosts file (host network).\n");
             out.extend_from_slice(node_hosts);
         }
-        HostsSource::PodNetwork {
-            pod_ips,
-            cluster_domain,
-        } => {
+        HostsSource::PodNetwork { pod_ips, name } => {
             out.extend_from_slice(
                 b"# Kubernetes-managed hosts file.\n\
                   127.0.0.1\tlocalhost\n\
@@ -196,18 +348,10 @@ pub fn hosts_file_content(pod: &Pod, source: HostsSource<'_>) -> Vec<u8> {
                   fe00::1\tip6-allnodes\n\
                   fe00::2\tip6-allrouters\n",
             );
-            let hostname = pod_hostname(pod);
-            let (_, namespace, _) = meta(pod);
-            let subdomain = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.subdomain.as_deref())
-                .filter(|s| !s.is_empty());
+            let hostname = &name.hostname;
             for ip in pod_ips {
-                let line = match subdomain {
-                    Some(sub) => format!(
-                        "{ip}\t{hostname}.{sub}.{namespace}.svc.{cluster_domain}\t{hostname}\n"
-                    ),
+                let line = match &name.domain {
+                    Some(domain) => format!("{ip}\t{hostname}.{domain}\t{hostname}\n"),
                     None => format!("{ip}\t{hostname}\n"),
                 };
                 out.extend_from_slice(line.as_bytes());
@@ -752,6 +896,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{
         EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext, PodSpec,
     };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::path::PathBuf;
 
     fn pod(host_network: bool) -> Pod {
@@ -774,7 +919,8 @@ mod tests {
 
     #[test]
     fn a_sandbox_carries_the_pod_uid_and_a_host_network_one_no_hostname() {
-        let config = sandbox_config(&pod(true), 2, Path::new("/r/logs/uid-1")).unwrap();
+        let config =
+            sandbox_config(&pod(true), 2, Path::new("/r/logs/uid-1"), "cluster.local").unwrap();
         assert_eq!(config.labels[POD_UID_LABEL], "uid-1");
         assert_eq!(config.labels["app"], "web");
         assert_eq!(config.metadata.as_ref().unwrap().attempt, 2);
@@ -789,7 +935,7 @@ mod tests {
             .unwrap();
         assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
 
-        let config = sandbox_config(&pod(false), 0, Path::new("/r")).unwrap();
+        let config = sandbox_config(&pod(false), 0, Path::new("/r"), "cluster.local").unwrap();
         assert_eq!(config.hostname, "web");
         let ns = config
             .linux
@@ -933,7 +1079,7 @@ mod tests {
                 p,
                 HostsSource::PodNetwork {
                     pod_ips: &["203.0.113.1", "fd00::6"],
-                    cluster_domain: "cluster.local",
+                    name: &pod_hostname_and_domain(p, "cluster.local").unwrap(),
                 },
             ))
             .unwrap()
@@ -965,6 +1111,258 @@ mod tests {
             ),
             "{}",
             content(&p)
+        );
+    }
+
+    /// upstream: TestGeneratePodHostNameAndDomain, case by case.
+    #[test]
+    fn test_generate_pod_host_name_and_domain() {
+        struct Case {
+            name: &'static str,
+            pod_name: String,
+            hostname: String,
+            subdomain: &'static str,
+            hostname_override: Option<&'static str>,
+            expected: Result<(String, Option<&'static str>), &'static str>,
+        }
+        let case = |name, hostname: &str, subdomain, hostname_override, expected| Case {
+            name,
+            pod_name: "test-pod".into(),
+            hostname: hostname.into(),
+            subdomain,
+            hostname_override,
+            expected,
+        };
+        let ok = |hostname: &str, domain| Ok((hostname.to_owned(), domain));
+        let cases = [
+            case(
+                "Default behavior - pod name as hostname",
+                "",
+                "",
+                None,
+                ok("test-pod", None),
+            ),
+            case(
+                "Custom Hostname - uses pod.Spec.Hostname",
+                "custom-hostname",
+                "",
+                None,
+                ok("custom-hostname", None),
+            ),
+            case(
+                "Custom Subdomain - constructs FQDN",
+                "",
+                "my-subdomain",
+                None,
+                ok("test-pod", Some("my-subdomain.default.svc.cluster.local")),
+            ),
+            case(
+                "Custom Hostname and Subdomain - uses both",
+                "custom-hostname",
+                "my-subdomain",
+                None,
+                ok(
+                    "custom-hostname",
+                    Some("my-subdomain.default.svc.cluster.local"),
+                ),
+            ),
+            case(
+                "HostnameOverride - overrides all",
+                "custom-hostname",
+                "my-subdomain",
+                Some("override-hostname"),
+                ok("override-hostname", None),
+            ),
+            case(
+                "HostnameOverride - overrides all - invalid hostname",
+                "custom-hostname",
+                "my-subdomain",
+                Some("Invalid-Hostname-!"),
+                Err("pod HostnameOverride \"Invalid-Hostname-!\" is not a valid DNS subdomain"),
+            ),
+            case(
+                "HostnameOverride - overrides all - valid DNS hostname",
+                "",
+                "",
+                Some("valid.hostname"),
+                ok("valid.hostname", None),
+            ),
+            Case {
+                pod_name: "a".repeat(65),
+                ..case(
+                    "Hostname Truncation - pod name is too long",
+                    "",
+                    "",
+                    None,
+                    ok(&"a".repeat(63), None),
+                )
+            },
+            case(
+                "Validation - invalid hostname",
+                "Invalid-Hostname-!",
+                "",
+                None,
+                Err("pod Hostname \"Invalid-Hostname-!\" is not a valid DNS label"),
+            ),
+            case(
+                "Validation - invalid subdomain",
+                "",
+                "invalid_subdomain",
+                None,
+                Err("pod Subdomain \"invalid_subdomain\" is not a valid DNS label"),
+            ),
+            case(
+                "Validation - too long hostname",
+                &"a".repeat(64),
+                "",
+                None,
+                Err("must be no more than 63 characters"),
+            ),
+        ];
+        for c in cases {
+            let p = Pod {
+                metadata: ObjectMeta {
+                    name: Some(c.pod_name.clone()),
+                    namespace: Some("default".into()),
+                    ..Default::default()
+                },
+                spec: Some(PodSpec {
+                    hostname: Some(c.hostname.clone()),
+                    subdomain: Some(c.subdomain.into()),
+                    hostname_override: c.hostname_override.map(str::to_owned),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            match (pod_hostname_and_domain(&p, "cluster.local"), c.expected) {
+                (Ok(got), Ok((hostname, domain))) => {
+                    assert_eq!(got.hostname, hostname, "{}", c.name);
+                    assert_eq!(got.domain.as_deref(), domain, "{}", c.name);
+                }
+                (Err(e), Err(contains)) => {
+                    assert!(e.to_string().contains(contains), "{}: {e}", c.name);
+                }
+                (got, expected) => panic!("{}: {got:?}, expected {expected:?}", c.name),
+            }
+        }
+    }
+
+    /// upstream: TestTruncatePodHostname.
+    #[test]
+    fn test_truncate_pod_hostname() {
+        for (input, output) in [
+            ("test.pod.hostname", "test.pod.hostname"),
+            (
+                "1234567.1234567.1234567.1234567.1234567.1234567.1234567.1234567.1234567.",
+                "1234567.1234567.1234567.1234567.1234567.1234567.1234567.1234567",
+            ),
+            (
+                "1234567.1234567.1234567.1234567.1234567.1234567.1234567.123456.1234567.",
+                "1234567.1234567.1234567.1234567.1234567.1234567.1234567.123456",
+            ),
+            (
+                "1234567.1234567.1234567.1234567.1234567.1234567.1234567.123456-1234567.",
+                "1234567.1234567.1234567.1234567.1234567.1234567.1234567.123456",
+            ),
+        ] {
+            assert_eq!(truncate_hostname("test-pod", input).unwrap(), output);
+        }
+    }
+
+    /// upstream: TestGetNodenameForKernel.
+    #[test]
+    fn test_get_nodename_for_kernel() {
+        let name = |hostname: &str, domain: &str| PodHostname {
+            hostname: hostname.into(),
+            domain: (!domain.is_empty()).then(|| domain.to_owned()),
+        };
+        let long_domain = "1234567.1234567.1234567.1234567.1234567.1234567.1234567";
+        for (description, n, fqdn, expected) in [
+            (
+                "no hostDomain, setHostnameAsFQDN false",
+                name("test.pod.hostname", ""),
+                false,
+                Some("test.pod.hostname"),
+            ),
+            (
+                "no hostDomain, setHostnameAsFQDN true",
+                name("test.pod.hostname", ""),
+                true,
+                Some("test.pod.hostname"),
+            ),
+            (
+                "valid hostDomain, setHostnameAsFQDN false",
+                name("test.pod.hostname", "svc.subdomain.local"),
+                false,
+                Some("test.pod.hostname"),
+            ),
+            (
+                "valid hostDomain, setHostnameAsFQDN true",
+                name("test.pod.hostname", "svc.subdomain.local"),
+                true,
+                Some("test.pod.hostname.svc.subdomain.local"),
+            ),
+            (
+                "FQDN is too long, setHostnameAsFQDN false",
+                name("1234567.1234567", long_domain),
+                false,
+                Some("1234567.1234567"),
+            ),
+            (
+                "FQDN is too long, setHostnameAsFQDN true",
+                name("1234567.1234567", long_domain),
+                true,
+                None,
+            ),
+        ] {
+            assert_eq!(
+                kernel_hostname(&n, fqdn).ok().as_deref(),
+                expected,
+                "{description}"
+            );
+        }
+    }
+
+    /// Upstream e2e "Override hostname of Pod" (`GeneratePodHostNameAndDomain`,
+    /// `managedHostsFileContent`): with `hostnameOverride`, the sandbox's host name and the
+    /// hosts file's line for the pod IP are the override alone, whatever `hostname` and
+    /// `subdomain` say; without it, `setHostnameAsFQDN` makes the kernel's host name the FQDN.
+    #[test]
+    fn hostname_override_is_the_sandboxs_host_name_and_its_hosts_entry() {
+        let mut p = pod(false);
+        let spec = p.spec.as_mut().unwrap();
+        spec.hostname = Some("custom-host".into());
+        spec.subdomain = Some("t".into());
+        spec.hostname_override = Some("override.example.host".into());
+        let config = sandbox_config(&p, 0, Path::new("/r"), "cluster.local").unwrap();
+        assert_eq!(config.hostname, "override.example.host");
+        let name = pod_hostname_and_domain(&p, "cluster.local").unwrap();
+        let hosts = String::from_utf8(hosts_file_content(
+            &p,
+            HostsSource::PodNetwork {
+                pod_ips: &["203.0.113.1"],
+                name: &name,
+            },
+        ))
+        .unwrap();
+        assert!(
+            hosts.ends_with("fe00::2\tip6-allrouters\n203.0.113.1\toverride.example.host\n"),
+            "{hosts}"
+        );
+
+        let spec = p.spec.as_mut().unwrap();
+        spec.hostname_override = None;
+        spec.set_hostname_as_fqdn = Some(true);
+        let config = sandbox_config(&p, 0, Path::new("/r"), "cluster.local").unwrap();
+        assert_eq!(config.hostname, "custom-host.t.ns1.svc.cluster.local");
+
+        // A manifest the API server did not see: a clear error, no sandbox.
+        p.spec.as_mut().unwrap().hostname_override = Some("Not-RFC1123".into());
+        let err = sandbox_config(&p, 0, Path::new("/r"), "cluster.local").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("pod HostnameOverride \"Not-RFC1123\" is not a valid DNS subdomain: "),
+            "{err}"
         );
     }
 

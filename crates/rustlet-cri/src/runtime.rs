@@ -43,7 +43,7 @@ use crate::config::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, ETC_HOSTS_PATH,
     EnvSources, HostsSource, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodAddresses,
     PullPolicy, container_config, container_env, hosts_file_content, mounts_hosts_file,
-    sandbox_config,
+    pod_hostname_and_domain, sandbox_config,
 };
 use crate::logs::{self, LogLayoutError};
 use crate::ordering::TerminationOrdering;
@@ -85,7 +85,8 @@ pub struct CriConfig {
     /// ([`Self::owner_labels`]).
     pub node_name: String,
     /// The cluster's DNS domain (upstream `clusterDomain`; empty by default, as upstream's):
-    /// the FQDN of a pod with `subdomain` in its hosts file.
+    /// the FQDN of a pod with `subdomain` in its hosts file, and its host name with
+    /// `setHostnameAsFQDN`.
     pub cluster_domain: String,
     /// The node's hosts file, the base of a host-network pod's (upstream: `/etc/hosts`).
     pub node_hosts_file: PathBuf,
@@ -1199,8 +1200,8 @@ impl Runtime for CriRuntime {
             .await
             .map_err(|e| failed(e.to_string()))?
             .map_err(|e| failed(format!("creating {}: {e}", log_dir.display())))?;
-        let mut config =
-            sandbox_config(pod, attempt, &log_dir).map_err(|e| failed(e.to_string()))?;
+        let mut config = sandbox_config(pod, attempt, &log_dir, &self.config.cluster_domain)
+            .map_err(|e| failed(e.to_string()))?;
         config.labels.extend(self.config.owner_labels());
         let id = self
             .client
@@ -1290,8 +1291,9 @@ impl Runtime for CriRuntime {
         let config_error =
             |message: String| waiting(pod, name, "CreateContainerConfigError", message);
         let log_dir = self.log_dir(pod).map_err(|e| config_error(e.to_string()))?;
-        let mut sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir)
-            .map_err(|e| config_error(e.to_string()))?;
+        let mut sandbox_cfg =
+            sandbox_config(pod, sandbox.attempt, &log_dir, &self.config.cluster_domain)
+                .map_err(|e| config_error(e.to_string()))?;
         sandbox_cfg.labels.extend(self.config.owner_labels());
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
         // upstream: getImageUser (the user a container without `runAsUser` runs as). Asked of
@@ -1325,6 +1327,9 @@ impl Runtime for CriRuntime {
                 "Keys from envFrom were skipped since they are invalid environment variable names"
             );
         }
+        // upstream: GenerateRunContainerOptions: the host name, for every pod.
+        let host_name = pod_hostname_and_domain(pod, &self.config.cluster_domain)
+            .map_err(|e| config_error(e.to_string()))?;
         // upstream: makeMounts: the kubelet's hosts file, written again at each start.
         let mut mounts = mounts.to_vec();
         if mounts_hosts_file(pod, container, sandbox.ip.as_deref()) {
@@ -1335,7 +1340,6 @@ impl Runtime for CriRuntime {
             let host_path = pod_dir.join("etc-hosts");
             let (path, node_hosts) = (host_path.clone(), self.config.node_hosts_file.clone());
             let (pod_copy, pod_ip) = (pod.clone(), sandbox.ip.clone().unwrap_or_default());
-            let cluster_domain = self.config.cluster_domain.clone();
             let host_network = sandbox.host_network;
             tokio::task::spawn_blocking(move || -> Result<(), String> {
                 let node = if host_network {
@@ -1349,7 +1353,7 @@ impl Runtime for CriRuntime {
                 } else {
                     HostsSource::PodNetwork {
                         pod_ips: &[pod_ip.as_str()],
-                        cluster_domain: &cluster_domain,
+                        name: &host_name,
                     }
                 };
                 std::fs::create_dir_all(&pod_dir)

@@ -1228,6 +1228,94 @@ async fn a_containers_etc_hosts_is_the_kubelet_managed_file_with_host_aliases() 
     );
 }
 
+/// Issue 27 (node features), upstream "[sig-node] Override hostname of Pod a pod with
+/// hostname and hostnameOverride fields will have hostnameOverride as hostname" (and the
+/// subdomain case; `GeneratePodHostNameAndDomain`, `GetNodenameForKernel`,
+/// `ensureHostsFile`): the container's host name (and `hostname -f`, through `/etc/hosts`, as
+/// the spec reads them) is `hostnameOverride` whatever `hostname` and `subdomain` say, and its
+/// `/etc/hosts` names the pod IP with it alone; without the override,
+/// `setHostnameAsFQDN` makes the host name the FQDN under the cluster domain, which the hosts
+/// file names first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostname_override_is_the_containers_host_name_and_its_etc_hosts_entry() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+
+    let Some(containerd) = PrivateContainerd::start("hostname_override").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(
+        CriConfig {
+            cluster_domain: "cluster.local".into(),
+            ..CriConfig::new(containerd.endpoint(), &root)
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let pod = |name: &str, spec: serde_json::Value| -> k8s_openapi::api::core::v1::Pod {
+        let mut spec = spec;
+        spec["containers"] = serde_json::json!([{"name": "c", "image": BUSYBOX_IMAGE,
+            "command": ["/bin/sh", "-c", "echo $(hostname)';'$(hostname -f)';'; cat /etc/hosts"]}]);
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+            "spec": spec
+        }))
+        .unwrap()
+    };
+    let pod_ip = async |p: &k8s_openapi::api::core::v1::Pod| {
+        runtime
+            .pod_status(&rustlet_core::PodUid::of(p))
+            .await
+            .sandbox
+            .and_then(|s| s.ip)
+            .expect("a pod IP")
+    };
+
+    let overridden = pod(
+        "overridden",
+        serde_json::json!({"hostname": "custom-host", "subdomain": "t",
+                           "hostnameOverride": "override.example.host"}),
+    );
+    let lines = run_to_exit(&runtime, &root, &overridden)
+        .await
+        .remove("c")
+        .unwrap();
+    // The spec's own check: `echo $(hostname)';'$(hostname -f)';'`.
+    assert_eq!(
+        lines[0], "override.example.host;override.example.host;",
+        "{lines:?}"
+    );
+    assert_eq!(lines[1], "# Kubernetes-managed hosts file.", "{lines:?}");
+    let ip = pod_ip(&overridden).await;
+    assert_eq!(
+        lines.last().unwrap(),
+        &format!("{ip}\toverride.example.host"),
+        "{lines:?}"
+    );
+
+    let fqdn = pod(
+        "fqdn",
+        serde_json::json!({"hostname": "custom-host", "subdomain": "t",
+                           "setHostnameAsFQDN": true}),
+    );
+    let lines = run_to_exit(&runtime, &root, &fqdn)
+        .await
+        .remove("c")
+        .unwrap();
+    assert_eq!(
+        lines[0], "custom-host.t.ns.svc.cluster.local;custom-host.t.ns.svc.cluster.local;",
+        "{lines:?}"
+    );
+    let ip = pod_ip(&fqdn).await;
+    assert_eq!(
+        lines.last().unwrap(),
+        &format!("{ip}\tcustom-host.t.ns.svc.cluster.local\tcustom-host"),
+        "{lines:?}"
+    );
+}
+
 /// The Services of [`a_containers_environment_has_the_services_variables`].
 struct FixedServices(Option<Vec<std::sync::Arc<k8s_openapi::api::core::v1::Service>>>);
 

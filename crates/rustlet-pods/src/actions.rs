@@ -9,12 +9,21 @@
 //! liveness or startup failure and on a definition change, and is not restarted once the pod is
 //! done (C12).
 //!
+//! Container restart rules (`ContainerRestartRules`, on by default since v1.35; Rustlet's
+//! agent does not configure gates, so it is taken as on): a regular container's own
+//! `restartPolicy` and its `restartPolicyRules` decide whether it is restarted
+//! ([`rustlet_core::restart`]).
+//!
+//! A failed ordinary init container restarts by its own policy and rules too, as upstream's
+//! `computeInitContainerActions` asks `ShouldContainerBeRestarted`.
+//!
 //! Deviations, each written down: in-place resize is not supported; instead of purging the init containers of a replaced sandbox
 //! (upstream `purgeInitContainers`), init instances count only in the sandbox they were made in
 //! ([`ContainerInstance::sandbox_id`]), which leaves them to the garbage collection and keeps
 //! their restart counts.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use rustlet_core::restart::{container_should_restart, effective_restart_policy};
 
 use rustlet_core::pod::is_restartable_init_container;
 
@@ -103,8 +112,13 @@ fn restarts_on_failure(pod: &Pod) -> bool {
     restart_policy(pod) != "Never"
 }
 
-/// C20: upstream `ShouldContainerBeRestarted`, on the newest instance of the container.
-pub fn should_container_be_restarted(pod: &Pod, newest: Option<&ContainerInstance>) -> bool {
+/// C20: upstream `ShouldContainerBeRestarted`, on the newest instance of the container: an
+/// exited one as its restart rules say ([`container_should_restart`]).
+pub fn should_container_be_restarted(
+    pod: &Pod,
+    container: &Container,
+    newest: Option<&ContainerInstance>,
+) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return false;
     }
@@ -114,11 +128,10 @@ pub fn should_container_be_restarted(pod: &Pod, newest: Option<&ContainerInstanc
     match &newest.state {
         InstanceState::Running { .. } => false,
         InstanceState::Unknown | InstanceState::Created => true,
-        InstanceState::Exited { exit_code, .. } => match restart_policy(pod) {
-            "Never" => false,
-            "OnFailure" => *exit_code != 0,
-            _ => true,
-        },
+        InstanceState::Exited { exit_code, .. } => {
+            let empty = k8s_openapi::api::core::v1::PodSpec::default();
+            container_should_restart(container, pod.spec.as_ref().unwrap_or(&empty), *exit_code)
+        }
     }
 }
 
@@ -263,13 +276,22 @@ fn init_container_actions(
                     to_start.push(index + 1);
                 }
             }
-            InstanceState::Exited { .. } if !restart_on_failure => {
+            // A failed init container restarts by its own policy and rules, else the pod's
+            // (ContainerRestartRules: upstream asks `ShouldContainerBeRestarted`).
+            InstanceState::Exited { .. }
+                if !should_container_be_restarted(pod, container, Some(newest)) =>
+            {
                 actions.kill_pod = true;
                 return false;
             }
             InstanceState::Exited { .. } => to_start.push(index),
             InstanceState::Unknown => {
-                if !sidecar && !restart_on_failure {
+                // No exit code for the rules: the container's own policy only, else the pod's.
+                let restarts = match container.restart_policy.as_deref() {
+                    Some(policy) => policy != "Never",
+                    None => restart_on_failure,
+                };
+                if !sidecar && !restarts {
                     actions.kill_pod = true;
                     return false;
                 }
@@ -317,7 +339,9 @@ pub fn compute_pod_actions(
             .iter()
             .enumerate()
             .filter(|(_, c)| {
-                !(restart_policy(pod) == "OnFailure" && succeeded(runtime.instances(&c.name).0))
+                // Run once on success: the container's own policy, else the pod's.
+                !(effective_restart_policy(spec, c) == "OnFailure"
+                    && succeeded(runtime.instances(&c.name).0))
             })
             .map(|(index, _)| index)
             .collect();
@@ -361,7 +385,7 @@ pub fn compute_pod_actions(
         let newest = runtime.instances(&container.name).0;
         let Some(running) = newest.filter(|i| matches!(i.state, InstanceState::Running { .. }))
         else {
-            if should_container_be_restarted(pod, newest) {
+            if should_container_be_restarted(pod, container, newest) {
                 actions.start.push(index);
                 if let Some(unknown) = newest.filter(|i| i.state == InstanceState::Unknown) {
                     actions.kill.push(ContainerToKill {
@@ -375,7 +399,9 @@ pub fn compute_pod_actions(
             }
             continue;
         };
-        let mut restart = restarts_on_failure(pod);
+        // A probe's kill: the container's own policy, else the pod's (its rules need an exit
+        // code, and it still runs).
+        let mut restart = effective_restart_policy(spec, container) != "Never";
         let (reason, mut message) = if running
             .hash
             .as_ref()

@@ -6,6 +6,7 @@
 //!   state table the managers read (`PodStateProvider`, `PodDeletionSafety`);
 //!   [`workers::PodWorkers`] follows the pod source, one task per pod UID.
 //! * [`actions`]: what a sync does to the sandbox and the containers (`computePodActions`).
+//! * [`admission`]: whether the node admits a pod first seen (`canAdmitPod`'s OS checks).
 //! * [`runtime`]: the [`runtime::Runtime`] trait, the seam where a CRI runtime plugs in.
 //! * [`prober`]: liveness, readiness and startup probes (exec through the runtime, HTTP GET,
 //!   TCP, gRPC through the [`prober::GrpcProber`] seam), on a runtime that runs processes.
@@ -29,6 +30,7 @@
 //! [`runtime::Runtime`].
 
 pub mod actions;
+pub mod admission;
 mod fault;
 pub mod lifecycle;
 pub mod prober;
@@ -37,6 +39,8 @@ pub mod simulated;
 pub mod status;
 pub mod workers;
 
+#[cfg(test)]
+mod restart_rules_tests;
 #[cfg(test)]
 mod sidecar_tests;
 #[cfg(test)]

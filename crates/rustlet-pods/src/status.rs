@@ -5,6 +5,11 @@
 //! Restartable init containers (sidecars) are started and ready as regular containers are (by
 //! their probes), and count in the phase as upstream's `getPhase` counts them.
 //!
+//! The phase follows container restart rules (`ContainerRestartRules`, on by default since
+//! v1.35, taken as on): a container that exited counts as restarting or not by its own
+//! `restartPolicy` and `restartPolicyRules`, else by the pod's
+//! ([`rustlet_core::restart::container_should_restart`]).
+//!
 //! Simplifications, each a deviation written down: no probes, so a running container is
 //! started and ready (B10 without workers); one node IP family.
 
@@ -24,6 +29,7 @@ use rustlet_core::pod::{
     PodPhase, condition_type, is_restartable_init_container, is_static_pod,
     pod_condition_by_kubelet,
 };
+use rustlet_core::restart::container_should_restart;
 
 use crate::runtime::{
     ContainerInstance, ContainerKind, InstanceState, RuntimePodStatus, ephemeral_container,
@@ -276,11 +282,15 @@ fn container_status(
     status
 }
 
-/// S4: upstream `getPhase`. A sidecar is pending until it runs and has started; once
-/// `pod_has_initialized` (a regular container was created or runs in the runtime: upstream
+/// S4: upstream `getPhase`, with `ContainerRestartRules` (on by default since v1.35, taken as
+/// on). A sidecar is pending until it runs and has started; once `pod_has_initialized` (a
+/// regular container was created or runs in the runtime: upstream
 /// `HasAnyActiveRegularContainerStarted`) a sidecar that is not started no longer holds the pod
 /// pending. A running sidecar counts as running; an exited one is not counted, so a run-once
-/// pod whose regular containers are done is Succeeded or Failed by them alone.
+/// pod whose regular containers are done is Succeeded or Failed by them alone. A failed
+/// ordinary init container that does not restart (by its own policy and rules, else the pod's)
+/// fails the pod; stopped regular containers leave it Running while one of them restarts, else
+/// Succeeded or Failed.
 ///
 /// ```
 /// use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec};
@@ -307,15 +317,11 @@ pub fn get_phase(
     pod_has_initialized: bool,
 ) -> PodPhase {
     let spec = pod.spec.clone().unwrap_or_default();
-    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let last_terminated = |s: &ContainerStatus| {
-        s.last_state
-            .as_ref()
-            .and_then(|l| l.terminated.as_ref())
-            .map(|t| t.exit_code)
-    };
-    let (mut pending_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
+    // ContainerRestartRules: whether a container that exited with this code restarts.
+    let restarts = |c: &Container, exit_code: i32| container_should_restart(c, &spec, exit_code);
+    let (mut pending_init, mut pending_sidecars, mut failed_init_not_restartable) = (0, 0, 0);
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let mut stopped_not_restartable = 0;
     for c in spec.init_containers.iter().flatten() {
         let status = init.iter().find(|s| s.name == c.name);
         if is_restartable_init_container(c) {
@@ -332,7 +338,7 @@ pub fn get_phase(
             } else if state.terminated.is_some() {
                 // An exited sidecar does not count.
             } else if state.waiting.is_some() {
-                if last_terminated(s).is_none() {
+                if last_exit_code(s).is_none() {
                     pending_sidecars += 1;
                     waiting += 1;
                 }
@@ -347,14 +353,26 @@ pub fn get_phase(
             continue;
         };
         let state = s.state.clone().unwrap_or_default();
-        if let Some(t) = &state.terminated {
-            if t.exit_code != 0 {
-                failed_init += 1;
-            }
-        } else if state.waiting.is_some() && last_terminated(s).is_some_and(|code| code != 0) {
-            failed_init += 1;
+        // The exit code of the run that ended: the current state's, or the last one's while
+        // it waits to restart.
+        let exit_code = if state.running.is_some() {
+            None
+        } else if let Some(t) = &state.terminated {
+            Some(t.exit_code)
+        } else if state.waiting.is_some() {
+            last_exit_code(s)
         } else {
-            pending_init += 1;
+            None
+        };
+        match exit_code {
+            None => pending_init += 1,
+            Some(0) => {}
+            // Failed: the pod fails unless the container restarts.
+            Some(code) => {
+                if !restarts(c, code) {
+                    failed_init_not_restartable += 1;
+                }
+            }
         }
     }
     for c in &spec.containers {
@@ -367,12 +385,18 @@ pub fn get_phase(
             running += 1;
         } else if let Some(t) = &state.terminated {
             stopped += 1;
+            if !restarts(c, t.exit_code) {
+                stopped_not_restartable += 1;
+            }
             if t.exit_code == 0 {
                 succeeded += 1;
             }
         } else if state.waiting.is_some() {
-            if last_terminated(s).is_some() {
+            if let Some(code) = last_exit_code(s) {
                 stopped += 1;
+                if !restarts(c, code) {
+                    stopped_not_restartable += 1;
+                }
             } else {
                 waiting += 1;
             }
@@ -380,19 +404,17 @@ pub fn get_phase(
             unknown += 1;
         }
     }
-    if failed_init > 0 && restart_policy == "Never" {
+    if failed_init_not_restartable > 0 {
         return PodPhase::Failed;
     }
-    if pending_init > 0 || failed_init > 0 || (pending_sidecars > 0 && !pod_has_initialized) {
-        return PodPhase::Pending;
-    }
-    if waiting > 0 {
+    if pending_init > 0 || (pending_sidecars > 0 && !pod_has_initialized) || waiting > 0 {
         return PodPhase::Pending;
     }
     if running > 0 && unknown == 0 {
         return PodPhase::Running;
     }
     if running == 0 && stopped > 0 && unknown == 0 {
+        // A terminal pod's containers are not restarted, whatever the policies say.
         if pod_is_terminal && !is_static_pod(pod) {
             return if stopped == succeeded {
                 PodPhase::Succeeded
@@ -400,11 +422,13 @@ pub fn get_phase(
                 PodPhase::Failed
             };
         }
-        return match restart_policy {
-            "Always" => PodPhase::Running,
-            _ if stopped == succeeded => PodPhase::Succeeded,
-            "Never" => PodPhase::Failed,
-            _ => PodPhase::Running,
+        return if stopped != stopped_not_restartable {
+            // At least one container restarts.
+            PodPhase::Running
+        } else if stopped == succeeded {
+            PodPhase::Succeeded
+        } else {
+            PodPhase::Failed
         };
     }
     PodPhase::Pending
@@ -418,6 +442,15 @@ fn any_regular_container_active(pod: &Pod, runtime: &RuntimePodStatus) -> bool {
             Some(InstanceState::Created | InstanceState::Running { .. })
         )
     })
+}
+
+/// The exit code of a container's last run, if it ended (`lastState.terminated`).
+fn last_exit_code(status: &ContainerStatus) -> Option<i32> {
+    status
+        .last_state
+        .as_ref()
+        .and_then(|l| l.terminated.as_ref())
+        .map(|t| t.exit_code)
 }
 
 /// Upstream `generateAPIPodStatus` (S2-S8).

@@ -867,3 +867,158 @@ async fn an_ephemeral_container_added_to_a_running_pod_starts_once_and_stops_wit
     })
     .await;
 }
+
+/// `pod` with its first container's own `restartPolicy` and `restartPolicyRules` (action
+/// `Restart` on these exit codes, operator `In`), exiting with `exit_code` a second after each
+/// start.
+fn pod_with_container_policy(
+    pod_policy: &str,
+    container_policy: &str,
+    restart_on: &[i32],
+    exit_code: &str,
+) -> Pod {
+    let mut p = pod(
+        pod_policy,
+        &[],
+        &["main-container"],
+        &[
+            ("rustlet.io/simulate-exit-after", "1"),
+            ("rustlet.io/simulate-exit-code", exit_code),
+        ],
+    );
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.restart_policy = Some(container_policy.into());
+    if !restart_on.is_empty() {
+        c.restart_policy_rules = Some(vec![k8s_openapi::api::core::v1::ContainerRestartRule {
+            action: "Restart".into(),
+            exit_codes: Some(
+                k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
+                    operator: "In".into(),
+                    values: Some(restart_on.to_vec()),
+                },
+            ),
+        }]);
+    }
+    p
+}
+
+/// Upstream e2e "Pod Extended (container restart policy) Container Restart Rules should restart
+/// container on rule match" and "should restart container on container-level restart policy
+/// Always" (C20, S4): the container restarts although the pod's policy is `Never`, and the pod
+/// stays Running.
+#[tokio::test(start_paused = true)]
+async fn container_restart_rules_should_restart_container_on_rule_match() {
+    for p in [
+        pod_with_container_policy("Never", "Never", &[42], "42"),
+        pod_with_container_policy("Never", "Always", &[], "1"),
+    ] {
+        let h = Harness::start(Duration::ZERO);
+        h.put(p);
+        h.until(
+            "the container restarts",
+            Duration::from_secs(5),
+            async |h| {
+                find(&h.status().container_statuses, "main-container")
+                    .is_some_and(|c| c.restart_count > 0)
+            },
+        )
+        .await;
+        assert_eq!(h.status().phase.as_deref(), Some("Running"));
+    }
+}
+
+/// Upstream e2e "... should not restart container on rule mismatch, container restart policy
+/// Never" and "should restart container on container-level restart policy Never" (C20, C12,
+/// S4): the container is not restarted, even under the pod's `Always`, and the pod fails.
+#[tokio::test(start_paused = true)]
+async fn container_restart_rules_should_not_restart_container_on_rule_mismatch() {
+    for p in [
+        pod_with_container_policy("Never", "Never", &[42], "1"),
+        pod_with_container_policy("Always", "Never", &[], "1"),
+    ] {
+        let h = Harness::start(Duration::ZERO);
+        h.put(p);
+        h.until("the pod fails", Duration::from_secs(5), async |h| {
+            h.status().phase.as_deref() == Some("Failed")
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let status = h.status();
+        let c = named(&status.container_statuses, "main-container");
+        assert_eq!(c.restart_count, 0, "{c:#?}");
+        assert_eq!(h.events("Started").len(), 1, "not run twice");
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+    }
+}
+
+/// Upstream e2e sig-apps "Job containers restarted by container restart policy should not
+/// trigger PodFailurePolicy" on the node (C20, S4): a container with its own `OnFailure` in a
+/// `Never` pod restarts after a failure (the pod stays Running) and ends the pod Succeeded
+/// after a success.
+#[tokio::test(start_paused = true)]
+async fn container_level_on_failure_restarts_a_failure_and_not_a_success() {
+    let h = Harness::start(Duration::ZERO);
+    h.put(pod_with_container_policy("Never", "OnFailure", &[], "1"));
+    h.until(
+        "the container restarts",
+        Duration::from_secs(5),
+        async |h| {
+            find(&h.status().container_statuses, "main-container")
+                .is_some_and(|c| c.restart_count > 0)
+        },
+    )
+    .await;
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
+
+    let h = Harness::start(Duration::ZERO);
+    h.put(pod_with_container_policy("Never", "OnFailure", &[], "0"));
+    h.until("the pod succeeds", Duration::from_secs(5), async |h| {
+        h.status().phase.as_deref() == Some("Succeeded")
+    })
+    .await;
+    assert_eq!(h.events("Started").len(), 1, "not run twice");
+}
+
+/// Upstream e2e "PodOSRejection Kubelet [LinuxOnly] should reject pod when the node OS doesn't
+/// match pod's OS" (`HandlePodAdditions`, `rejectPod`): a pod for another OS is Failed with
+/// `PodOSNotSupported` and upstream's message, a Warning event says why, and nothing of it ever
+/// runs.
+#[tokio::test(start_paused = true)]
+async fn pod_os_rejection_should_reject_pod_when_the_node_os_doesnt_match_pods_os() {
+    let h = Harness::start(Duration::ZERO);
+    let mut p = pod("Always", &[], &["wrong-pod-os"], &[]);
+    p.spec.as_mut().unwrap().os = Some(k8s_openapi::api::core::v1::PodOS {
+        name: "windows".into(),
+    });
+    h.put(p);
+    h.until("the pod fails", Duration::from_secs(5), async |h| {
+        h.status().phase.as_deref() == Some("Failed")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some("PodOSNotSupported"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was rejected: Failed to admit pod as the OS field doesn't match node OS")
+    );
+    let rejected: Vec<_> = h
+        .events
+        .events()
+        .into_iter()
+        .filter(|(_, reason, _)| reason == "PodOSNotSupported")
+        .collect();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0].0, EventKind::Warning);
+    assert_eq!(
+        rejected[0].2,
+        "Failed to admit pod as the OS field doesn't match node OS"
+    );
+    assert!(h.events("Started").is_empty());
+    let runtime = h.runtime_status().await;
+    assert!(
+        runtime.sandbox.is_none() && runtime.containers.is_empty(),
+        "{runtime:#?}"
+    );
+}

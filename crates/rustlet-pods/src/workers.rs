@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions::{ContainerToKill, KillReason, ProbeFailures, compute_pod_actions};
+use crate::admission::{admission_rejection, rejected_status};
 use crate::prober::{
     GrpcProber, OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask,
 };
@@ -347,6 +348,26 @@ impl PodWorkers {
         self.shared.lifecycles.set_runtime_only(orphans)
     }
 
+    /// Upstream `HandlePodAdditions`' admission of a pod first seen, unless its API phase is
+    /// terminal ([`admission_rejection`]): a rejected pod gets upstream's `rejectPod` (a
+    /// Warning event, the status Failed with the reason) and its worker never starts it.
+    fn admit(&self, pod: &Pod) -> Admission {
+        if api_phase_terminal(pod) {
+            return Admission::Admitted;
+        }
+        let Some(rejection) = admission_rejection(pod, std::env::consts::OS) else {
+            return Admission::Admitted;
+        };
+        warn!(pod = %full_name(pod), reason = rejection.reason, "pod rejected at admission");
+        self.shared
+            .events
+            .event(pod, EventKind::Warning, rejection.reason, rejection.message);
+        self.shared
+            .status
+            .set_pod_status(pod, rejected_status(pod, rejection));
+        Admission::Rejected
+    }
+
     fn is_new_incarnation(&self, uid: &PodUid, pod: &Pod) -> bool {
         self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished)
             && pod.metadata.deletion_timestamp.is_none()
@@ -422,11 +443,13 @@ impl PodWorkers {
                         });
                         workers.insert(uid.clone(), tx);
                         known.insert(uid.clone());
+                        let admission = self.admit(pod);
                         // A pod first seen terminal in the API or being deleted never syncs
-                        // (W2, W21: its worker goes straight to termination): the volume
-                        // manager must not mount for it meanwhile (upstream's UpdatePod
-                        // starts such a worker terminating).
-                        let first = if api_phase_terminal(pod)
+                        // (W2, W21: its worker goes straight to termination), nor does a
+                        // rejected one: the volume manager must not mount for it meanwhile
+                        // (upstream's UpdatePod starts such a worker terminating).
+                        let first = if admission == Admission::Rejected
+                            || api_phase_terminal(pod)
                             || pod.metadata.deletion_timestamp.is_some()
                         {
                             Lifecycle::Terminating
@@ -443,6 +466,7 @@ impl PodWorkers {
                         }
                         let worker = Worker {
                             shared: self.shared.clone(),
+                            admission,
                             incarnation: if successors.remove(&uid) {
                                 Incarnation::Successor
                             } else {
@@ -732,6 +756,8 @@ enum Incarnation {
 
 struct Worker {
     shared: Arc<Shared>,
+    /// Whether the pod was admitted when first seen (a rejected one never starts).
+    admission: Admission,
     incarnation: Incarnation,
     uid: PodUid,
     rx: watch::Receiver<PodSlot>,
@@ -742,6 +768,15 @@ struct Worker {
     probes: HashMap<(String, ProbeKind), (CancellationToken, Arc<Notify>)>,
     /// Woken when a probe result of this pod changes (B6).
     probe_wake: Arc<Notify>,
+}
+
+/// The outcome of a pod's admission when first seen (upstream `canAdmitPod`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    /// The pod may run.
+    Admitted,
+    /// Rejected: Failed at once, nothing started (its worker only reclaims).
+    Rejected,
 }
 
 /// What a worker is told about its pod: the newest version, the same `Arc` as the pod
@@ -1012,9 +1047,12 @@ impl Worker {
             self.shared.runtime.remove_pod(&self.uid).await;
         }
         let runtime = self.shared.runtime.pod_status(&self.uid).await;
-        // W2: a pod already terminal in the API with nothing running is born terminated.
-        let born_terminated = api_phase_terminal(&pod) && !runtime.any_running();
-        if !born_terminated && !self.sync_loop().await {
+        // W2: a pod already terminal in the API with nothing running is born terminated, and
+        // so is a pod rejected at admission (upstream never gives it to a pod worker); one
+        // that something still runs for is stopped first, never synced.
+        let rejected = self.admission == Admission::Rejected;
+        let born_terminated = (rejected || api_phase_terminal(&pod)) && !runtime.any_running();
+        if !born_terminated && !rejected && !self.sync_loop().await {
             return;
         }
         if !born_terminated && !self.terminate().await {

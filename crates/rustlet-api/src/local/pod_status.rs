@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rustlet_core::quantity::quantity_cmp;
-use rustlet_core::transition::container_should_restart;
+use rustlet_core::restart::container_should_restart;
 
 use super::validation::{FieldErrors, qualified_name_problems};
 

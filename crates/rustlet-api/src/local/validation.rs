@@ -69,7 +69,6 @@ impl FieldErrors {
 
 const QUALIFIED_NAME_MAX: usize = 63;
 const LABEL_VALUE_MAX: usize = 63;
-const DNS_SUBDOMAIN_MAX: usize = 253;
 /// Upstream `TotalAnnotationSizeLimitB`.
 const ANNOTATIONS_MAX: usize = 256 * 1024;
 
@@ -82,26 +81,17 @@ fn label_chars(value: &str) -> bool {
             .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
 }
 
-/// RFC 1123 label: at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric.
+/// RFC 1123 label: at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric
+/// ([`rustlet_core::names::is_dns1123_label`]).
 pub fn is_dns_label(value: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    value.len() <= 63
-        && value.starts_with(alnum)
-        && value.ends_with(alnum)
-        && value.chars().all(|c| alnum(c) || c == '-')
+    rustlet_core::names::is_dns1123_label(value)
 }
 
 /// RFC 1123 subdomain (upstream `IsDNS1123Subdomain`): at most 253 characters in all, of
-/// dot-separated parts that start and end alphanumeric (no per-part limit).
+/// dot-separated parts that start and end alphanumeric (no per-part limit;
+/// [`rustlet_core::names::is_dns1123_subdomain`]).
 pub fn is_dns_subdomain(value: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !value.is_empty()
-        && value.len() <= DNS_SUBDOMAIN_MAX
-        && value.split('.').all(|part| {
-            part.starts_with(alnum)
-                && part.ends_with(alnum)
-                && part.chars().all(|c| alnum(c) || c == '-')
-        })
+    rustlet_core::names::is_dns1123_subdomain(value)
 }
 
 const SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
@@ -551,6 +541,28 @@ pub fn validate_pod_spec(spec: &PodSpec, create: bool, errors: &mut FieldErrors)
     for (i, volume) in spec.volumes.iter().flatten().enumerate() {
         validate_volume_source(&format!("spec.volumes[{i}]"), volume, errors);
     }
+    validate_pod_host_name(spec, errors);
+}
+
+/// Upstream `validatePodHostName`: `spec.hostnameOverride` is an RFC 1123 subdomain of at most
+/// 64 characters, and neither `setHostnameAsFQDN` nor `hostNetwork` comes with it.
+fn validate_pod_host_name(spec: &PodSpec, errors: &mut FieldErrors) {
+    const FIELD: &str = "spec.hostnameOverride";
+    let Some(hostname) = spec.hostname_override.as_deref() else {
+        return;
+    };
+    if spec.set_hostname_as_fqdn == Some(true) {
+        errors.forbidden(FIELD, "may not be specified when setHostnameAsFQDN is true");
+    }
+    if spec.host_network == Some(true) {
+        errors.forbidden(FIELD, "may not be specified when hostNetwork is true");
+    }
+    if hostname.len() > 64 {
+        errors.push(FIELD, "Too long", "may not be more than 64 bytes");
+    }
+    for problem in rustlet_core::names::dns1123_subdomain_problems(hostname) {
+        errors.invalid(FIELD, &quoted(hostname), &problem);
+    }
 }
 
 /// Upstream `ValidateSecret`'s per-type rules.
@@ -696,6 +708,57 @@ mod tests {
                 "{errors:?}"
             );
         }
+    }
+
+    /// Upstream e2e "Override hostname of Pod" "a pod with setHostnameAsFQDN and
+    /// hostnameOverride fields will fail to be created", "a pod with hostNetwork and
+    /// hostnameOverride fields ..." and "a pod with non-RFC1123 subdomain string for
+    /// hostnameOverride field ..." (upstream `validatePodHostName`), in local mode.
+    #[test]
+    fn a_pod_with_hostname_override_and_fqdn_host_network_or_a_bad_name_is_refused() {
+        let check = |json: serde_json::Value| {
+            let mut spec: PodSpec = serde_json::from_value(json).unwrap();
+            spec.containers = vec![Container {
+                name: "c".into(),
+                image: Some("busybox".into()),
+                ..Container::default()
+            }];
+            let mut errors = FieldErrors::default();
+            validate_pod_spec(&spec, true, &mut errors);
+            errors.0
+        };
+        assert!(
+            check(
+                serde_json::json!({"hostnameOverride": "override.example.host",
+                                          "hostname": "h", "subdomain": "t"})
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            check(serde_json::json!({"hostnameOverride": "override-host",
+                                     "setHostnameAsFQDN": true})),
+            [
+                "spec.hostnameOverride: Forbidden: may not be specified when setHostnameAsFQDN \
+              is true"
+            ]
+        );
+        assert_eq!(
+            check(serde_json::json!({"hostnameOverride": "override-host", "hostNetwork": true})),
+            ["spec.hostnameOverride: Forbidden: may not be specified when hostNetwork is true"]
+        );
+        let errors = check(serde_json::json!({"hostnameOverride": "Not-RFC1123"}));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with(
+                "spec.hostnameOverride: Invalid value: \"Not-RFC1123\": a lowercase RFC 1123 \
+                 subdomain must consist of"
+            ),
+            "{errors:?}"
+        );
+        assert_eq!(
+            check(serde_json::json!({"hostnameOverride": "a".repeat(65)})),
+            ["spec.hostnameOverride: Too long: may not be more than 64 bytes"]
+        );
     }
 
     proptest! {

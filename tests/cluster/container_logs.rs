@@ -32,7 +32,7 @@ spec:
   containers:
   - name: main
     image: IMAGE
-    command: [sh, -c, 'i=0; while [ $i -lt 100 ]; do echo before-$i; i=$((i+1)); done; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after; exec sleep 3600']
+    command: [sh, -c, 'printf \"before-%s\\n\" $(seq 0 19); while [ ! -e /tmp/more ]; do sleep 0.1; done; printf \"before-%s\\n\" $(seq 20 99); while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after; exec sleep 3600']
 ";
 
 /// The agent rotates the container's log above `containerLogMaxSize` (every
@@ -61,9 +61,13 @@ fn kubectl_logs_reads_the_live_file_after_the_agent_rotated_it() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    // The first 20 lines stay under `containerLogMaxSize`: the log is not rotated before the
+    // follow starts (with all 100 at once it could be, on a loaded machine, before the first
+    // `kubectl logs`, which then saw an empty live file).
+    let first: String = (0..20).map(|i| format!("before-{i}\n")).collect();
     let before: String = (0..100).map(|i| format!("before-{i}\n")).collect();
     cluster.wait_for("the first lines", || match logs(&[]) {
-        (true, out, _) if out == before => Ok(()),
+        (true, out, _) if out == first => Ok(()),
         (_, out, err) => Err(format!("{out:?} {err}")),
     });
 
@@ -92,6 +96,23 @@ fn kubectl_logs_reads_the_live_file_after_the_agent_rotated_it() {
             }
         }
     });
+
+    let mut got = Vec::new();
+    cluster.wait_for("the follow's first lines", || {
+        while let Ok(chunk) = followed.try_recv() {
+            got.extend(chunk);
+        }
+        (got.len() >= first.len())
+            .then_some(())
+            .ok_or_else(|| String::from_utf8_lossy(&got).into_owned())
+    });
+    // The other 80 lines in one write: past the size, rotated at the next check.
+    let more = cluster.kubectl_output(&["exec", "chatty", "--", "touch", "/tmp/more"], None);
+    assert!(
+        more.status.success(),
+        "{}",
+        String::from_utf8_lossy(&more.stderr)
+    );
 
     let pod = cluster.get(&["pod", "chatty"]);
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
@@ -134,7 +155,6 @@ fn kubectl_logs_reads_the_live_file_after_the_agent_rotated_it() {
     });
 
     let want = format!("{before}after\n");
-    let mut got = Vec::new();
     cluster.wait_for("the follow's lines", || {
         while let Ok(chunk) = followed.try_recv() {
             got.extend(chunk);

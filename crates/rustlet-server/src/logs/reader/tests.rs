@@ -568,12 +568,22 @@ async fn a_follow_asks_the_runtime_once_per_recheck_period_while_lines_come() {
     let check = Arc::clone(&running);
     let task = tokio::spawn(async move { reader.read_logs(check.as_ref(), &mut tx).await });
     expect(&mut rx, "0\n").await;
+    // The first end of the file with the watch set up asks once. Waited for, so that a loaded
+    // machine's reader does not read every line below in one pass, never reaching the end of
+    // the file (a CI run saw no call at all).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while running.0.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no first status call");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     for i in 1..=20 {
         append(
             &path,
             format!("2016-10-06T00:17:10Z stdout F {i}\n").as_bytes(),
         );
         expect(&mut rx, &format!("{i}\n")).await;
+        // Time to reach the end of the file and wait on inotify again: each line is a wake.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let calls = running.0.load(Ordering::SeqCst);
     assert_eq!(calls, 1, "runtime status calls for 20 lines");

@@ -48,6 +48,7 @@ pub mod normalize;
 pub mod patch;
 pub mod pod;
 pub mod probe;
+pub mod qos;
 pub mod quantity;
 pub mod refs;
 pub mod terminate;

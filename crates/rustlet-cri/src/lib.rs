@@ -8,6 +8,9 @@
 //! * [`security`]: the Linux security context of a sandbox and of each container from the pod's
 //!   and the container's `securityContext` (container fields win), `runAsNonRoot` refused
 //!   against the image's user; pure.
+//! * [`resources`]: a container's CPU shares, CFS quota, memory limit and OOM score
+//!   adjustment from its requests, limits and the pod's QoS class, as upstream's kubelet sends
+//!   them; pure.
 //! * [`logs`]: the kubelet's log layout: `<podLogsDir>/<namespace>_<name>_<uid>/<container>/
 //!   <n>.log` and the `/var/log/containers`-style symlinks; hostile names refused.
 //! * [`runtime`]: [`CriRuntime`], the `Runtime` over CRI with a relisted cache (upstream's
@@ -32,6 +35,7 @@ pub mod client;
 pub mod config;
 pub mod logs;
 mod ordering;
+pub mod resources;
 pub mod runtime;
 pub mod security;
 pub mod stats;

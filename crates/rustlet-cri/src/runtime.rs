@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -47,6 +47,7 @@ use crate::config::{
 };
 use crate::logs::{self, LogLayoutError};
 use crate::ordering::TerminationOrdering;
+use crate::resources::NodeResources;
 use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
 use crate::termination;
 
@@ -89,6 +90,28 @@ pub struct CriConfig {
     pub cluster_domain: String,
     /// The node's hosts file, the base of a host-network pod's (upstream: `/etc/hosts`).
     pub node_hosts_file: PathBuf,
+    /// The node's memory and cgroup mode, which containers' resources depend on
+    /// ([`crate::resources`]); [`CriConfig::new`] reads this host's ([`host_node_resources`]).
+    pub node_resources: NodeResources,
+}
+
+/// This host's [`NodeResources`]: `MemTotal` of `/proc/meminfo` (0 when unreadable) and
+/// whether `/sys/fs/cgroup` is a cgroup v2 root (it has `cgroup.controllers`; a v1 or hybrid
+/// hierarchy's tmpfs has not).
+pub fn host_node_resources() -> NodeResources {
+    let memory_capacity = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|line| {
+                let kib = line.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?;
+                kib.trim().parse::<i64>().ok()?.checked_mul(1024)
+            })
+        })
+        .unwrap_or(0);
+    NodeResources {
+        memory_capacity,
+        cgroup_v2_unified: Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+    }
 }
 
 /// The pods' log directories' default place under the root directory.
@@ -121,6 +144,7 @@ impl CriConfig {
             node_name: String::new(),
             cluster_domain: String::new(),
             node_hosts_file: PathBuf::from(ETC_HOSTS_PATH),
+            node_resources: host_node_resources(),
         }
     }
 
@@ -1391,6 +1415,7 @@ impl Runtime for CriRuntime {
                     seccomp_profile_root: &self.config.root_dir.join(SECCOMP_PROFILE_DIR),
                 },
                 termination_log: termination_log.as_deref(),
+                node: self.config.node_resources,
             },
         )
         .map_err(|e| config_error(e.to_string()))?;

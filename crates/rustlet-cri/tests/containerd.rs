@@ -1391,3 +1391,197 @@ async fn an_images_entrypoint_cmd_user_and_layers_reach_the_container() {
         containerd.log()
     );
 }
+
+/// Runs `pod`'s one container through the CRI runtime and relists (real time, bounded: 30 s)
+/// until `done` holds for its instance.
+async fn run_until(
+    runtime: &rustlet_cri::CriRuntime,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    done: impl Fn(&rustlet_pods::runtime::ContainerInstance) -> bool,
+) -> rustlet_pods::runtime::ContainerInstance {
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::ContainerKind;
+
+    let container: Container = pod.spec.as_ref().unwrap().containers[0].clone();
+    runtime.run_pod_sandbox(pod).await.unwrap();
+    runtime
+        .start_container(pod, &container, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    let uid = rustlet_core::PodUid::new(pod.metadata.uid.as_deref().unwrap());
+    let mut last = None;
+    for _ in 0..300 {
+        runtime.relist().await.unwrap();
+        let status = runtime.pod_status(&uid).await;
+        if let Some(instance) = status.containers.into_iter().next() {
+            if done(&instance) {
+                return instance;
+            }
+            last = Some(instance);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("never reached: {last:?}");
+}
+
+/// Upstream's kubelet sends a container's memory limit through CRI
+/// (`generateLinuxContainerResources`): a container that allocates past it is killed by the
+/// kernel, and containerd's reason for the exit, `OOMKilled`, is the instance's reason (the
+/// `OOMKilled` termination reason of the container's status). Without the limit the
+/// allocation succeeds and the container completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_allocating_past_its_memory_limit_is_oom_killed() {
+    use k8s_openapi::api::core::v1::Pod;
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::InstanceState;
+
+    let Some(containerd) = PrivateContainerd::start("a_container_past_its_memory_limit").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "oom", "namespace": "default", "uid": "uid-oom"},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "c", "image": BUSYBOX_IMAGE,
+            // One 256 MiB buffer, filled from /dev/zero, under a 32 MiB limit.
+            "command": ["/bin/busybox", "dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"],
+            "resources": {"limits": {"memory": "32Mi"}, "requests": {"memory": "32Mi"}},
+        }]}
+    }))
+    .unwrap();
+    let instance = run_until(&runtime, &pod, |i| {
+        matches!(i.state, InstanceState::Exited { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            &instance.state,
+            InstanceState::Exited { exit_code: 137, reason, .. } if reason == "OOMKilled"
+        ),
+        "{instance:?}\n{}",
+        containerd.log()
+    );
+    runtime
+        .kill_pod(&pod, Duration::from_secs(1))
+        .await
+        .unwrap();
+    runtime
+        .remove_pod(&rustlet_core::PodUid::new("uid-oom"))
+        .await;
+}
+
+/// The host pid of the process of the container `id`: the one whose cgroup path (in
+/// `/proc/<pid>/cgroup`) ends with the container's ID (containerd's cgroupfs path).
+fn pid_of_container(id: &str) -> Option<(u32, String)> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cgroups = std::fs::read_to_string(entry.path().join("cgroup")).ok()?;
+            cgroups
+                .lines()
+                .any(|l| l.ends_with(id))
+                .then_some((pid, cgroups))
+        })
+}
+
+/// The path of the v1 hierarchy `controller` in a `/proc/<pid>/cgroup` text.
+fn cgroup_path<'a>(cgroups: &'a str, controller: &str) -> &'a str {
+    cgroups
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then_some(path)
+        })
+        .unwrap_or_else(|| panic!("no {controller} cgroup in {cgroups}"))
+}
+
+/// Upstream `calculateLinuxResources` on real containers: a container with a 250m CPU limit
+/// and a 48 MiB memory limit (and 100m, 32 MiB requests) runs in a cgroup with a 25 ms CFS
+/// quota per 100 ms period, 102 CPU shares and a 48 MiB memory limit, read from the host's
+/// cgroup files of the process's cgroups (`/proc/<pid>/cgroup`). Its OOM score adjustment is
+/// the burstable one of its request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_cgroup_has_the_cpu_quota_and_memory_limit_it_asked_for() {
+    use k8s_openapi::api::core::v1::Pod;
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::InstanceState;
+
+    if !std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+        // A cgroup v2 host: the v1 files read here are not there.
+        assert!(
+            std::env::var_os("RUSTLET_REQUIRE_PRIVILEGED").is_none(),
+            "this test reads cgroup v1 files"
+        );
+        return;
+    }
+    let Some(containerd) = PrivateContainerd::start("a_containers_cgroup_has_its_limits").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let config = CriConfig::new(containerd.endpoint(), &root);
+    let memory_capacity = config.node_resources.memory_capacity;
+    let runtime = CriRuntime::connect(config, None).await.unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "limits", "namespace": "default", "uid": "uid-limits"},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "c", "image": BUSYBOX_IMAGE,
+            "command": ["sleep", "600"],
+            "resources": {
+                "limits": {"cpu": "250m", "memory": "48Mi"},
+                "requests": {"cpu": "100m", "memory": "32Mi"},
+            },
+        }]}
+    }))
+    .unwrap();
+    let instance = run_until(&runtime, &pod, |i| {
+        matches!(i.state, InstanceState::Running { .. })
+    })
+    .await;
+    let id = instance.id.trim_start_matches("containerd://");
+    let (pid, cgroups) =
+        pid_of_container(id).unwrap_or_else(|| panic!("no process in a cgroup of {id}"));
+    let read = |controller: &str, file: &str| -> i64 {
+        let path = format!(
+            "/sys/fs/cgroup/{controller}{}/{file}",
+            cgroup_path(&cgroups, controller)
+        );
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(read("cpu", "cpu.cfs_quota_us"), 25_000, "{cgroups}");
+    assert_eq!(read("cpu", "cpu.cfs_period_us"), 100_000);
+    assert_eq!(read("cpu", "cpu.shares"), 102);
+    assert_eq!(read("memory", "memory.limit_in_bytes"), 48 << 20);
+    let oom_score_adj: i64 = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        oom_score_adj,
+        (1000 - (32 << 20) * 1000 / memory_capacity).clamp(3, 999)
+    );
+    runtime
+        .kill_pod(&pod, Duration::from_secs(1))
+        .await
+        .unwrap();
+    runtime
+        .remove_pod(&rustlet_core::PodUid::new("uid-limits"))
+        .await;
+}

@@ -2,6 +2,8 @@
 //! (containerd) on a unix socket, so that the volumes the volume manager mounts reach real
 //! processes.
 //!
+//! * [`cgroups`]: the pods' cgroups under a configured cgroup root (upstream's `cgroupfs`
+//!   driver with `cgroupsPerQOS`, cgroup v1), each sandbox's cgroup parent; off by default.
 //! * [`client`]: the CRI client (k8s-cri's tonic bindings); every call has a deadline.
 //! * [`config`]: a pod and its containers as CRI requests, their environment, the image pull
 //!   policy; pure.
@@ -31,6 +33,7 @@
 //! The only crate that names tonic or the CRI bindings; depends on `rustlet-core`,
 //! `rustlet-volume` and `rustlet-pods`, never on kube, `rustlet-api` or the binary.
 
+pub mod cgroups;
 pub mod client;
 pub mod config;
 pub mod logs;

@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::cgroups::{PodCgroupsConfig, pod_cgroup_name};
 use crate::client::{CriClient, CriError};
 use crate::config::service_env;
 use crate::config::{
@@ -93,6 +94,10 @@ pub struct CriConfig {
     /// The node's memory and cgroup mode, which containers' resources depend on
     /// ([`crate::resources`]); [`CriConfig::new`] reads this host's ([`host_node_resources`]).
     pub node_resources: NodeResources,
+    /// Where the pods' cgroups go (upstream's `cgroupsPerQOS` with the `cgroupfs` driver);
+    /// `None` (the default): none are made, and the sandboxes get no `cgroup_parent` (a
+    /// deviation: upstream's kubelet makes them under the root `/`).
+    pub pod_cgroups: Option<PodCgroupsConfig>,
 }
 
 /// This host's [`NodeResources`]: `MemTotal` of `/proc/meminfo` (0 when unreadable) and
@@ -145,6 +150,7 @@ impl CriConfig {
             cluster_domain: String::new(),
             node_hosts_file: PathBuf::from(ETC_HOSTS_PATH),
             node_resources: host_node_resources(),
+            pod_cgroups: None,
         }
     }
 
@@ -1004,6 +1010,14 @@ impl CriRuntime {
         if let Ok(Err(e)) = removed {
             warn!(%uid, error = %e, "removing the pod's log directory failed");
         }
+        if let Some(cgroups) = self.config.pod_cgroups.clone() {
+            // upstream: `podContainerManager.Destroy` once the pod's containers are gone.
+            let pod = uid.to_string();
+            let removed = tokio::task::spawn_blocking(move || cgroups.remove(&pod)).await;
+            if let Ok(Err(e)) = removed {
+                warn!(%uid, error = %e, "removing the pod's cgroup failed");
+            }
+        }
         Ok(())
     }
 }
@@ -1204,6 +1218,17 @@ impl Runtime for CriRuntime {
         let mut config =
             sandbox_config(pod, attempt, &log_dir).map_err(|e| failed(e.to_string()))?;
         config.labels.extend(self.config.owner_labels());
+        if let Some(cgroups) = self.config.pod_cgroups.clone() {
+            // upstream: `podContainerManager.EnsureExists` before the sandbox.
+            let owned = pod.clone();
+            let parent = tokio::task::spawn_blocking(move || cgroups.ensure(&owned))
+                .await
+                .map_err(|e| failed(e.to_string()))?
+                .map_err(|e| failed(format!("making the pod's cgroup: {e}")))?;
+            if let Some(linux) = config.linux.as_mut() {
+                linux.cgroup_parent = parent;
+            }
+        }
         let id = self
             .client
             .run_pod_sandbox(config)
@@ -1295,6 +1320,14 @@ impl Runtime for CriRuntime {
         let mut sandbox_cfg = sandbox_config(pod, sandbox.attempt, &log_dir)
             .map_err(|e| config_error(e.to_string()))?;
         sandbox_cfg.labels.extend(self.config.owner_labels());
+        if let (Some(cgroups), Some(linux)) = (&self.config.pod_cgroups, sandbox_cfg.linux.as_mut())
+        {
+            linux.cgroup_parent = pod_cgroup_name(
+                &cgroups.root,
+                rustlet_core::qos::pod_qos(pod),
+                pod.metadata.uid.as_deref().unwrap_or_default(),
+            );
+        }
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
         // upstream: getImageUser (the user a container without `runAsUser` runs as). Asked of
         // the image ID just resolved rather than the spec's name, so that it is the same image.

@@ -1585,3 +1585,134 @@ async fn a_containers_cgroup_has_the_cpu_quota_and_memory_limit_it_asked_for() {
         .remove_pod(&rustlet_core::PodUid::new("uid-limits"))
         .await;
 }
+
+/// Removes a test's private cgroup root from every cgroup v1 hierarchy (what the agent leaves
+/// there, as upstream's kubelet leaves them: the QoS cgroups), also when the test fails.
+struct PrivateCgroupRoot(String);
+
+impl Drop for PrivateCgroupRoot {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let base = entry.path().join(self.0.trim_start_matches('/'));
+            for dir in [
+                "kubepods/burstable/poduid-cgroup",
+                "kubepods/burstable",
+                "kubepods/besteffort",
+                "kubepods",
+                "",
+            ] {
+                let _ = std::fs::remove_dir(base.join(dir));
+            }
+        }
+    }
+}
+
+/// Upstream's pod container manager (`cgroupsPerQOS`, the `cgroupfs` driver): a burstable
+/// pod's cgroup is `<root>/kubepods/burstable/pod<uid>`, made before its sandbox with the
+/// pod's CPU shares, quota and memory limit; the container's process runs inside it (its
+/// `/proc/<pid>/cgroup`), and the pod's removal removes it. The root is private to the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_containers_run_in_its_qos_classs_pod_cgroup_which_goes_with_the_pod() {
+    use k8s_openapi::api::core::v1::Pod;
+    use rustlet_cri::cgroups::PodCgroupsConfig;
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::InstanceState;
+
+    if !std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+        assert!(
+            std::env::var_os("RUSTLET_REQUIRE_PRIVILEGED").is_none(),
+            "this test reads cgroup v1 files"
+        );
+        return;
+    }
+    // Dropped after the containerd (whose drop ends what is left running in it).
+    let cgroup_root = PrivateCgroupRoot(format!("/rustlet-test-{}", std::process::id()));
+    let Some(containerd) =
+        PrivateContainerd::start("a_pods_containers_run_in_its_pod_cgroup").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(
+        CriConfig {
+            pod_cgroups: Some(PodCgroupsConfig {
+                mount: "/sys/fs/cgroup".into(),
+                root: cgroup_root.0.clone(),
+            }),
+            ..CriConfig::new(containerd.endpoint(), &root)
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "cg", "namespace": "default", "uid": "uid-cgroup"},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "c", "image": BUSYBOX_IMAGE,
+            "command": ["sleep", "600"],
+            "resources": {
+                "limits": {"cpu": "300m", "memory": "40Mi"},
+                "requests": {"cpu": "200m", "memory": "20Mi"},
+            },
+        }]}
+    }))
+    .unwrap();
+    let instance = run_until(&runtime, &pod, |i| {
+        matches!(i.state, InstanceState::Running { .. })
+    })
+    .await;
+    let pod_cgroup = format!("{}/kubepods/burstable/poduid-cgroup", cgroup_root.0);
+    let id = instance.id.trim_start_matches("containerd://");
+    let (_, cgroups) =
+        pid_of_container(id).unwrap_or_else(|| panic!("no process in a cgroup of {id}"));
+    // The sandbox's process (upstream: the pod's `cgroup_parent`) and the container's.
+    let (_, sandbox_cgroups) = pid_of_container(&instance.sandbox_id)
+        .unwrap_or_else(|| panic!("no process in a cgroup of {}", instance.sandbox_id));
+    for controller in ["cpu", "memory", "pids"] {
+        assert_eq!(
+            cgroup_path(&cgroups, controller),
+            format!("{pod_cgroup}/{id}"),
+            "{cgroups}"
+        );
+        assert_eq!(
+            cgroup_path(&sandbox_cgroups, controller),
+            format!("{pod_cgroup}/{}", instance.sandbox_id),
+            "{sandbox_cgroups}"
+        );
+    }
+    let read = |controller: &str, file: &str| -> i64 {
+        let path = format!("/sys/fs/cgroup/{controller}{pod_cgroup}/{file}");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // The pod's: 200m of shares, a 300m quota, a 40 MiB limit (every container has limits).
+    assert_eq!(read("cpu", "cpu.shares"), 204);
+    assert_eq!(read("cpu", "cpu.cfs_quota_us"), 30_000);
+    assert_eq!(read("memory", "memory.limit_in_bytes"), 40 << 20);
+    runtime
+        .kill_pod(&pod, Duration::from_secs(1))
+        .await
+        .unwrap();
+    runtime
+        .remove_pod(&rustlet_core::PodUid::new("uid-cgroup"))
+        .await;
+    for controller in ["cpu", "memory", "pids", "systemd", "unified"] {
+        let dir = format!("/sys/fs/cgroup/{controller}{pod_cgroup}");
+        assert!(!std::path::Path::new(&dir).exists(), "{dir} is left");
+    }
+    // The QoS cgroup stays, as upstream's.
+    assert!(
+        std::path::Path::new(&format!(
+            "/sys/fs/cgroup/memory{}/kubepods/burstable",
+            cgroup_root.0
+        ))
+        .is_dir()
+    );
+}

@@ -842,6 +842,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
                         seccomp_profile_root: &cri.root.join("seccomp"),
                     },
                     termination_log: None,
+                    node: rustlet_cri::runtime::host_node_resources(),
                 },
             )
             .unwrap();

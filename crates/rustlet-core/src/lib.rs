@@ -25,6 +25,7 @@
 //! * [`deletion::deletion_decision`] and the [`deletion::PodDeletionSafety`] seam (R40).
 //! * [`terminate::terminate_status`]: the final status of a pod (R19-R23).
 //! * [`generate`]: the condition generators (G1-G7); [`probe`]: readiness and startup (R15-R18).
+//! * [`qos`]: a pod's QoS class (`ComputePodQOS`, `GetPodQOS`).
 //! * [`refs::referenced_names`]: the ConfigMaps and Secrets a pod references (what the content
 //!   sources watch).
 //! * [`changes::ChangeLog`]: which pods changed since a cursor, so periodic passes visit only

@@ -13,8 +13,8 @@
 //! `cgroupsPerQOS` is on by default with the root `/`); cgroup v1 only; the QoS cgroups get no
 //! CPU shares or memory reservations of their own (upstream `UpdateCgroups`); the pod's
 //! `overhead`, pod-level `resources`, huge pages and pids limit are not applied; a pod's
-//! lingering processes are not killed before its cgroup is removed (the removal then fails and
-//! is retried with the pod's next removal).
+//! lingering processes are not killed before its cgroup is removed (the removal then fails with
+//! a warning and the cgroup is left; upstream's housekeeping kills them and tries again).
 
 use std::io;
 use std::path::{Path, PathBuf};

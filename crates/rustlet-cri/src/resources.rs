@@ -8,10 +8,9 @@
 //!
 //! Deviations from upstream:
 //!
-//! * No pod-level cgroup: the sandbox gets no `cgroup_parent`, so no `kubepods` /
-//!   `kubepods/<qos>` / `pod<uid>` hierarchy (upstream's pod container manager with
-//!   `cgroupsPerQOS`) bounds a pod's containers together, and the pod's `overhead` and
-//!   pod-level `resources` are not enforced; each container's own limits are.
+//! * The pod-level cgroup that bounds a pod's containers together (upstream's pod container
+//!   manager) is [`crate::cgroups`]'s, off unless configured; pod-level `resources` and the
+//!   pod's `overhead` are not applied to the containers' own resources.
 //! * No huge page limits (`GetHugepageLimitsFromResources`), no swap configuration
 //!   (`configureContainerSwapResources`: containerd itself sets the cgroup v1 swap limit equal
 //!   to the memory limit, which is upstream's `NoSwap`), no memory QoS (`memory.min`,

@@ -940,6 +940,7 @@ fn cri_a_container_created_but_never_started_by_a_dead_agent_is_replaced() {
                         namespace_target: None,
                     },
                     termination_log: None,
+                    node: rustlet_cri::runtime::host_node_resources(),
                 },
             )
             .unwrap();

@@ -28,6 +28,7 @@
 //! * [`restart::container_should_restart`]: whether a container that exited is restarted (its
 //!   own `restartPolicy` and `restartPolicyRules`, else the pod's).
 //! * [`names`]: the DNS name formats the node checks again (a pod's host name).
+//! * [`qos`]: a pod's QoS class (`ComputePodQOS`, `GetPodQOS`).
 //! * [`refs::referenced_names`]: the ConfigMaps and Secrets a pod references (what the content
 //!   sources watch).
 //! * [`changes::ChangeLog`]: which pods changed since a cursor, so periodic passes visit only
@@ -52,6 +53,7 @@ pub mod normalize;
 pub mod patch;
 pub mod pod;
 pub mod probe;
+pub mod qos;
 pub mod quantity;
 pub mod refs;
 pub mod restart;

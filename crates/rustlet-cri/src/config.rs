@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use rustlet_pods::runtime::ContainerKind;
 use rustlet_volume::subpath::ContainerMount;
 
+use crate::resources::{NodeResources, linux_container_resources};
 use crate::security::{
     ContainerSecurityInputs, SecurityContextError, container_security_context,
     sandbox_linux_config, verify_run_as_non_root,
@@ -387,11 +388,14 @@ pub struct ContainerInputs<'a> {
     /// The new file bound at the container's `terminationMessagePath` (upstream `makeMounts`;
     /// [`crate::termination::create_termination_log`]); `None`: the container names none.
     pub termination_log: Option<&'a Path>,
+    /// The node's memory and cgroup mode, for the container's resources
+    /// ([`crate::resources::linux_container_resources`]).
+    pub node: NodeResources,
 }
 
 /// The container's CRI config: command and args with `$(VAR)` expanded from `env`, the
 /// volume mounts, the labels by which it is found again, the security context
-/// ([`container_security_context`]). A container that must not run as root and would is
+/// ([`container_security_context`]) and the resources ([`linux_container_resources`]). A container that must not run as root and would is
 /// refused first (upstream `generateContainerConfig` calls `verifyRunAsNonRoot` before it
 /// builds anything).
 pub fn container_config(
@@ -500,8 +504,8 @@ pub fn container_config(
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
+            resources: Some(linux_container_resources(pod, container, inputs.node)),
             security_context: Some(security_context),
-            ..Default::default()
         }),
         ..Default::default()
     })
@@ -982,6 +986,10 @@ mod tests {
                     namespace_target: None,
                 },
                 termination_log: None,
+                node: crate::resources::NodeResources {
+                    memory_capacity: 1 << 30,
+                    cgroup_v2_unified: false,
+                },
             },
         )
         .unwrap();
@@ -1027,6 +1035,10 @@ mod tests {
                         namespace_target: None,
                     },
                     termination_log: Some(log),
+                    node: crate::resources::NodeResources {
+                        memory_capacity: 1 << 30,
+                        cgroup_v2_unified: false,
+                    },
                 },
             )
             .unwrap()
@@ -1599,6 +1611,10 @@ mod tests {
                 namespace_target: None,
             },
             termination_log: None,
+            node: crate::resources::NodeResources {
+                memory_capacity: 1 << 30,
+                cgroup_v2_unified: false,
+            },
         };
         let err = container_config(&pod, &container, &inputs(&ImageUser::Uid(0))).unwrap_err();
         assert_eq!(
@@ -1608,6 +1624,49 @@ mod tests {
         let config = container_config(&pod, &container, &inputs(&ImageUser::Uid(1000))).unwrap();
         let security = config.linux.unwrap().security_context.unwrap();
         assert_eq!(security.run_as_user, Some(cri::Int64Value { value: 1000 }));
+    }
+
+    /// Upstream `generateContainerConfig` sets `Linux.Resources` from
+    /// `generateLinuxContainerResources`: the container's limits reach its CRI config.
+    #[test]
+    fn a_container_config_carries_its_linux_resources() {
+        let mut pod = pod(false);
+        let container: Container = serde_json::from_value(serde_json::json!({
+            "name": "app",
+            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+        }))
+        .unwrap();
+        pod.spec.as_mut().unwrap().containers = vec![container.clone()];
+        let config = container_config(
+            &pod,
+            &container,
+            &ContainerInputs {
+                kind: ContainerKind::Regular,
+                attempt: 0,
+                image_ref: "sha256:abc",
+                mounts: &[],
+                env: &[],
+                security: ContainerSecurityInputs {
+                    image_user: &ImageUser::Uid(0),
+                    seccomp_profile_root: Path::new("/r/seccomp"),
+                    namespace_target: None,
+                },
+                termination_log: None,
+                node: crate::resources::NodeResources {
+                    memory_capacity: 1 << 30,
+                    cgroup_v2_unified: false,
+                },
+            },
+        )
+        .unwrap();
+        let resources = config.linux.unwrap().resources.unwrap();
+        assert_eq!(resources.cpu_shares, 512);
+        assert_eq!(resources.cpu_quota, 50_000);
+        assert_eq!(resources.cpu_period, 100_000);
+        assert_eq!(resources.memory_limit_in_bytes, 64 << 20);
+        // A limit alone, no request: burstable (the API server would have defaulted the
+        // requests; this pod was not defaulted), no memory request: 999.
+        assert_eq!(resources.oom_score_adj, 999);
     }
 
     #[test]

@@ -2,12 +2,17 @@
 //! (containerd) on a unix socket, so that the volumes the volume manager mounts reach real
 //! processes.
 //!
+//! * [`cgroups`]: the pods' cgroups under a configured cgroup root (upstream's `cgroupfs`
+//!   driver with `cgroupsPerQOS`, cgroup v1), each sandbox's cgroup parent; off by default.
 //! * [`client`]: the CRI client (k8s-cri's tonic bindings); every call has a deadline.
 //! * [`config`]: a pod and its containers as CRI requests, their environment, the image pull
 //!   policy; pure.
 //! * [`security`]: the Linux security context of a sandbox and of each container from the pod's
 //!   and the container's `securityContext` (container fields win), `runAsNonRoot` refused
 //!   against the image's user; pure.
+//! * [`resources`]: a container's CPU shares, CFS quota, memory limit and OOM score
+//!   adjustment from its requests, limits and the pod's QoS class, as upstream's kubelet sends
+//!   them; pure.
 //! * [`logs`]: the kubelet's log layout: `<podLogsDir>/<namespace>_<name>_<uid>/<container>/
 //!   <n>.log` and the `/var/log/containers`-style symlinks; hostile names refused.
 //! * [`grpc_probe`]: [`GrpcHealthProber`], the gRPC health check of `grpc` probes (upstream
@@ -30,11 +35,13 @@
 //! The only crate that names tonic or the CRI bindings; depends on `rustlet-core`,
 //! `rustlet-volume` and `rustlet-pods`, never on kube, `rustlet-api` or the binary.
 
+pub mod cgroups;
 pub mod client;
 pub mod config;
 pub mod grpc_probe;
 pub mod logs;
 mod ordering;
+pub mod resources;
 pub mod runtime;
 pub mod security;
 pub mod stats;

@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::cgroups::{PodCgroupsConfig, pod_cgroup_name};
 use crate::client::{CriClient, CriError};
 use crate::config::service_env;
 use crate::config::{
@@ -47,6 +48,7 @@ use crate::config::{
 };
 use crate::logs::{self, LogLayoutError};
 use crate::ordering::TerminationOrdering;
+use crate::resources::NodeResources;
 use crate::security::{ContainerSecurityInputs, ImageUser, SECCOMP_PROFILE_DIR};
 use crate::termination;
 
@@ -90,6 +92,32 @@ pub struct CriConfig {
     pub cluster_domain: String,
     /// The node's hosts file, the base of a host-network pod's (upstream: `/etc/hosts`).
     pub node_hosts_file: PathBuf,
+    /// The node's memory and cgroup mode, which containers' resources depend on
+    /// ([`crate::resources`]); [`CriConfig::new`] reads this host's ([`host_node_resources`]).
+    pub node_resources: NodeResources,
+    /// Where the pods' cgroups go (upstream's `cgroupsPerQOS` with the `cgroupfs` driver);
+    /// `None` (the default): none are made, and the sandboxes get no `cgroup_parent` (a
+    /// deviation: upstream's kubelet makes them under the root `/`).
+    pub pod_cgroups: Option<PodCgroupsConfig>,
+}
+
+/// This host's [`NodeResources`]: `MemTotal` of `/proc/meminfo` (0 when unreadable) and
+/// whether `/sys/fs/cgroup` is a cgroup v2 root (it has `cgroup.controllers`; a v1 or hybrid
+/// hierarchy's tmpfs has not).
+pub fn host_node_resources() -> NodeResources {
+    let memory_capacity = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|line| {
+                let kib = line.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?;
+                kib.trim().parse::<i64>().ok()?.checked_mul(1024)
+            })
+        })
+        .unwrap_or(0);
+    NodeResources {
+        memory_capacity,
+        cgroup_v2_unified: Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+    }
 }
 
 /// The pods' log directories' default place under the root directory.
@@ -122,6 +150,8 @@ impl CriConfig {
             node_name: String::new(),
             cluster_domain: String::new(),
             node_hosts_file: PathBuf::from(ETC_HOSTS_PATH),
+            node_resources: host_node_resources(),
+            pod_cgroups: None,
         }
     }
 
@@ -982,6 +1012,14 @@ impl CriRuntime {
         if let Ok(Err(e)) = removed {
             warn!(%uid, error = %e, "removing the pod's log directory failed");
         }
+        if let Some(cgroups) = self.config.pod_cgroups.clone() {
+            // upstream: `podContainerManager.Destroy` once the pod's containers are gone.
+            let pod = uid.to_string();
+            let removed = tokio::task::spawn_blocking(move || cgroups.remove(&pod)).await;
+            if let Ok(Err(e)) = removed {
+                warn!(%uid, error = %e, "removing the pod's cgroup failed");
+            }
+        }
         Ok(())
     }
 }
@@ -1203,6 +1241,17 @@ impl Runtime for CriRuntime {
         let mut config = sandbox_config(pod, attempt, &log_dir, &self.config.cluster_domain)
             .map_err(|e| failed(e.to_string()))?;
         config.labels.extend(self.config.owner_labels());
+        if let Some(cgroups) = self.config.pod_cgroups.clone() {
+            // upstream: `podContainerManager.EnsureExists` before the sandbox.
+            let owned = pod.clone();
+            let parent = tokio::task::spawn_blocking(move || cgroups.ensure(&owned))
+                .await
+                .map_err(|e| failed(e.to_string()))?
+                .map_err(|e| failed(format!("making the pod's cgroup: {e}")))?;
+            if let Some(linux) = config.linux.as_mut() {
+                linux.cgroup_parent = parent;
+            }
+        }
         let id = self
             .client
             .run_pod_sandbox(config)
@@ -1295,6 +1344,14 @@ impl Runtime for CriRuntime {
             sandbox_config(pod, sandbox.attempt, &log_dir, &self.config.cluster_domain)
                 .map_err(|e| config_error(e.to_string()))?;
         sandbox_cfg.labels.extend(self.config.owner_labels());
+        if let (Some(cgroups), Some(linux)) = (&self.config.pod_cgroups, sandbox_cfg.linux.as_mut())
+        {
+            linux.cgroup_parent = pod_cgroup_name(
+                &cgroups.root,
+                rustlet_core::qos::pod_qos(pod),
+                pod.metadata.uid.as_deref().unwrap_or_default(),
+            );
+        }
         let image_ref = self.ensure_image(pod, container, &sandbox_cfg).await?;
         // upstream: getImageUser (the user a container without `runAsUser` runs as). Asked of
         // the image ID just resolved rather than the spec's name, so that it is the same image.
@@ -1441,6 +1498,7 @@ impl Runtime for CriRuntime {
                     namespace_target: namespace_target.as_deref(),
                 },
                 termination_log: termination_log.as_deref(),
+                node: self.config.node_resources,
             },
         )
         .map_err(|e| config_error(e.to_string()))?;

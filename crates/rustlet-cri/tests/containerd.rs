@@ -1479,3 +1479,328 @@ async fn an_images_entrypoint_cmd_user_and_layers_reach_the_container() {
         containerd.log()
     );
 }
+
+/// Runs `pod`'s one container through the CRI runtime and relists (real time, bounded: 30 s)
+/// until `done` holds for its instance.
+async fn run_until(
+    runtime: &rustlet_cri::CriRuntime,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    done: impl Fn(&rustlet_pods::runtime::ContainerInstance) -> bool,
+) -> rustlet_pods::runtime::ContainerInstance {
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::ContainerKind;
+
+    let container: Container = pod.spec.as_ref().unwrap().containers[0].clone();
+    runtime.run_pod_sandbox(pod).await.unwrap();
+    runtime
+        .start_container(pod, &container, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    let uid = rustlet_core::PodUid::new(pod.metadata.uid.as_deref().unwrap());
+    let mut last = None;
+    for _ in 0..300 {
+        runtime.relist().await.unwrap();
+        let status = runtime.pod_status(&uid).await;
+        if let Some(instance) = status.containers.into_iter().next() {
+            if done(&instance) {
+                return instance;
+            }
+            last = Some(instance);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("never reached: {last:?}");
+}
+
+/// Upstream's kubelet sends a container's memory limit through CRI
+/// (`generateLinuxContainerResources`): a container that allocates past it is killed by the
+/// kernel, and containerd's reason for the exit, `OOMKilled`, is the instance's reason (the
+/// `OOMKilled` termination reason of the container's status). Without the limit the
+/// allocation succeeds and the container completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_allocating_past_its_memory_limit_is_oom_killed() {
+    use k8s_openapi::api::core::v1::Pod;
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::InstanceState;
+
+    let Some(containerd) = PrivateContainerd::start("a_container_past_its_memory_limit").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "oom", "namespace": "default", "uid": "uid-oom"},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "c", "image": BUSYBOX_IMAGE,
+            // One 256 MiB buffer, filled from /dev/zero, under a 32 MiB limit.
+            "command": ["/bin/busybox", "dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"],
+            "resources": {"limits": {"memory": "32Mi"}, "requests": {"memory": "32Mi"}},
+        }]}
+    }))
+    .unwrap();
+    let instance = run_until(&runtime, &pod, |i| {
+        matches!(i.state, InstanceState::Exited { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            &instance.state,
+            InstanceState::Exited { exit_code: 137, reason, .. } if reason == "OOMKilled"
+        ),
+        "{instance:?}\n{}",
+        containerd.log()
+    );
+    runtime
+        .kill_pod(&pod, Duration::from_secs(1))
+        .await
+        .unwrap();
+    runtime
+        .remove_pod(&rustlet_core::PodUid::new("uid-oom"))
+        .await;
+}
+
+/// The host pid of the process of the container `id`: the one whose cgroup path (in
+/// `/proc/<pid>/cgroup`) ends with the container's ID (containerd's cgroupfs path).
+fn pid_of_container(id: &str) -> Option<(u32, String)> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cgroups = std::fs::read_to_string(entry.path().join("cgroup")).ok()?;
+            cgroups
+                .lines()
+                .any(|l| l.ends_with(id))
+                .then_some((pid, cgroups))
+        })
+}
+
+/// The path of the v1 hierarchy `controller` in a `/proc/<pid>/cgroup` text.
+fn cgroup_path<'a>(cgroups: &'a str, controller: &str) -> &'a str {
+    cgroups
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then_some(path)
+        })
+        .unwrap_or_else(|| panic!("no {controller} cgroup in {cgroups}"))
+}
+
+/// Upstream `calculateLinuxResources` on real containers: a container with a 250m CPU limit
+/// and a 48 MiB memory limit (and 100m, 32 MiB requests) runs in a cgroup with a 25 ms CFS
+/// quota per 100 ms period, 102 CPU shares and a 48 MiB memory limit, read from the host's
+/// cgroup files of the process's cgroups (`/proc/<pid>/cgroup`). Its OOM score adjustment is
+/// the burstable one of its request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_cgroup_has_the_cpu_quota_and_memory_limit_it_asked_for() {
+    use k8s_openapi::api::core::v1::Pod;
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::InstanceState;
+
+    if !std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+        // A cgroup v2 host: the v1 files read here are not there.
+        assert!(
+            std::env::var_os("RUSTLET_REQUIRE_PRIVILEGED").is_none(),
+            "this test reads cgroup v1 files"
+        );
+        return;
+    }
+    let Some(containerd) = PrivateContainerd::start("a_containers_cgroup_has_its_limits").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let config = CriConfig::new(containerd.endpoint(), &root);
+    let memory_capacity = config.node_resources.memory_capacity;
+    let runtime = CriRuntime::connect(config, None).await.unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "limits", "namespace": "default", "uid": "uid-limits"},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "c", "image": BUSYBOX_IMAGE,
+            "command": ["sleep", "600"],
+            "resources": {
+                "limits": {"cpu": "250m", "memory": "48Mi"},
+                "requests": {"cpu": "100m", "memory": "32Mi"},
+            },
+        }]}
+    }))
+    .unwrap();
+    let instance = run_until(&runtime, &pod, |i| {
+        matches!(i.state, InstanceState::Running { .. })
+    })
+    .await;
+    let id = instance.id.trim_start_matches("containerd://");
+    let (pid, cgroups) =
+        pid_of_container(id).unwrap_or_else(|| panic!("no process in a cgroup of {id}"));
+    let read = |controller: &str, file: &str| -> i64 {
+        let path = format!(
+            "/sys/fs/cgroup/{controller}{}/{file}",
+            cgroup_path(&cgroups, controller)
+        );
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(read("cpu", "cpu.cfs_quota_us"), 25_000, "{cgroups}");
+    assert_eq!(read("cpu", "cpu.cfs_period_us"), 100_000);
+    assert_eq!(read("cpu", "cpu.shares"), 102);
+    assert_eq!(read("memory", "memory.limit_in_bytes"), 48 << 20);
+    let oom_score_adj: i64 = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        oom_score_adj,
+        (1000 - (32 << 20) * 1000 / memory_capacity).clamp(3, 999)
+    );
+    runtime
+        .kill_pod(&pod, Duration::from_secs(1))
+        .await
+        .unwrap();
+    runtime
+        .remove_pod(&rustlet_core::PodUid::new("uid-limits"))
+        .await;
+}
+
+/// Removes a test's private cgroup root from every cgroup v1 hierarchy (what the agent leaves
+/// there, as upstream's kubelet leaves them: the QoS cgroups), also when the test fails.
+struct PrivateCgroupRoot(String);
+
+impl Drop for PrivateCgroupRoot {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let base = entry.path().join(self.0.trim_start_matches('/'));
+            for dir in [
+                "kubepods/burstable/poduid-cgroup",
+                "kubepods/burstable",
+                "kubepods/besteffort",
+                "kubepods",
+                "",
+            ] {
+                let _ = std::fs::remove_dir(base.join(dir));
+            }
+        }
+    }
+}
+
+/// Upstream's pod container manager (`cgroupsPerQOS`, the `cgroupfs` driver): a burstable
+/// pod's cgroup is `<root>/kubepods/burstable/pod<uid>`, made before its sandbox with the
+/// pod's CPU shares, quota and memory limit; the container's process runs inside it (its
+/// `/proc/<pid>/cgroup`), and the pod's removal removes it. The root is private to the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_containers_run_in_its_qos_classs_pod_cgroup_which_goes_with_the_pod() {
+    use k8s_openapi::api::core::v1::Pod;
+    use rustlet_cri::cgroups::PodCgroupsConfig;
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::InstanceState;
+
+    if !std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+        assert!(
+            std::env::var_os("RUSTLET_REQUIRE_PRIVILEGED").is_none(),
+            "this test reads cgroup v1 files"
+        );
+        return;
+    }
+    // Dropped after the containerd (whose drop ends what is left running in it).
+    let cgroup_root = PrivateCgroupRoot(format!("/rustlet-test-{}", std::process::id()));
+    let Some(containerd) =
+        PrivateContainerd::start("a_pods_containers_run_in_its_pod_cgroup").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(
+        CriConfig {
+            pod_cgroups: Some(PodCgroupsConfig {
+                mount: "/sys/fs/cgroup".into(),
+                root: cgroup_root.0.clone(),
+            }),
+            ..CriConfig::new(containerd.endpoint(), &root)
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "cg", "namespace": "default", "uid": "uid-cgroup"},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "c", "image": BUSYBOX_IMAGE,
+            "command": ["sleep", "600"],
+            "resources": {
+                "limits": {"cpu": "300m", "memory": "40Mi"},
+                "requests": {"cpu": "200m", "memory": "20Mi"},
+            },
+        }]}
+    }))
+    .unwrap();
+    let instance = run_until(&runtime, &pod, |i| {
+        matches!(i.state, InstanceState::Running { .. })
+    })
+    .await;
+    let pod_cgroup = format!("{}/kubepods/burstable/poduid-cgroup", cgroup_root.0);
+    let id = instance.id.trim_start_matches("containerd://");
+    let (_, cgroups) =
+        pid_of_container(id).unwrap_or_else(|| panic!("no process in a cgroup of {id}"));
+    // The sandbox's process (upstream: the pod's `cgroup_parent`) and the container's.
+    let (_, sandbox_cgroups) = pid_of_container(&instance.sandbox_id)
+        .unwrap_or_else(|| panic!("no process in a cgroup of {}", instance.sandbox_id));
+    for controller in ["cpu", "memory", "pids"] {
+        assert_eq!(
+            cgroup_path(&cgroups, controller),
+            format!("{pod_cgroup}/{id}"),
+            "{cgroups}"
+        );
+        assert_eq!(
+            cgroup_path(&sandbox_cgroups, controller),
+            format!("{pod_cgroup}/{}", instance.sandbox_id),
+            "{sandbox_cgroups}"
+        );
+    }
+    let read = |controller: &str, file: &str| -> i64 {
+        let path = format!("/sys/fs/cgroup/{controller}{pod_cgroup}/{file}");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // The pod's: 200m of shares, a 300m quota, a 40 MiB limit (every container has limits).
+    assert_eq!(read("cpu", "cpu.shares"), 204);
+    assert_eq!(read("cpu", "cpu.cfs_quota_us"), 30_000);
+    assert_eq!(read("memory", "memory.limit_in_bytes"), 40 << 20);
+    runtime
+        .kill_pod(&pod, Duration::from_secs(1))
+        .await
+        .unwrap();
+    runtime
+        .remove_pod(&rustlet_core::PodUid::new("uid-cgroup"))
+        .await;
+    for controller in ["cpu", "memory", "pids", "systemd", "unified"] {
+        let dir = format!("/sys/fs/cgroup/{controller}{pod_cgroup}");
+        assert!(!std::path::Path::new(&dir).exists(), "{dir} is left");
+    }
+    // The QoS cgroup stays, as upstream's.
+    assert!(
+        std::path::Path::new(&format!(
+            "/sys/fs/cgroup/memory{}/kubepods/burstable",
+            cgroup_root.0
+        ))
+        .is_dir()
+    );
+}

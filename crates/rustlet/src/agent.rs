@@ -23,6 +23,7 @@ use rustlet_api::{
     NodeCache, PodCache, build_clients,
 };
 use rustlet_core::node_status::RuntimeCondition;
+use rustlet_cri::cgroups::PodCgroupsConfig;
 use rustlet_cri::{CriConfig, CriRuntime};
 use rustlet_pods::{
     PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps, Runtime, SimulatedConfig,
@@ -281,6 +282,10 @@ pub async fn run(config: AgentConfig) -> Result<()> {
                     node_name: config.node_name.clone(),
                     pod_logs_dir: config.logs.pod_logs_dir.clone(),
                     container_logs_dir: config.logs.container_logs_dir.clone(),
+                    pod_cgroups: config.pod_cgroup_root.clone().map(|root| PodCgroupsConfig {
+                        mount: "/sys/fs/cgroup".into(),
+                        root,
+                    }),
                     ..CriConfig::new(&config.container_runtime_endpoint, &config.root_dir)
                 },
                 Some(objects.clone()),

@@ -195,6 +195,12 @@ pub struct FileConfig {
     /// First simulated pod IP (10.88.0.2).
     #[serde(rename = "simulatedPodIPBase")]
     simulated_pod_ip_base: Option<String>,
+    /// Whether each pod gets a cgroup under its QoS class's (kubelet `cgroupsPerQOS`; off by
+    /// default, a deviation: upstream's is on), with `--runtime cri` on cgroup v1.
+    #[serde(rename = "cgroupsPerQOS")]
+    cgroups_per_qos: Option<bool>,
+    /// The cgroup the pods' `kubepods` cgroup goes under (kubelet `cgroupRoot`, `/`).
+    cgroup_root: Option<String>,
     /// The kubelet server on or off (kubelet `enableServer`).
     enable_server: Option<bool>,
     /// The kubelet server's address (kubelet `address`, 0.0.0.0).
@@ -433,6 +439,9 @@ pub struct AgentConfig {
     pub simulated_start_delay: Duration,
     /// First simulated pod IP.
     pub simulated_pod_ip_base: std::net::Ipv4Addr,
+    /// With `cgroupsPerQOS`: the cgroup root the pods' cgroups go under (absolute, `/` by
+    /// default); `None`: no pod cgroups.
+    pub pod_cgroup_root: Option<String>,
 }
 
 /// A configuration error: one line naming the flag or key (exit code 2).
@@ -842,6 +851,19 @@ impl AgentConfig {
                 ))
             })?,
         };
+        let pod_cgroup_root = match (file.cgroups_per_qos.unwrap_or(false), file.cgroup_root) {
+            (false, _) => None,
+            (true, root) => {
+                let root = root.unwrap_or_else(|| "/".to_owned());
+                if !root.starts_with('/') || root.split('/').any(|part| part == "." || part == "..")
+                {
+                    return Err(bad(format!(
+                        "config key cgroupRoot: {root:?} is not an absolute cgroup name"
+                    )));
+                }
+                Some(root)
+            }
+        };
         let container_runtime_endpoint = cli
             .container_runtime_endpoint
             .or(file.container_runtime_endpoint)
@@ -897,6 +919,7 @@ impl AgentConfig {
                 file.simulated_start_delay_millis.unwrap_or(0),
             ),
             simulated_pod_ip_base,
+            pod_cgroup_root,
         })
     }
 }
@@ -1184,6 +1207,39 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("rustlet").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
         AgentConfig::resolve(cli, false).map_err(|e| e.to_string())
+    }
+
+    /// The kubelet's `cgroupsPerQOS` and `cgroupRoot` (issue 27): off by default here, the root
+    /// `/` when on; a relative root or one with `..` is refused.
+    #[test]
+    fn cgroups_per_qos_takes_the_kubelets_cgroup_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = |yaml: &str| {
+            let file = dir.path().join("c.yaml");
+            std::fs::write(&file, yaml).unwrap();
+            parse(&[
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--local",
+                dir.path().to_str().unwrap(),
+                "--config",
+                file.to_str().unwrap(),
+            ])
+            .map(|c| c.pod_cgroup_root)
+        };
+        assert_eq!(root("{}").unwrap(), None);
+        assert_eq!(root("cgroupsPerQOS: true\n").unwrap(), Some("/".to_owned()));
+        assert_eq!(
+            root("cgroupsPerQOS: true\ncgroupRoot: /rustlet\n").unwrap(),
+            Some("/rustlet".to_owned())
+        );
+        assert_eq!(root("cgroupRoot: /rustlet\n").unwrap(), None);
+        for bad in ["rustlet", "/a/../b"] {
+            let err = root(&format!("cgroupsPerQOS: true\ncgroupRoot: {bad}\n")).unwrap_err();
+            assert!(err.contains("cgroupRoot"), "{err}");
+        }
     }
 
     /// Issue 26 item 4: `streamingConnectionIdleTimeout` as the kubelet's: 4h by default, a Go

@@ -51,7 +51,19 @@ const IMAGES_TAR: &str = "e2e-images.tar";
 
 /// The version of what `images` builds: raise it when the images change, so that a cached
 /// tarball of an older build is built anew (the cache holds it beside the names).
-const IMAGES_VERSION: u32 = 2;
+const IMAGES_VERSION: u32 = 3;
+
+/// `curl URL` as `wget -q -O - URL` (the agnhost image's `curl`, see [`images`]).
+const CURL_STAND_IN: &[u8] = b"#!/bin/sh
+url=
+for arg in \"$@\"; do
+    case \"$arg\" in
+        -*) ;;
+        *) url=\"$arg\" ;;
+    esac
+done
+exec wget -q -O - \"$url\"
+";
 
 /// busybox's `PATH` (upstream's busybox image: the Docker default).
 const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -108,6 +120,26 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
         LayerEntry::Dir {
             path: "uploads",
             mode: 0o755,
+        },
+        // upstream's agnhost is Alpine with `curl`, which the lifecycle hook specs' exec hooks
+        // run (`sh -c "curl http://<ip>:8080/echo?msg=poststart"`): a stand-in over busybox's
+        // `wget` for a plain GET of one URL (options are ignored).
+        LayerEntry::Dir {
+            path: "usr",
+            mode: 0o755,
+        },
+        LayerEntry::Dir {
+            path: "usr/local",
+            mode: 0o755,
+        },
+        LayerEntry::Dir {
+            path: "usr/local/bin",
+            mode: 0o755,
+        },
+        LayerEntry::File {
+            path: "usr/local/bin/curl",
+            mode: 0o755,
+            data: CURL_STAND_IN,
         },
     ]);
     // upstream: test/images/nonewprivs/Dockerfile (`COPY nnp /usr/local/bin/nnp`,

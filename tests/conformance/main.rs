@@ -51,7 +51,7 @@ const IMAGES_TAR: &str = "e2e-images.tar";
 
 /// The version of what `images` builds: raise it when the images change, so that a cached
 /// tarball of an older build is built anew (the cache holds it beside the names).
-const IMAGES_VERSION: u32 = 3;
+const IMAGES_VERSION: u32 = 4;
 
 /// `curl URL` as `wget -q -O - URL` (the agnhost image's `curl`, see [`images`]).
 const CURL_STAND_IN: &[u8] = b"#!/bin/sh
@@ -105,6 +105,8 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
     let applets: Vec<&str> = applets.iter().map(String::as_str).collect();
     let busybox = busybox_layer(&applets);
     let agnhost_binary = read(&bin.join("agnhost"));
+    let (localhost_crt, localhost_key) =
+        xtask::conformance::agnhost_localhost_certificate().unwrap();
     // upstream: test/images/agnhost/Dockerfile (`ADD agnhost agnhost`, `RUN ln -s agnhost
     // agnhost-2`, `RUN mkdir /uploads`).
     let agnhost = layer(&[
@@ -120,6 +122,17 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
         LayerEntry::Dir {
             path: "uploads",
             mode: 0o755,
+        },
+        // upstream: `ADD localhost.crt localhost.crt`, `ADD localhost.key localhost.key`.
+        LayerEntry::File {
+            path: "localhost.crt",
+            mode: 0o644,
+            data: localhost_crt.as_bytes(),
+        },
+        LayerEntry::File {
+            path: "localhost.key",
+            mode: 0o644,
+            data: localhost_key.as_bytes(),
         },
         // upstream's agnhost is Alpine with `curl`, which the lifecycle hook specs' exec hooks
         // run (`sh -c "curl http://<ip>:8080/echo?msg=poststart"`): a stand-in over busybox's

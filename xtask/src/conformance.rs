@@ -174,6 +174,24 @@ pub fn check_images_listed(list: &str) -> Result<()> {
     Ok(())
 }
 
+/// The PEM certificate and key of agnhost's image (`/localhost.crt`, `/localhost.key`, which
+/// upstream's Dockerfile adds): a self-signed certificate for `localhost` made here, for the
+/// specs that run `agnhost netexec --tls-cert-file /localhost.crt --tls-private-key-file
+/// /localhost.key` (the HTTPS lifecycle hook specs' sidecar; the kubelet does not verify a
+/// hook's or a probe's certificate).
+pub fn agnhost_localhost_certificate() -> Result<(String, String)> {
+    let key = rcgen::KeyPair::generate().context("generating agnhost's localhost key")?;
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .context("agnhost's localhost certificate")?;
+    params.subject_alt_names.push(rcgen::SanType::IpAddress(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+    ));
+    let cert = params
+        .self_signed(&key)
+        .context("signing agnhost's localhost certificate")?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
 /// Which upstream suite runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Suite {
@@ -908,6 +926,40 @@ mod tests {
                 "k8s-{}-e2e-ginkgo-{ginkgo}",
                 pinned_versions(&root).unwrap().kubernetes
             )
+        );
+    }
+}
+
+#[cfg(test)]
+mod agnhost_certificate_tests {
+    /// The certificate and key agnhost's image carries are a matching PEM pair for localhost
+    /// (checked with the openssl CLI, independent of rcgen).
+    #[test]
+    fn agnhost_localhost_certificate_is_a_pem_pair_for_localhost() {
+        let (crt, key) = super::agnhost_localhost_certificate().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c"), &crt).unwrap();
+        std::fs::write(dir.path().join("k"), &key).unwrap();
+        let text = std::process::Command::new("openssl")
+            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+            .arg(dir.path().join("c"))
+            .output()
+            .unwrap();
+        assert!(text.status.success(), "{text:?}");
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("DNS:localhost"), "{text}");
+        let public = |args: &[&str], file: &str| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .arg(dir.path().join(file))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            out.stdout
+        };
+        assert_eq!(
+            public(&["x509", "-noout", "-pubkey", "-in"], "c"),
+            public(&["pkey", "-pubout", "-in"], "k")
         );
     }
 }

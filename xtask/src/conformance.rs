@@ -19,8 +19,10 @@
 //!   `N passed, M failed, K skipped`. `--dry-run` lists the specs the focus selects without a
 //!   node (ginkgo's dry run). A real run of `cluster` starts the control plane of
 //!   `cargo xtask cluster` and Rustlet with the CRI runtime on a private containerd (the
-//!   runner `tests/conformance`, as root in a private mount namespace); `node` (`e2e_node.test
-//!   --conformance=true --start-services=true`) has no real run yet.
+//!   runner `tests/conformance`, as root in a private mount namespace); one of `node` runs
+//!   `e2e_node.test --conformance=true --start-services=true` (the suite's own etcd and API
+//!   server) in a private containerd's network namespace and starts Rustlet there once that
+//!   API server answers (the same runner).
 //!
 //! Go is test tooling only: nothing here is linked into Rustlet.
 
@@ -40,6 +42,11 @@ pub const FOCUS: &str = r"\[NodeConformance\]";
 /// off-by-default features.
 pub const SKIP: &str =
     r"\[Flaky\]|\[Serial\]|\[Slow\]|\[Disruptive\]|\[Alpha\]|\[Feature:OffByDefault\]";
+
+/// Where the node suite's own API server listens (upstream: `test/e2e/framework`'s
+/// `defaultHost`; `services/apiserver.go` binds the default secure port on 127.0.0.1) and the
+/// node registers.
+pub const NODE_SUITE_HOST: &str = "https://127.0.0.1:6443";
 
 /// ginkgo's suite timeout: its default of 1 h is too short for a whole run on two cores.
 const SUITE_TIMEOUT: &str = "6h";
@@ -300,15 +307,22 @@ pub enum Target {
         /// The `kubectl` the specs run (of the same release).
         kubectl: PathBuf,
     },
-    /// `e2e_node.test`: the token its own API server accepts, the node's name and the node's
-    /// CRI endpoint.
+    /// `e2e_node.test`: the token its own API server accepts, the node's name, its CRI
+    /// endpoint and root dir, and the system spec its validation checks.
     Node {
-        /// The token of `known_tokens.csv` the suite's API server accepts.
+        /// The token of `known_tokens.csv` the suite's API server accepts (upstream: a random
+        /// one unless given, which no node could know).
         bearer_token: String,
         /// The Node's name.
         node_name: String,
-        /// The node's CRI socket (`unix://...`).
+        /// The node's CRI socket (`unix://...`): some specs talk to the runtime directly.
         runtime_endpoint: String,
+        /// The node's root dir (`--kubelet-root-dir`: specs that look at a pod's volumes
+        /// on the host).
+        root_dir: PathBuf,
+        /// The system spec of the suite's system validation (`--system-spec-file`); `None`:
+        /// upstream's default spec.
+        system_spec: Option<PathBuf>,
     },
 }
 
@@ -358,10 +372,17 @@ pub fn ginkgo_args(opts: &Options, ctx: &RunContext) -> Vec<String> {
             bearer_token,
             node_name,
             runtime_endpoint,
+            root_dir,
+            system_spec,
         } => {
+            args.push(format!("--host={NODE_SUITE_HOST}"));
             args.push(format!("--bearer-token={bearer_token}"));
             args.push(format!("--node-name={node_name}"));
             args.push(format!("--container-runtime-endpoint={runtime_endpoint}"));
+            args.push(format!("--kubelet-root-dir={}", root_dir.display()));
+            if let Some(spec) = system_spec {
+                args.push(format!("--system-spec-file={}", spec.display()));
+            }
         }
     }
     args
@@ -467,12 +488,11 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
             let bin = build(root)?;
             match (opts.mode, opts.suite) {
                 (Mode::DryRun, _) => dry_run(root, &opts, &bin),
-                (Mode::Run, Suite::Node) => bail!(
-                    "a real run of the node suite (e2e_node.test --conformance=true) is not \
-                     built yet: use --suite cluster, or --dry-run to list its specs"
-                ),
-                (Mode::Run, Suite::Cluster) => {
-                    crate::cluster::build(root)?;
+                (Mode::Run, suite) => {
+                    // The node suite starts its own etcd and API server.
+                    if suite == Suite::Cluster {
+                        crate::cluster::build(root)?;
+                    }
                     let mut forwarded = vec!["run".to_owned()];
                     forwarded.extend(args.iter().cloned());
                     runner(root, &forwarded)
@@ -491,21 +511,39 @@ pub fn report_dir(root: &Path, opts: &Options) -> PathBuf {
     root.join("target/conformance").join(name)
 }
 
-/// Runs ginkgo with `args` (from [`ginkgo_args`]), through `nsenter --net=<netns>` when
-/// given (the suite then reaches a cluster that listens in that namespace), and reads the
-/// JUnit report it wrote into `report_dir`. ginkgo's own exit status is not an error here:
-/// it fails whenever a spec did, and the summary says which.
+/// Runs ginkgo with `args` (from [`ginkgo_args`]) to its end (see [`ginkgo_command`]) and
+/// reads the JUnit report it wrote into `report_dir`. ginkgo's own exit status is not an
+/// error here: it fails whenever a spec did, and the summary says which.
 pub fn run_ginkgo(
     bin: &Path,
     args: &[String],
     report_dir: &Path,
     netns: Option<&Path>,
 ) -> Result<Summary> {
-    if report_dir.exists() {
-        fs::remove_dir_all(report_dir)
-            .with_context(|| format!("removing {}", report_dir.display()))?;
+    fresh_dir(report_dir)?;
+    let status = ginkgo_command(bin, args, report_dir, netns)
+        .status()
+        .with_context(|| format!("starting {}", bin.join("ginkgo").display()))?;
+    read_summary(report_dir, &status.to_string())
+}
+
+/// Empties (or makes) `dir`: a report dir holds one run's files only.
+pub fn fresh_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
-    fs::create_dir_all(report_dir).with_context(|| format!("creating {}", report_dir.display()))?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+/// ginkgo with `args`, through `nsenter --net=<netns>` when given (the suite then reaches a
+/// cluster that listens in that namespace), in `report_dir`. (ginkgo runs a precompiled test
+/// binary in the binary's own directory, whatever this command's.)
+pub fn ginkgo_command(
+    bin: &Path,
+    args: &[String],
+    report_dir: &Path,
+    netns: Option<&Path>,
+) -> Command {
     let ginkgo = bin.join("ginkgo");
     let mut cmd = match netns {
         Some(ns) => {
@@ -522,14 +560,16 @@ pub fn run_ginkgo(
         ginkgo.display(),
         args.join(" ")
     );
-    let status = cmd
-        .args(args)
-        .current_dir(report_dir)
-        .status()
-        .with_context(|| format!("starting {}", ginkgo.display()))?;
+    cmd.args(args).current_dir(report_dir);
+    cmd
+}
+
+/// The summary of the JUnit report ginkgo wrote into `report_dir`; `exited` (how ginkgo
+/// ended) goes into the error when there is none.
+pub fn read_summary(report_dir: &Path, exited: &str) -> Result<Summary> {
     let junit = report_dir.join("junit.xml");
     let xml = fs::read_to_string(&junit)
-        .with_context(|| format!("reading {} (ginkgo exited: {status})", junit.display()))?;
+        .with_context(|| format!("reading {} (ginkgo exited: {exited})", junit.display()))?;
     Summary::from_junit(&xml).with_context(|| format!("parsing {}", junit.display()))
 }
 
@@ -799,6 +839,8 @@ mod tests {
                 bearer_token: "t0k3n".to_owned(),
                 node_name: "node-a".to_owned(),
                 runtime_endpoint: "unix:///c.sock".to_owned(),
+                root_dir: PathBuf::from("/n/root"),
+                system_spec: Some(PathBuf::from("/n/sysspec.yaml")),
             },
             ..ctx
         };
@@ -812,6 +854,9 @@ mod tests {
             "--bearer-token=t0k3n",
             "--node-name=node-a",
             "--container-runtime-endpoint=unix:///c.sock",
+            "--host=https://127.0.0.1:6443",
+            "--kubelet-root-dir=/n/root",
+            "--system-spec-file=/n/sysspec.yaml",
         ] {
             assert!(
                 args[dashes + 1..].contains(&flag.to_owned()),

@@ -306,8 +306,14 @@ fn report_summary(summary: &xtask::conformance::Summary, report: &Path) {
             Outcome::Passed | Outcome::NotSelected => {}
         }
     }
+    for node in &summary.setup_failures {
+        println!("FAILED  {node} (the suite's setup: see the JUnit report)");
+    }
     println!("{summary} ({})", report.join("junit.xml").display());
-    assert!(summary.failed() == 0, "{summary}");
+    assert!(
+        summary.failed() == 0 && summary.setup_failures.is_empty(),
+        "{summary}"
+    );
 }
 
 /// How long the node suite may take to validate the system and start its etcd and API
@@ -333,6 +339,7 @@ fn run_node(opts: &Options) {
     let containerd = PrivateContainerd::start_blocking("conformance-node")
         .expect("RUSTLET_REQUIRE_PRIVILEGED makes a missing part fail instead");
     containerd.import(&tar);
+    node_address(&containerd);
     let _host = HostPaths::prepare();
 
     let report = report_dir(&root, opts);
@@ -355,7 +362,6 @@ fn run_node(opts: &Options) {
             bearer_token: token.clone(),
             node_name: NODE.to_owned(),
             runtime_endpoint: containerd.endpoint().to_owned(),
-            root_dir: agent_root.clone(),
             system_spec: None,
         },
     };
@@ -402,6 +408,36 @@ fn run_node(opts: &Options) {
     drop(containerd);
     let summary = read_summary(&report, &status.to_string()).expect("ginkgo's JUnit report");
     report_summary(&summary, &report);
+}
+
+/// Gives the namespace the node's address before any pod runs: the pods' bridge (the CNI
+/// config's `rltest0`, which the bridge plugin otherwise makes at the first sandbox) with
+/// its gateway address 10.88.0.1/16, and a default route through it. The suite's API server
+/// reaches the agent's port at that address from the start (`/configz`), and finds its
+/// advertise address from the default route (it binds 127.0.0.1 and is given no
+/// `--advertise-address`; without a default route it does not start: `Unable to find
+/// suitable network address`).
+fn node_address(containerd: &PrivateContainerd) {
+    let gateway = std::net::Ipv4Addr::from(support::POD_NETWORK_GATEWAY);
+    for args in [
+        vec!["link", "add", "rltest0", "type", "bridge"],
+        vec!["addr", "add", &format!("{gateway}/16"), "dev", "rltest0"],
+        vec!["link", "set", "rltest0", "up"],
+        vec!["route", "add", "default", "dev", "rltest0"],
+    ] {
+        let out = Command::new("nsenter")
+            .arg(format!("--net={}", containerd.netns().display()))
+            .args(["--", "ip"])
+            .args(&args)
+            .output()
+            .expect("running ip");
+        assert!(
+            out.status.success(),
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// Whether `GET /healthz` of the node suite's API server answers `ok` inside the namespace.

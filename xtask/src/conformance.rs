@@ -308,7 +308,8 @@ pub enum Target {
         kubectl: PathBuf,
     },
     /// `e2e_node.test`: the token its own API server accepts, the node's name, its CRI
-    /// endpoint and root dir, and the system spec its validation checks.
+    /// endpoint and the system spec its validation checks. (It has no `--kubelet-root-dir`:
+    /// its specs take `/var/lib/kubelet`, those that look there are `[Serial]`.)
     Node {
         /// The token of `known_tokens.csv` the suite's API server accepts (upstream: a random
         /// one unless given, which no node could know).
@@ -317,9 +318,6 @@ pub enum Target {
         node_name: String,
         /// The node's CRI socket (`unix://...`): some specs talk to the runtime directly.
         runtime_endpoint: String,
-        /// The node's root dir (`--kubelet-root-dir`: specs that look at a pod's volumes
-        /// on the host).
-        root_dir: PathBuf,
         /// The system spec of the suite's system validation (`--system-spec-file`); `None`:
         /// upstream's default spec.
         system_spec: Option<PathBuf>,
@@ -372,14 +370,12 @@ pub fn ginkgo_args(opts: &Options, ctx: &RunContext) -> Vec<String> {
             bearer_token,
             node_name,
             runtime_endpoint,
-            root_dir,
             system_spec,
         } => {
             args.push(format!("--host={NODE_SUITE_HOST}"));
             args.push(format!("--bearer-token={bearer_token}"));
             args.push(format!("--node-name={node_name}"));
             args.push(format!("--container-runtime-endpoint={runtime_endpoint}"));
-            args.push(format!("--kubelet-root-dir={}", root_dir.display()));
             if let Some(spec) = system_spec {
                 args.push(format!("--system-spec-file={}", spec.display()));
             }
@@ -652,6 +648,9 @@ pub enum Outcome {
 pub struct Summary {
     /// Each spec's full text (without ginkgo's `[It] `) and outcome, in report order.
     pub specs: Vec<(String, Outcome)>,
+    /// The suite's setup nodes that failed (`[SynchronizedBeforeSuite]`...): when one of
+    /// the first does, ginkgo runs no spec at all, and the run failed though no spec did.
+    pub setup_failures: Vec<String>,
 }
 
 impl Summary {
@@ -661,14 +660,22 @@ impl Summary {
     /// (no reason when a filter left it out).
     pub fn from_junit(xml: &str) -> Result<Self> {
         let mut specs = Vec::new();
+        let mut setup_failures = Vec::new();
         for case in xml.split("<testcase ").skip(1) {
             let head = case.split('>').next().unwrap_or_default();
             let name = attribute(head, "name").context("a testcase without a name")?;
+            let status = attribute(head, "status").context("a testcase without a status")?;
+            let failed = matches!(
+                status.as_str(),
+                "failed" | "timedout" | "panicked" | "interrupted" | "aborted"
+            );
             let Some(spec) = name.strip_prefix("[It] ") else {
                 // The suite's setup nodes ([SynchronizedBeforeSuite], [ReportAfterSuite]...).
+                if failed {
+                    setup_failures.push(name);
+                }
                 continue;
             };
-            let status = attribute(head, "status").context("a testcase without a status")?;
             let outcome = match status.as_str() {
                 "passed" => Outcome::Passed,
                 "skipped" => {
@@ -683,12 +690,15 @@ impl Summary {
                     }
                 }
                 "pending" => Outcome::NotSelected,
-                "failed" | "timedout" | "panicked" | "interrupted" | "aborted" => Outcome::Failed,
+                _ if failed => Outcome::Failed,
                 other => bail!("testcase {spec:?}: unknown status {other:?}"),
             };
             specs.push((spec.to_owned(), outcome));
         }
-        Ok(Summary { specs })
+        Ok(Summary {
+            specs,
+            setup_failures,
+        })
     }
 
     /// How many specs had `outcome`'s kind.
@@ -839,7 +849,6 @@ mod tests {
                 bearer_token: "t0k3n".to_owned(),
                 node_name: "node-a".to_owned(),
                 runtime_endpoint: "unix:///c.sock".to_owned(),
-                root_dir: PathBuf::from("/n/root"),
                 system_spec: Some(PathBuf::from("/n/sysspec.yaml")),
             },
             ..ctx
@@ -855,7 +864,6 @@ mod tests {
             "--node-name=node-a",
             "--container-runtime-endpoint=unix:///c.sock",
             "--host=https://127.0.0.1:6443",
-            "--kubelet-root-dir=/n/root",
             "--system-spec-file=/n/sysspec.yaml",
         ] {
             assert!(
@@ -906,7 +914,17 @@ mod tests {
             Outcome::Skipped("Only supported for providers [gce] (not skeleton)".to_owned())
         );
         assert_eq!(summary.specs[4].1, Outcome::NotSelected);
+        assert!(summary.setup_failures.is_empty());
         assert!(Summary::from_junit(r#"<testcase name="[It] x" status="weird">"#).is_err());
+        // A failed setup node ran no spec: the run failed all the same.
+        let before_suite = xml.replace(
+            r#"name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed""#,
+            r#"name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="failed""#,
+        );
+        assert_eq!(
+            Summary::from_junit(&before_suite).unwrap().setup_failures,
+            vec!["[SynchronizedBeforeSuite]".to_owned()]
+        );
     }
 
     /// Issue 27 (harness 2): the images are those the release lists; a list without one of

@@ -54,7 +54,16 @@ const IMAGES_TAR: &str = "e2e-images.tar";
 
 /// The version of what `images` builds: raise it when the images change, so that a cached
 /// tarball of an older build is built anew (the cache holds it beside the names).
-const IMAGES_VERSION: u32 = 2;
+const IMAGES_VERSION: u32 = 3;
+
+/// agnhost's `curl` (upstream's image is Alpine with curl; the lifecycle hook and networking
+/// specs exec `curl [-g -q -s] URL` in it): a GET of the one URL among the arguments by
+/// busybox's `wget`, the options ignored.
+const CURL_STAND_IN: &[u8] = b"#!/bin/sh\n\
+# A stand-in for curl: GET of the URL among the arguments; options are ignored.\n\
+url=\n\
+for a in \"$@\"; do case \"$a\" in -*) ;; *) url=\"$a\" ;; esac; done\n\
+exec wget -q -O - \"$url\"\n";
 
 /// busybox's `PATH` (upstream's busybox image: the Docker default).
 const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -111,6 +120,19 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
         LayerEntry::Dir {
             path: "uploads",
             mode: 0o755,
+        },
+        LayerEntry::Dir {
+            path: "usr",
+            mode: 0o755,
+        },
+        LayerEntry::Dir {
+            path: "usr/bin",
+            mode: 0o755,
+        },
+        LayerEntry::File {
+            path: "usr/bin/curl",
+            mode: 0o755,
+            data: CURL_STAND_IN,
         },
     ]);
     // upstream: test/images/nonewprivs/Dockerfile (`COPY nnp /usr/local/bin/nnp`,

@@ -101,7 +101,9 @@ pub enum TestImage {
     /// busybox with every applet; `Cmd ["sh"]`.
     Busybox,
     /// busybox and `/agnhost` (+ `/agnhost-2`, `/uploads`); `Entrypoint ["/agnhost"]`,
-    /// `Cmd ["pause"]`, as upstream's Dockerfile.
+    /// `Cmd ["pause"]`, as upstream's Dockerfile; and a `curl` stand-in (upstream's image is
+    /// Alpine with curl, which specs exec in it: a GET of the one URL among the arguments by
+    /// busybox's `wget`, the options ignored).
     Agnhost,
     /// agnhost's `pause` (prints `Paused`, waits for SIGTERM or SIGINT) in place of
     /// upstream's C `pause`; `Entrypoint ["/agnhost", "pause"]`.
@@ -153,6 +155,12 @@ pub const TEST_IMAGES: &[(&str, TestImage)] = &[
     (
         "registry.k8s.io/e2e-test-images/nginx:1.28.0-2",
         TestImage::Nginx,
+    ),
+    // The Hostname of Pod specs print `hostname` and `hostname -f` (busybox's applet in place
+    // of upstream's glibc image).
+    (
+        "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
+        TestImage::Busybox,
     ),
 ];
 
@@ -935,6 +943,7 @@ mod tests {
                     registry.k8s.io/e2e-test-images/agnhost:2.55\n\
                     registry.k8s.io/e2e-test-images/busybox:1.36.1-1\n\
                     registry.k8s.io/e2e-test-images/busybox:1.37.0-2\n\
+                    registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1\n\
                     registry.k8s.io/e2e-test-images/nginx:1.27.0-2\n\
                     registry.k8s.io/e2e-test-images/nginx:1.28.0-2\n\
                     registry.k8s.io/e2e-test-images/nonewprivs:1.4\n\

@@ -34,13 +34,16 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use rustlet_cri::testing::{
-    LayerEntry, OciImage, all_busybox_applets, busybox_layer, layer, oci_layout_tar,
+    LayerEntry, OciImage, PrivateContainerd, all_busybox_applets, busybox_layer, layer,
+    oci_layout_tar,
 };
 use xtask::conformance::{
-    Mode, Options, Outcome, RunContext, Suite, Target, TestImage, check_images_listed, ginkgo_args,
-    report_dir, run_ginkgo,
+    Mode, NODE_SUITE_HOST, Options, Outcome, RunContext, Suite, Target, TestImage,
+    check_images_listed, fresh_dir, ginkgo_args, ginkgo_command, read_summary, report_dir,
+    run_ginkgo,
 };
 
 /// The node's name.
@@ -262,17 +265,19 @@ fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
-/// One run of the cluster suite against the agent.
+/// One run of a suite against the agent.
 fn run(args: &[String]) {
     let opts = Options::parse(args).expect("the options of cargo xtask conformance");
-    assert_eq!(
-        opts.suite,
-        Suite::Cluster,
-        "only the cluster suite runs here"
-    );
     assert_eq!(opts.mode, Mode::Run, "a dry run needs no node");
-    let root = xtask::workspace_root();
-    let bin = xtask::conformance::cached_binaries(&root)
+    match opts.suite {
+        Suite::Cluster => run_cluster(&opts),
+        Suite::Node => run_node(&opts),
+    }
+}
+
+/// The cache's binaries and the images' tarball, checked against the release's image list.
+fn binaries_and_images(root: &Path) -> (PathBuf, PathBuf) {
+    let bin = xtask::conformance::cached_binaries(root)
         .expect("reading tools/k8s/go.mod")
         .expect("the test binaries are built (cargo xtask conformance build)");
     let listed = Command::new(bin.join("e2e.test"))
@@ -280,17 +285,24 @@ fn run(args: &[String]) {
         .output()
         .expect("running e2e.test --list-images");
     check_images_listed(&String::from_utf8_lossy(&listed.stdout)).unwrap();
-    let images_dir = xtask::conformance::cache_dir(&root)
+    let images_dir = xtask::conformance::cache_dir(root)
         .expect("the cache dir")
         .join("images");
     let tar = images(&bin, &images_dir);
+    (bin, tar)
+}
+
+/// One run of the cluster suite against the agent.
+fn run_cluster(opts: &Options) {
+    let root = xtask::workspace_root();
+    let (bin, tar) = binaries_and_images(&root);
 
     let node = kubelet_server::ServedNode::start("conformance", NODE)
         .expect("RUSTLET_REQUIRE_* make a missing part fail instead");
     node.containerd.import(&tar);
     node::wait_ready(&node.cluster, NODE, "True");
 
-    let report = report_dir(&root, &opts);
+    let report = report_dir(&root, opts);
     let ctx = RunContext {
         bin: bin.clone(),
         report_dir: report.clone(),
@@ -301,7 +313,7 @@ fn run(args: &[String]) {
     };
     let summary = run_ginkgo(
         &bin,
-        &ginkgo_args(&opts, &ctx),
+        &ginkgo_args(opts, &ctx),
         &report,
         Some(&node.containerd.netns()),
     );
@@ -323,6 +335,15 @@ fn run(args: &[String]) {
         .refused_requests_of(&format!("system:node:{NODE}"));
     drop(node);
     let summary = summary.expect("ginkgo's JUnit report");
+    if !refused.is_empty() {
+        println!("requests of the agent the API server refused: {refused:#?}");
+    }
+    report_summary(&summary, &report);
+}
+
+/// Prints every failed and skipped spec and `N passed, M failed, K skipped`; fails when a
+/// spec did.
+fn report_summary(summary: &xtask::conformance::Summary, report: &Path) {
     for (spec, outcome) in &summary.specs {
         match outcome {
             Outcome::Failed => println!("FAILED  {spec}"),
@@ -330,9 +351,266 @@ fn run(args: &[String]) {
             Outcome::Passed | Outcome::NotSelected => {}
         }
     }
-    if !refused.is_empty() {
-        println!("requests of the agent the API server refused: {refused:#?}");
+    for node in &summary.setup_failures {
+        println!("FAILED  {node} (the suite's setup: see the JUnit report)");
     }
     println!("{summary} ({})", report.join("junit.xml").display());
-    assert!(summary.failed() == 0, "{summary}");
+    assert!(
+        summary.failed() == 0 && summary.setup_failures.is_empty(),
+        "{summary}"
+    );
+}
+
+/// How long the node suite may take to validate the system and start its etcd and API
+/// server before the agent is started against it.
+const NODE_SUITE_SERVICES_DEADLINE: Duration = Duration::from_secs(300);
+
+/// One run of the node suite: `e2e_node.test --conformance=true --start-services=true` in the
+/// private containerd's network namespace, where its API server listens on 127.0.0.1:6443
+/// and reaches the agent's kubelet server at the node IP (10.88.0.1); the agent registers
+/// once that API server answers. upstream's own kubelet gets the same from
+/// `test/e2e_node/services/kubelet.go`: the token of the suite's `known_tokens.csv`
+/// (`system:masters`), `insecure-skip-tls-verify`, anonymous access to its port (the API
+/// server sends no client certificate) and `AlwaysAllow`.
+fn run_node(opts: &Options) {
+    assert_eq!(
+        std::env::var("RUSTLET_PRIVATE_MOUNT_NS").as_deref(),
+        Ok("1"),
+        "the node suite mounts over /run/kubernetes: run it in a private mount namespace \
+         (cargo xtask conformance)"
+    );
+    let root = xtask::workspace_root();
+    let (bin, tar) = binaries_and_images(&root);
+    let containerd = PrivateContainerd::start_blocking("conformance-node")
+        .expect("RUSTLET_REQUIRE_PRIVILEGED makes a missing part fail instead");
+    containerd.import(&tar);
+    node_address(&containerd);
+    let _host = HostPaths::prepare();
+
+    let report = report_dir(&root, opts);
+    fresh_dir(&report).unwrap();
+    // ginkgo runs a precompiled suite in the binary's directory, where the suite's services
+    // write `known_tokens.csv`: links in a directory of the run's own.
+    let suite_dir = report.join("suite");
+    std::fs::create_dir_all(&suite_dir).unwrap();
+    for name in ["ginkgo", "e2e_node.test"] {
+        std::os::unix::fs::symlink(bin.join(name), suite_dir.join(name)).unwrap();
+    }
+    let agent_root = containerd.dir().join("root");
+    let manifests = containerd.dir().join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let token = random_token();
+    let ctx = RunContext {
+        bin: suite_dir.clone(),
+        report_dir: report.clone(),
+        target: Target::Node {
+            bearer_token: token.clone(),
+            node_name: NODE.to_owned(),
+            runtime_endpoint: containerd.endpoint().to_owned(),
+            system_spec: None,
+        },
+    };
+    let mut ginkgo = ginkgo_command(
+        &suite_dir,
+        &ginkgo_args(opts, &ctx),
+        &report,
+        Some(&containerd.netns()),
+    )
+    .spawn()
+    .expect("starting ginkgo");
+
+    // The agent, once the suite's API server answers.
+    let deadline = Instant::now() + NODE_SUITE_SERVICES_DEADLINE;
+    let mut agent = None;
+    while agent.is_none() {
+        if let Some(status) = ginkgo.try_wait().unwrap() {
+            eprintln!("conformance: ginkgo ended ({status}) before its API server answered");
+            break;
+        }
+        if suite_api_server_answers(&containerd, &token) {
+            agent = Some(start_node_agent(
+                &containerd,
+                &token,
+                &agent_root,
+                &manifests,
+            ));
+        } else {
+            assert!(
+                Instant::now() < deadline,
+                "the node suite's API server did not answer within {NODE_SUITE_SERVICES_DEADLINE:?}"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let status = ginkgo.wait().expect("waiting for ginkgo");
+    drop(agent);
+    for (log, name) in [
+        (containerd.dir().join("agent.log"), "agent.log"),
+        (containerd.dir().join("containerd.log"), "containerd.log"),
+    ] {
+        let _ = std::fs::copy(&log, report.join(name));
+    }
+    drop(containerd);
+    let summary = read_summary(&report, &status.to_string()).expect("ginkgo's JUnit report");
+    report_summary(&summary, &report);
+}
+
+/// Gives the namespace the node's address before any pod runs: the pods' bridge (the CNI
+/// config's `rltest0`, which the bridge plugin otherwise makes at the first sandbox) with
+/// its gateway address 10.88.0.1/16, and a default route through it. The suite's API server
+/// reaches the agent's port at that address from the start (`/configz`), and finds its
+/// advertise address from the default route (it binds 127.0.0.1 and is given no
+/// `--advertise-address`; without a default route it does not start: `Unable to find
+/// suitable network address`).
+fn node_address(containerd: &PrivateContainerd) {
+    let gateway = std::net::Ipv4Addr::from(support::POD_NETWORK_GATEWAY);
+    for args in [
+        vec!["link", "add", "rltest0", "type", "bridge"],
+        vec!["addr", "add", &format!("{gateway}/16"), "dev", "rltest0"],
+        vec!["link", "set", "rltest0", "up"],
+        vec!["route", "add", "default", "dev", "rltest0"],
+    ] {
+        let out = Command::new("nsenter")
+            .arg(format!("--net={}", containerd.netns().display()))
+            .args(["--", "ip"])
+            .args(&args)
+            .output()
+            .expect("running ip");
+        assert!(
+            out.status.success(),
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Whether `GET /healthz` of the node suite's API server answers `ok` inside the namespace.
+fn suite_api_server_answers(containerd: &PrivateContainerd, token: &str) -> bool {
+    Command::new("nsenter")
+        .arg(format!("--net={}", containerd.netns().display()))
+        .args(["--", "curl", "-sk", "--max-time", "5", "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!("{NODE_SUITE_HOST}/healthz"))
+        .output()
+        .is_ok_and(|out| out.stdout == b"ok")
+}
+
+/// The agent as the node suite's node: registered with the suite's API server with its
+/// token, its kubelet server on 0.0.0.0:10250 (a self-signed certificate under its root dir),
+/// anonymous requests allowed, static pods from `manifests`.
+fn start_node_agent(
+    containerd: &PrivateContainerd,
+    token: &str,
+    root: &Path,
+    manifests: &Path,
+) -> harness::Agent {
+    let dir = containerd.dir();
+    let kubeconfig = dir.join("agent.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e-node\n  cluster:\n    \
+             server: {NODE_SUITE_HOST}\n    insecure-skip-tls-verify: true\nusers:\n- name: \
+             kubelet\n  user:\n    token: {token}\ncontexts:\n- name: e2e-node\n  context:\n    \
+             cluster: e2e-node\n    user: kubelet\ncurrent-context: e2e-node\n"
+        ),
+    )
+    .unwrap();
+    let config = dir.join("config.yaml");
+    let gateway = std::net::Ipv4Addr::from(support::POD_NETWORK_GATEWAY);
+    std::fs::write(
+        &config,
+        format!(
+            "nodeIP: {gateway}\n{}authentication:\n  anonymous:\n    enabled: true\n\
+             authorization:\n  mode: AlwaysAllow\n",
+            support::TEST_EVICTION_HARD
+        ),
+    )
+    .unwrap();
+    harness::start_in(
+        Some(&containerd.netns()),
+        &[
+            "--node-name",
+            NODE,
+            "--root-dir",
+            root.to_str().unwrap(),
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--runtime",
+            "cri",
+            "--container-runtime-endpoint",
+            containerd.endpoint(),
+            "--enable-server",
+            "--pod-manifest-path",
+            manifests.to_str().unwrap(),
+        ],
+        &dir.join("agent.log"),
+    )
+}
+
+/// A token for the suite's `known_tokens.csv` (32 hex digits from the kernel's random
+/// source).
+fn random_token() -> String {
+    let mut bytes = [0u8; 16];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").unwrap(),
+        &mut bytes,
+    )
+    .unwrap();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The host paths the node suite uses, made for the run and put back after it (in the
+/// runner's private mount namespace):
+///
+/// * `/rootfs`: with `--conformance=true` the suite's system validation first does
+///   `chroot("/rootfs")` (upstream's node-test image mounts the host's root there); a link
+///   to `/` when there is none;
+/// * `/run/kubernetes`: the suite's API server writes its self-signed serving certificate
+///   into kube-apiserver's default `--cert-dir`; a private tmpfs over it.
+struct HostPaths {
+    made_rootfs: bool,
+    made_cert_dir: bool,
+}
+
+/// kube-apiserver's default `--cert-dir` (`/var/run/kubernetes`, `/var/run` being `/run`).
+const CERT_DIR: &str = "/run/kubernetes";
+
+impl HostPaths {
+    fn prepare() -> Self {
+        let rootfs = Path::new("/rootfs");
+        let made_rootfs = rootfs.symlink_metadata().is_err();
+        if made_rootfs {
+            std::os::unix::fs::symlink("/", rootfs).expect("linking /rootfs to /");
+        }
+        let cert_dir = Path::new(CERT_DIR);
+        let made_cert_dir = !cert_dir.exists();
+        if made_cert_dir {
+            std::fs::create_dir(cert_dir).expect("creating /run/kubernetes");
+        }
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "mode=0755", "tmpfs", CERT_DIR])
+            .status()
+            .expect("running mount");
+        assert!(status.success(), "mounting a tmpfs on {CERT_DIR}: {status}");
+        HostPaths {
+            made_rootfs,
+            made_cert_dir,
+        }
+    }
+}
+
+impl Drop for HostPaths {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(CERT_DIR).status();
+        if self.made_cert_dir {
+            let _ = std::fs::remove_dir(CERT_DIR);
+        }
+        if self.made_rootfs {
+            let _ = std::fs::remove_file("/rootfs");
+        }
+    }
 }

@@ -19,8 +19,10 @@
 //!   `N passed, M failed, K skipped`. `--dry-run` lists the specs the focus selects without a
 //!   node (ginkgo's dry run). A real run of `cluster` starts the control plane of
 //!   `cargo xtask cluster` and Rustlet with the CRI runtime on a private containerd (the
-//!   runner `tests/conformance`, as root in a private mount namespace); `node` (`e2e_node.test
-//!   --conformance=true --start-services=true`) has no real run yet.
+//!   runner `tests/conformance`, as root in a private mount namespace); one of `node` runs
+//!   `e2e_node.test --conformance=true --start-services=true` (the suite's own etcd and API
+//!   server) in a private containerd's network namespace and starts Rustlet there once that
+//!   API server answers (the same runner).
 //!
 //! Go is test tooling only: nothing here is linked into Rustlet.
 
@@ -40,6 +42,11 @@ pub const FOCUS: &str = r"\[NodeConformance\]";
 /// off-by-default features.
 pub const SKIP: &str =
     r"\[Flaky\]|\[Serial\]|\[Slow\]|\[Disruptive\]|\[Alpha\]|\[Feature:OffByDefault\]";
+
+/// Where the node suite's own API server listens (upstream: `test/e2e/framework`'s
+/// `defaultHost`; `services/apiserver.go` binds the default secure port on 127.0.0.1) and the
+/// node registers.
+pub const NODE_SUITE_HOST: &str = "https://127.0.0.1:6443";
 
 /// ginkgo's suite timeout: its default of 1 h is too short for a whole run on two cores.
 const SUITE_TIMEOUT: &str = "6h";
@@ -94,7 +101,9 @@ pub enum TestImage {
     /// busybox with every applet; `Cmd ["sh"]`.
     Busybox,
     /// busybox and `/agnhost` (+ `/agnhost-2`, `/uploads`); `Entrypoint ["/agnhost"]`,
-    /// `Cmd ["pause"]`, as upstream's Dockerfile.
+    /// `Cmd ["pause"]`, as upstream's Dockerfile; and a `curl` stand-in (upstream's image is
+    /// Alpine with curl, which specs exec in it: a GET of the one URL among the arguments by
+    /// busybox's `wget`, the options ignored).
     Agnhost,
     /// agnhost's `pause` (prints `Paused`, waits for SIGTERM or SIGINT) in place of
     /// upstream's C `pause`; `Entrypoint ["/agnhost", "pause"]`.
@@ -325,15 +334,20 @@ pub enum Target {
         /// The `kubectl` the specs run (of the same release).
         kubectl: PathBuf,
     },
-    /// `e2e_node.test`: the token its own API server accepts, the node's name and the node's
-    /// CRI endpoint.
+    /// `e2e_node.test`: the token its own API server accepts, the node's name, its CRI
+    /// endpoint and the system spec its validation checks. (It has no `--kubelet-root-dir`:
+    /// its specs take `/var/lib/kubelet`, those that look there are `[Serial]`.)
     Node {
-        /// The token of `known_tokens.csv` the suite's API server accepts.
+        /// The token of `known_tokens.csv` the suite's API server accepts (upstream: a random
+        /// one unless given, which no node could know).
         bearer_token: String,
         /// The Node's name.
         node_name: String,
-        /// The node's CRI socket (`unix://...`).
+        /// The node's CRI socket (`unix://...`): some specs talk to the runtime directly.
         runtime_endpoint: String,
+        /// The system spec of the suite's system validation (`--system-spec-file`); `None`:
+        /// upstream's default spec.
+        system_spec: Option<PathBuf>,
     },
 }
 
@@ -383,10 +397,15 @@ pub fn ginkgo_args(opts: &Options, ctx: &RunContext) -> Vec<String> {
             bearer_token,
             node_name,
             runtime_endpoint,
+            system_spec,
         } => {
+            args.push(format!("--host={NODE_SUITE_HOST}"));
             args.push(format!("--bearer-token={bearer_token}"));
             args.push(format!("--node-name={node_name}"));
             args.push(format!("--container-runtime-endpoint={runtime_endpoint}"));
+            if let Some(spec) = system_spec {
+                args.push(format!("--system-spec-file={}", spec.display()));
+            }
         }
     }
     args
@@ -492,12 +511,11 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
             let bin = build(root)?;
             match (opts.mode, opts.suite) {
                 (Mode::DryRun, _) => dry_run(root, &opts, &bin),
-                (Mode::Run, Suite::Node) => bail!(
-                    "a real run of the node suite (e2e_node.test --conformance=true) is not \
-                     built yet: use --suite cluster, or --dry-run to list its specs"
-                ),
-                (Mode::Run, Suite::Cluster) => {
-                    crate::cluster::build(root)?;
+                (Mode::Run, suite) => {
+                    // The node suite starts its own etcd and API server.
+                    if suite == Suite::Cluster {
+                        crate::cluster::build(root)?;
+                    }
                     let mut forwarded = vec!["run".to_owned()];
                     forwarded.extend(args.iter().cloned());
                     runner(root, &forwarded)
@@ -516,21 +534,39 @@ pub fn report_dir(root: &Path, opts: &Options) -> PathBuf {
     root.join("target/conformance").join(name)
 }
 
-/// Runs ginkgo with `args` (from [`ginkgo_args`]), through `nsenter --net=<netns>` when
-/// given (the suite then reaches a cluster that listens in that namespace), and reads the
-/// JUnit report it wrote into `report_dir`. ginkgo's own exit status is not an error here:
-/// it fails whenever a spec did, and the summary says which.
+/// Runs ginkgo with `args` (from [`ginkgo_args`]) to its end (see [`ginkgo_command`]) and
+/// reads the JUnit report it wrote into `report_dir`. ginkgo's own exit status is not an
+/// error here: it fails whenever a spec did, and the summary says which.
 pub fn run_ginkgo(
     bin: &Path,
     args: &[String],
     report_dir: &Path,
     netns: Option<&Path>,
 ) -> Result<Summary> {
-    if report_dir.exists() {
-        fs::remove_dir_all(report_dir)
-            .with_context(|| format!("removing {}", report_dir.display()))?;
+    fresh_dir(report_dir)?;
+    let status = ginkgo_command(bin, args, report_dir, netns)
+        .status()
+        .with_context(|| format!("starting {}", bin.join("ginkgo").display()))?;
+    read_summary(report_dir, &status.to_string())
+}
+
+/// Empties (or makes) `dir`: a report dir holds one run's files only.
+pub fn fresh_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
-    fs::create_dir_all(report_dir).with_context(|| format!("creating {}", report_dir.display()))?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+/// ginkgo with `args`, through `nsenter --net=<netns>` when given (the suite then reaches a
+/// cluster that listens in that namespace), in `report_dir`. (ginkgo runs a precompiled test
+/// binary in the binary's own directory, whatever this command's.)
+pub fn ginkgo_command(
+    bin: &Path,
+    args: &[String],
+    report_dir: &Path,
+    netns: Option<&Path>,
+) -> Command {
     let ginkgo = bin.join("ginkgo");
     let mut cmd = match netns {
         Some(ns) => {
@@ -547,14 +583,16 @@ pub fn run_ginkgo(
         ginkgo.display(),
         args.join(" ")
     );
-    let status = cmd
-        .args(args)
-        .current_dir(report_dir)
-        .status()
-        .with_context(|| format!("starting {}", ginkgo.display()))?;
+    cmd.args(args).current_dir(report_dir);
+    cmd
+}
+
+/// The summary of the JUnit report ginkgo wrote into `report_dir`; `exited` (how ginkgo
+/// ended) goes into the error when there is none.
+pub fn read_summary(report_dir: &Path, exited: &str) -> Result<Summary> {
     let junit = report_dir.join("junit.xml");
     let xml = fs::read_to_string(&junit)
-        .with_context(|| format!("reading {} (ginkgo exited: {status})", junit.display()))?;
+        .with_context(|| format!("reading {} (ginkgo exited: {exited})", junit.display()))?;
     Summary::from_junit(&xml).with_context(|| format!("parsing {}", junit.display()))
 }
 
@@ -637,6 +675,9 @@ pub enum Outcome {
 pub struct Summary {
     /// Each spec's full text (without ginkgo's `[It] `) and outcome, in report order.
     pub specs: Vec<(String, Outcome)>,
+    /// The suite's setup nodes that failed (`[SynchronizedBeforeSuite]`...): when one of
+    /// the first does, ginkgo runs no spec at all, and the run failed though no spec did.
+    pub setup_failures: Vec<String>,
 }
 
 impl Summary {
@@ -646,14 +687,22 @@ impl Summary {
     /// (no reason when a filter left it out).
     pub fn from_junit(xml: &str) -> Result<Self> {
         let mut specs = Vec::new();
+        let mut setup_failures = Vec::new();
         for case in xml.split("<testcase ").skip(1) {
             let head = case.split('>').next().unwrap_or_default();
             let name = attribute(head, "name").context("a testcase without a name")?;
+            let status = attribute(head, "status").context("a testcase without a status")?;
+            let failed = matches!(
+                status.as_str(),
+                "failed" | "timedout" | "panicked" | "interrupted" | "aborted"
+            );
             let Some(spec) = name.strip_prefix("[It] ") else {
                 // The suite's setup nodes ([SynchronizedBeforeSuite], [ReportAfterSuite]...).
+                if failed {
+                    setup_failures.push(name);
+                }
                 continue;
             };
-            let status = attribute(head, "status").context("a testcase without a status")?;
             let outcome = match status.as_str() {
                 "passed" => Outcome::Passed,
                 "skipped" => {
@@ -668,12 +717,15 @@ impl Summary {
                     }
                 }
                 "pending" => Outcome::NotSelected,
-                "failed" | "timedout" | "panicked" | "interrupted" | "aborted" => Outcome::Failed,
+                _ if failed => Outcome::Failed,
                 other => bail!("testcase {spec:?}: unknown status {other:?}"),
             };
             specs.push((spec.to_owned(), outcome));
         }
-        Ok(Summary { specs })
+        Ok(Summary {
+            specs,
+            setup_failures,
+        })
     }
 
     /// How many specs had `outcome`'s kind.
@@ -824,6 +876,7 @@ mod tests {
                 bearer_token: "t0k3n".to_owned(),
                 node_name: "node-a".to_owned(),
                 runtime_endpoint: "unix:///c.sock".to_owned(),
+                system_spec: Some(PathBuf::from("/n/sysspec.yaml")),
             },
             ..ctx
         };
@@ -837,6 +890,8 @@ mod tests {
             "--bearer-token=t0k3n",
             "--node-name=node-a",
             "--container-runtime-endpoint=unix:///c.sock",
+            "--host=https://127.0.0.1:6443",
+            "--system-spec-file=/n/sysspec.yaml",
         ] {
             assert!(
                 args[dashes + 1..].contains(&flag.to_owned()),
@@ -886,7 +941,17 @@ mod tests {
             Outcome::Skipped("Only supported for providers [gce] (not skeleton)".to_owned())
         );
         assert_eq!(summary.specs[4].1, Outcome::NotSelected);
+        assert!(summary.setup_failures.is_empty());
         assert!(Summary::from_junit(r#"<testcase name="[It] x" status="weird">"#).is_err());
+        // A failed setup node ran no spec: the run failed all the same.
+        let before_suite = xml.replace(
+            r#"name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed""#,
+            r#"name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="failed""#,
+        );
+        assert_eq!(
+            Summary::from_junit(&before_suite).unwrap().setup_failures,
+            vec!["[SynchronizedBeforeSuite]".to_owned()]
+        );
     }
 
     /// Issue 27 (harness 2): the images are those the release lists; a list without one of

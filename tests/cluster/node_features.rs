@@ -160,3 +160,52 @@ fn cri_restart_rules_hostname_override_and_os_rejection_through_the_api_server()
         "refused requests of the agent: {refused:#?}"
     );
 }
+
+/// Issue 27, upstream "[sig-apps] Job containers restarted by container restart policy should
+/// not trigger PodFailurePolicy" (`[NodeConformance]`): a Job's `Never` pod whose container
+/// has `restartPolicy: OnFailure` fails once (exit 1, which the Job's podFailurePolicy would
+/// turn into a failed Job) and is restarted in place by the agent, so the pod succeeds and the
+/// Job completes. It needs the control plane's job controller as well as the restart rules.
+#[test]
+fn cri_containers_restarted_by_container_restart_policy_should_not_trigger_pod_failure_policy() {
+    let Some(node) = CriNode::start("cri-job-restart", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    cluster.kubectl(&["create", "namespace", "jobs"]);
+    cluster.apply(&format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: fail-once, namespace: jobs}}\n\
+         spec:\n  parallelism: 1\n  completions: 1\n  backoffLimit: 1\n  podFailurePolicy:\n    \
+         rules:\n    - action: FailJob\n      onExitCodes: {{containerName: c, operator: In, \
+         values: [1]}}\n  template:\n    spec:\n      nodeName: node-a\n      \
+         restartPolicy: Never\n      volumes: [{{name: data, emptyDir: {{}}}}]\n      \
+         containers:\n      - name: c\n        image: {BUSYBOX_IMAGE}\n        \
+         imagePullPolicy: Never\n        restartPolicy: OnFailure\n        \
+         volumeMounts: [{{name: data, mountPath: /data}}]\n        command: [/bin/sh, -c, \
+         'if [ -r /data/foo ]; then exit 0; else touch /data/foo; exit 1; fi']\n"
+    ));
+    cluster.wait_for("the Job complete", || {
+        let job = cluster.get(&["-n", "jobs", "job", "fail-once"]);
+        let complete = job["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True");
+        if complete && job["status"]["succeeded"] == 1 {
+            Ok(())
+        } else {
+            Err(job["status"].to_string())
+        }
+    });
+    let pods = cluster.get(&["-n", "jobs", "pods"]);
+    let pods = pods["items"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "one pod, restarted in place: {pods:#?}");
+    assert_eq!(pods[0]["status"]["phase"], "Succeeded");
+    assert_eq!(pods[0]["status"]["containerStatuses"][0]["restartCount"], 1);
+    let refused = cluster.refused_requests_of_node("node-a");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+}

@@ -783,8 +783,10 @@ fn server_env(server: &str, opts: &Options) -> Vec<(&'static str, &'static str)>
 }
 
 /// kube-controller-manager's controllers (names as `--help` of the pinned release lists them):
-/// what a node's tests need, nothing of a cloud.
+/// what a node's tests need, nothing of a cloud. The job controller runs the `[NodeConformance]`
+/// Job spec of `e2e.test` (without it the Job made no pod and the spec timed out).
 const CONTROLLERS: &[&str] = &[
+    "job-controller",
     "serviceaccount-token-controller",
     "serviceaccount-controller",
     "root-ca-certificate-publisher-controller",

@@ -523,7 +523,8 @@ fn start_node_agent(
         &config,
         format!(
             "nodeIP: {gateway}\n{}authentication:\n  anonymous:\n    enabled: true\n\
-             authorization:\n  mode: AlwaysAllow\n",
+             authorization:\n  mode: AlwaysAllow\npodLogsDir: {POD_LOGS_DIR}\n\
+             containerLogsDir: {CONTAINER_LOGS_DIR}\n",
             support::TEST_EVICTION_HARD
         ),
     )
@@ -570,14 +571,28 @@ fn random_token() -> String {
 ///   `chroot("/rootfs")` (upstream's node-test image mounts the host's root there); a link
 ///   to `/` when there is none;
 /// * `/run/kubernetes`: the suite's API server writes its self-signed serving certificate
-///   into kube-apiserver's default `--cert-dir`; a private tmpfs over it.
+///   into kube-apiserver's default `--cert-dir`; a private tmpfs over it;
+/// * `/var/log/pods`, `/var/log/containers`: the kubelet's log directories, which the
+///   ContainerLogPath specs read through hostPath volumes; the agent is given them
+///   (`podLogsDir`, `containerLogsDir`; its defaults are under its root), each a private
+///   tmpfs.
 struct HostPaths {
     made_rootfs: bool,
-    made_cert_dir: bool,
+    /// The directories of [`PRIVATE_DIRS`] this run made (removed after it).
+    made_dirs: Vec<&'static str>,
 }
 
 /// kube-apiserver's default `--cert-dir` (`/var/run/kubernetes`, `/var/run` being `/run`).
 const CERT_DIR: &str = "/run/kubernetes";
+
+/// The kubelet's default `podLogsDir`.
+const POD_LOGS_DIR: &str = "/var/log/pods";
+
+/// The kubelet's `/var/log/containers` (upstream's `ContainerLogsDir`).
+const CONTAINER_LOGS_DIR: &str = "/var/log/containers";
+
+/// The host directories the run covers with a private tmpfs each.
+const PRIVATE_DIRS: [&str; 3] = [CERT_DIR, POD_LOGS_DIR, CONTAINER_LOGS_DIR];
 
 impl HostPaths {
     fn prepare() -> Self {
@@ -586,28 +601,32 @@ impl HostPaths {
         if made_rootfs {
             std::os::unix::fs::symlink("/", rootfs).expect("linking /rootfs to /");
         }
-        let cert_dir = Path::new(CERT_DIR);
-        let made_cert_dir = !cert_dir.exists();
-        if made_cert_dir {
-            std::fs::create_dir(cert_dir).expect("creating /run/kubernetes");
+        let mut made_dirs = Vec::new();
+        for dir in PRIVATE_DIRS {
+            if !Path::new(dir).exists() {
+                std::fs::create_dir(dir).unwrap_or_else(|e| panic!("creating {dir}: {e}"));
+                made_dirs.push(dir);
+            }
+            let status = Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir])
+                .status()
+                .expect("running mount");
+            assert!(status.success(), "mounting a tmpfs on {dir}: {status}");
         }
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "mode=0755", "tmpfs", CERT_DIR])
-            .status()
-            .expect("running mount");
-        assert!(status.success(), "mounting a tmpfs on {CERT_DIR}: {status}");
         HostPaths {
             made_rootfs,
-            made_cert_dir,
+            made_dirs,
         }
     }
 }
 
 impl Drop for HostPaths {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(CERT_DIR).status();
-        if self.made_cert_dir {
-            let _ = std::fs::remove_dir(CERT_DIR);
+        for dir in PRIVATE_DIRS {
+            let _ = Command::new("umount").arg(dir).status();
+        }
+        for dir in &self.made_dirs {
+            let _ = std::fs::remove_dir(dir);
         }
         if self.made_rootfs {
             let _ = std::fs::remove_file("/rootfs");

@@ -203,6 +203,9 @@ pub struct Outcome {
     pub result: ProbeResult,
     /// What it printed, or why it failed.
     pub output: String,
+    /// Passed with a warning (upstream's `probe.Warning`, a success to the results manager
+    /// and a `ProbeWarning` event): an HTTP probe's redirect to another host, not followed.
+    pub warning: bool,
 }
 
 impl Outcome {
@@ -211,6 +214,7 @@ impl Outcome {
         Self {
             result: ProbeResult::Failure,
             output: output.into(),
+            warning: false,
         }
     }
 
@@ -219,6 +223,15 @@ impl Outcome {
         Self {
             result: ProbeResult::Success,
             output: output.into(),
+            warning: false,
+        }
+    }
+
+    /// A success with a warning, saying what.
+    pub fn warning(output: impl Into<String>) -> Self {
+        Self {
+            warning: true,
+            ..Self::success(output)
         }
     }
 }
@@ -297,7 +310,7 @@ pub async fn run_probe(
     if let Some(http) = &probe.http_get {
         let target = HttpTarget::of(http, container, pod_ip)?;
         let (host, port, path, scheme) = (&target.host, target.port, &target.path, target.scheme());
-        let get = http_get(&target, "kube-probe/1.37", MAX_BODY);
+        let get = http_get_following_local_redirects(&target);
         return match tokio::time::timeout(timeout, get).await {
             Err(_) => Ok(Outcome::failure(format!(
                 "Get \"{scheme}://{host}:{port}{path}\": context deadline exceeded"
@@ -305,9 +318,17 @@ pub async fn run_probe(
             Ok(Err(e)) => Ok(Outcome::failure(e)),
             // upstream: DoHTTPProbe returns a body read error as the probe's error.
             Ok(Ok((_, Err(e)))) => Err(format!("reading the response body: {e}")),
-            Ok(Ok((code, Ok(body)))) if (200..400).contains(&code) => Ok(Outcome::success(
+            Ok(Ok((code, Ok(body)))) if (200..300).contains(&code) => Ok(Outcome::success(
                 String::from_utf8_lossy(&body).into_owned(),
             )),
+            // upstream: a redirect to another host is not followed, and its answer passes
+            // with a warning.
+            Ok(Ok((code, Ok(body)))) if (300..400).contains(&code) => {
+                Ok(Outcome::warning(format!(
+                    "Probe terminated redirects, Response body: {}",
+                    String::from_utf8_lossy(&body)
+                )))
+            }
             Ok(Ok((code, _))) => Ok(Outcome::failure(format!(
                 "HTTP probe failed with statuscode: {code}"
             ))),
@@ -368,15 +389,81 @@ impl HttpTarget {
     pub(crate) fn scheme(&self) -> &'static str {
         if self.https { "https" } else { "http" }
     }
+
+    /// Where a redirect's `Location` leads from here: an absolute `http(s)` URL, or a path
+    /// (absolute, or relative to this one's directory) on this host. `None`: neither.
+    fn redirected(&self, location: &str) -> Option<Self> {
+        if location.starts_with("http://") || location.starts_with("https://") {
+            let uri: hyper::Uri = location.parse().ok()?;
+            let https = uri.scheme_str() == Some("https");
+            let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+            return Some(Self {
+                host: host.to_owned(),
+                port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
+                https,
+                path: uri
+                    .path_and_query()
+                    .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+                headers: self.headers.clone(),
+            });
+        }
+        if location.contains("://") {
+            return None;
+        }
+        let path = if location.starts_with('/') {
+            location.to_owned()
+        } else {
+            let dir = self.path.split('?').next().unwrap_or("/");
+            let dir = &dir[..=dir.rfind('/').unwrap_or(0)];
+            format!("{dir}{location}")
+        };
+        Some(Self {
+            path,
+            ..self.clone()
+        })
+    }
 }
 
-/// One GET of `target` (no timeout of its own): the status code and the first `limit` bytes
-/// of the body. `Err`: no response.
+/// How many redirects a probe follows (Go's `http.Client`: "stopped after 10 redirects").
+const MAX_REDIRECTS: usize = 10;
+
+/// The body of a GET's answer, as much of it as was read.
+type Body = Result<Vec<u8>, hyper::Error>;
+
+/// A probe's GET of `target`, following redirects to the same host name (any port or path),
+/// at most [`MAX_REDIRECTS`] (upstream: the HTTP prober's client with
+/// `redirectChecker(followNonLocalRedirects=false)`: a redirect to another host ends with the
+/// redirect's own answer). No timeout of its own.
+async fn http_get_following_local_redirects(target: &HttpTarget) -> Result<(u16, Body), String> {
+    let mut target = target.clone();
+    let host = target.host.clone();
+    for _ in 0..=MAX_REDIRECTS {
+        let (code, location, body) = http_get(&target, "kube-probe/1.37", MAX_BODY).await?;
+        let next = location
+            .filter(|_| (300..400).contains(&code))
+            .and_then(|location| target.redirected(&location))
+            .filter(|next| next.host == host);
+        match next {
+            Some(next) => target = next,
+            None => return Ok((code, body)),
+        }
+    }
+    Err(format!(
+        "Get \"{}://{}:{}{}\": stopped after {MAX_REDIRECTS} redirects",
+        target.scheme(),
+        target.host,
+        target.port,
+        target.path
+    ))
+}
+
+/// One GET of `target` (no timeout of its own): the status code, the `Location` header and
+/// the first `limit` bytes of the body. `Err`: no response.
 pub(crate) async fn http_get(
     target: &HttpTarget,
     user_agent: &str,
     limit: usize,
-) -> Result<(u16, Result<Vec<u8>, hyper::Error>), String> {
+) -> Result<(u16, Option<String>, Body), String> {
     let HttpTarget {
         host,
         port,
@@ -407,8 +494,17 @@ pub(crate) async fn http_get(
         .await
         .map_err(|e| e.to_string())?;
     let code = response.status().as_u16();
+    let location = response
+        .headers()
+        .get(hyper::header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .map(str::to_owned);
     // The connection (`_connection`) is dropped with whatever the body still holds.
-    Ok((code, read_at_most(response.into_body(), limit).await))
+    Ok((
+        code,
+        location,
+        read_at_most(response.into_body(), limit).await,
+    ))
 }
 
 /// Told of every change of a result: the container instance's ID, the kind, the new result
@@ -671,6 +767,18 @@ impl ProbeTask {
                 }
             };
             self.count(outcome.result);
+            if outcome.warning {
+                self.events.event(
+                    &self.pod,
+                    EventKind::Warning,
+                    "ProbeWarning",
+                    &format!(
+                        "{} probe warning: {}",
+                        self.kind.title(),
+                        outcome.output.trim_end()
+                    ),
+                );
+            }
             if outcome.result == ProbeResult::Failure {
                 self.event(&format!(
                     "{} probe failed: {}",
@@ -1126,6 +1234,99 @@ mod tests {
             timeout_seconds: Some(1),
             ..Default::default()
         }
+    }
+
+    /// A loopback HTTP server answering by path: `/local` redirects to `/fail` (503), `/ok`
+    /// answers 200, `/to-ok` redirects to `/ok` by an absolute URL of the same host on another
+    /// port spelling, `/away` redirects to another host (with agnhost's body), `/loop` to
+    /// itself.
+    async fn redirecting_server() -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0_u8; 1024];
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let request = String::from_utf8_lossy(&seen).into_owned();
+                    let path = request.split(' ').nth(1).unwrap_or("/").to_owned();
+                    let (status, location, body) = match path.as_str() {
+                        "/local" => ("302 Found", Some("/fail".to_owned()), String::new()),
+                        "/to-ok" => (
+                            "302 Found",
+                            Some(format!("http://127.0.0.1:{port}/ok")),
+                            String::new(),
+                        ),
+                        "/ok" => ("200 OK", None, "fine".to_owned()),
+                        "/away" => (
+                            "302 Found",
+                            Some("http://0.0.0.0/".to_owned()),
+                            "<a href=\"http://0.0.0.0/\">Found</a>.".to_owned(),
+                        ),
+                        "/loop" => ("302 Found", Some("/loop".to_owned()), String::new()),
+                        _ => ("503 Service Unavailable", None, String::new()),
+                    };
+                    let location = location
+                        .map(|l| format!("Location: {l}\r\n"))
+                        .unwrap_or_default();
+                    let answer = format!(
+                        "HTTP/1.1 {status}\r\n{location}Content-Length: {}\r\n\
+                         Connection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        port
+    }
+
+    /// upstream `TestHTTPProbeChecker`'s redirect cases (`DoHTTPProbe` with
+    /// `followNonLocalRedirects=false`): a redirect to the same host is followed (to a failure
+    /// or a success), one to another host passes with a warning and the redirect's body, and
+    /// the eleventh redirect is a failure.
+    #[tokio::test]
+    async fn http_probe_follows_local_redirects_and_warns_on_non_local_ones() {
+        let port = redirecting_server().await;
+        let runtime = SimulatedRuntime::new(SimulatedConfig::default());
+        let c = Container::default();
+        let probe = |path: &str| {
+            let mut p = http_probe(port, "HTTP");
+            p.http_get.as_mut().unwrap().path = Some(path.into());
+            p.timeout_seconds = Some(10);
+            let (runtime, c) = (&runtime, &c);
+            async move {
+                run_probe(runtime, None, &p, c, "sim://x", "127.0.0.1")
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(
+            probe("/local").await,
+            Outcome::failure("HTTP probe failed with statuscode: 503")
+        );
+        assert_eq!(probe("/to-ok").await, Outcome::success("fine"));
+        assert_eq!(
+            probe("/away").await,
+            Outcome::warning(
+                "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>."
+            )
+        );
+        let looping = probe("/loop").await;
+        assert_eq!(looping.result, ProbeResult::Failure);
+        assert!(
+            looping.output.ends_with("stopped after 10 redirects"),
+            "{}",
+            looping.output
+        );
     }
 
     #[tokio::test]

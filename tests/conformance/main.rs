@@ -54,7 +54,7 @@ const IMAGES_TAR: &str = "e2e-images.tar";
 
 /// The version of what `images` builds: raise it when the images change, so that a cached
 /// tarball of an older build is built anew (the cache holds it beside the names).
-const IMAGES_VERSION: u32 = 4;
+const IMAGES_VERSION: u32 = 5;
 
 /// `curl URL` as `wget -q -O - URL` (the agnhost image's `curl`, see [`images`]).
 const CURL_STAND_IN: &[u8] = b"#!/bin/sh
@@ -66,6 +66,23 @@ for arg in \"$@\"; do
     esac
 done
 exec wget -q -O - \"$url\"
+";
+
+/// `nmeter '%3t'` (busybox's applet, which Debian's busybox lacks): the time of day with its
+/// milliseconds, once. The e2e_node Containers Lifecycle specs stamp each line their
+/// containers log with ``date -u +%FT$(nmeter -d0 '%3t' | head -n1)Z`` (busybox's `date` has
+/// no sub-second format); the kernel's time comes from busybox's `adjtimex`. Other formats are
+/// refused.
+const NMETER_STAND_IN: &[u8] = b"#!/bin/sh
+for arg in \"$@\"; do
+    case \"$arg\" in
+        -d*) ;;
+        %3t) ;;
+        *) echo \"nmeter (stand-in): only '%3t' is supported, not $arg\" >&2; exit 1 ;;
+    esac
+done
+set -- $(adjtimex | sed -n 's/^ *time\\.tv_sec: *//p; s/^ *time\\.tv_usec: *//p')
+printf '%s.%03d\\n' \"$(date -u -d \"@$1\" +%T)\" $(($2 / 1000))
 ";
 
 /// busybox's `PATH` (upstream's busybox image: the Docker default).
@@ -203,10 +220,34 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
             data: b"<html><body>Welcome to nginx!</body></html>\n",
         },
     ]);
-    let only_busybox = [busybox.as_slice()];
-    let with_agnhost = [busybox.as_slice(), agnhost.as_slice()];
-    let with_nnp = [busybox.as_slice(), nonewprivs.as_slice()];
-    let with_nginx = [busybox.as_slice(), nginx.as_slice()];
+    // Above busybox in every image: the applets Debian's busybox lacks, as stand-ins.
+    let stand_ins = layer(&[
+        LayerEntry::Dir {
+            path: "usr",
+            mode: 0o755,
+        },
+        LayerEntry::Dir {
+            path: "usr/local",
+            mode: 0o755,
+        },
+        LayerEntry::Dir {
+            path: "usr/local/bin",
+            mode: 0o755,
+        },
+        LayerEntry::File {
+            path: "usr/local/bin/nmeter",
+            mode: 0o755,
+            data: NMETER_STAND_IN,
+        },
+    ]);
+    let only_busybox = [busybox.as_slice(), stand_ins.as_slice()];
+    let with_agnhost = [busybox.as_slice(), stand_ins.as_slice(), agnhost.as_slice()];
+    let with_nnp = [
+        busybox.as_slice(),
+        stand_ins.as_slice(),
+        nonewprivs.as_slice(),
+    ];
+    let with_nginx = [busybox.as_slice(), stand_ins.as_slice(), nginx.as_slice()];
     let images: Vec<OciImage<'_>> = xtask::conformance::TEST_IMAGES
         .iter()
         .map(|(name, kind)| {

@@ -54,7 +54,7 @@ const IMAGES_TAR: &str = "e2e-images.tar";
 
 /// The version of what `images` builds: raise it when the images change, so that a cached
 /// tarball of an older build is built anew (the cache holds it beside the names).
-const IMAGES_VERSION: u32 = 5;
+const IMAGES_VERSION: u32 = 6;
 
 /// `curl URL` as `wget -q -O - URL` (the agnhost image's `curl`, see [`images`]).
 const CURL_STAND_IN: &[u8] = b"#!/bin/sh
@@ -222,6 +222,18 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
     ]);
     // Above busybox in every image: the applets Debian's busybox lacks, as stand-ins.
     let stand_ins = layer(&[
+        LayerEntry::Dir {
+            path: "bin",
+            mode: 0o755,
+        },
+        // upstream's agnhost has bash, which specs run as `/bin/bash -c <script>` (the probe
+        // specs' termination scripts: functions, `trap`, loops, all of which busybox's shell
+        // runs).
+        LayerEntry::File {
+            path: "bin/bash",
+            mode: 0o755,
+            data: b"#!/bin/sh\nexec /bin/sh \"$@\"\n",
+        },
         LayerEntry::Dir {
             path: "usr",
             mode: 0o755,

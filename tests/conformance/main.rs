@@ -54,7 +54,7 @@ const IMAGES_TAR: &str = "e2e-images.tar";
 
 /// The version of what `images` builds: raise it when the images change, so that a cached
 /// tarball of an older build is built anew (the cache holds it beside the names).
-const IMAGES_VERSION: u32 = 6;
+const IMAGES_VERSION: u32 = 7;
 
 /// `curl URL` as `wget -q -O - URL` (the agnhost image's `curl`, see [`images`]).
 const CURL_STAND_IN: &[u8] = b"#!/bin/sh
@@ -260,29 +260,61 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
         nonewprivs.as_slice(),
     ];
     let with_nginx = [busybox.as_slice(), stand_ins.as_slice(), nginx.as_slice()];
+    // Each image's own top layer names it (`/etc/e2e-test-image`), so that two tags built
+    // from the same layers (busybox 1.36.1-1 and 1.37.0-2, agnhost 2.55 and 2.66.1) are two
+    // images with two IDs, as upstream's are: the specs that update a container's image from
+    // one to the other read the new name in the container's status.
+    let name_layers: Vec<Vec<u8>> = xtask::conformance::TEST_IMAGES
+        .iter()
+        .map(|(name, _)| {
+            layer(&[
+                LayerEntry::Dir {
+                    path: "etc",
+                    mode: 0o755,
+                },
+                LayerEntry::File {
+                    path: "etc/e2e-test-image",
+                    mode: 0o644,
+                    data: name.as_bytes(),
+                },
+            ])
+        })
+        .collect();
+    let layer_lists: Vec<Vec<&[u8]>> = xtask::conformance::TEST_IMAGES
+        .iter()
+        .zip(&name_layers)
+        .map(|((_, kind), own)| {
+            let base: &[&[u8]] = match kind {
+                TestImage::Busybox | TestImage::NonRoot => &only_busybox,
+                TestImage::Agnhost | TestImage::Pause => &with_agnhost,
+                TestImage::NonewPrivs => &with_nnp,
+                TestImage::Nginx => &with_nginx,
+            };
+            base.iter().copied().chain([own.as_slice()]).collect()
+        })
+        .collect();
     let images: Vec<OciImage<'_>> = xtask::conformance::TEST_IMAGES
         .iter()
-        .map(|(name, kind)| {
+        .zip(&layer_lists)
+        .map(|((name, kind), layers)| {
             let plain = OciImage {
                 name,
                 entrypoint: &[],
                 cmd: &["sh"],
                 user: "",
                 env: &[PATH],
-                layers: &only_busybox,
+                layers,
             };
             match kind {
                 TestImage::Busybox => plain,
                 TestImage::Agnhost => OciImage {
                     entrypoint: &["/agnhost"],
                     cmd: &["pause"],
-                    layers: &with_agnhost,
                     ..plain
                 },
                 TestImage::Pause => OciImage {
                     entrypoint: &["/agnhost", "pause"],
                     cmd: &[],
-                    layers: &with_agnhost,
                     ..plain
                 },
                 TestImage::NonRoot => OciImage {
@@ -291,12 +323,10 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
                 },
                 TestImage::NonewPrivs => OciImage {
                     cmd: &["nnp"],
-                    layers: &with_nnp,
                     ..plain
                 },
                 TestImage::Nginx => OciImage {
                     cmd: &["httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"],
-                    layers: &with_nginx,
                     ..plain
                 },
             }

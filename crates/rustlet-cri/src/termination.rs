@@ -179,12 +179,15 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("rustlet-termination-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    /// A directory of the test's own, removed with the returned guard (it was left in the
+    /// temporary directory before).
+    fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let guard = tempfile::Builder::new()
+            .prefix(&format!("rustlet-termination-{name}-"))
+            .tempdir()
+            .unwrap();
+        let dir = guard.path().to_path_buf();
+        (guard, dir)
     }
 
     fn exited(
@@ -224,7 +227,7 @@ mod tests {
     /// 4 KiB when longer; the file is new, empty and writable by anyone.
     #[test]
     fn the_message_is_the_end_of_the_termination_log() {
-        let dir = scratch("file");
+        let (_guard, dir) = scratch("file");
         let file = create_termination_log(&dir.join("containers/c")).unwrap();
         let meta = std::fs::metadata(&file).unwrap();
         assert_eq!((meta.len(), meta.permissions().mode() & 0o777), (0, 0o666));
@@ -258,7 +261,7 @@ mod tests {
     /// the file; full lines with their newline, partial ones joined.
     #[test]
     fn fallback_to_logs_on_error_reads_the_logs_tail_only_for_a_failure_without_a_file() {
-        let dir = scratch("logs");
+        let (_guard, dir) = scratch("logs");
         let file = create_termination_log(&dir).unwrap();
         let log = dir.join("0.log");
         std::fs::write(
@@ -292,7 +295,7 @@ mod tests {
     /// long log, the last 80 lines, of which the last 2 KiB.
     #[test]
     fn fallback_to_logs_keeps_the_last_80_lines_and_2_kib() {
-        let dir = scratch("long");
+        let (_guard, dir) = scratch("long");
         let log = dir.join("0.log");
         let line = |n: usize, len: usize| {
             format!(

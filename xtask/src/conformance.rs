@@ -24,6 +24,10 @@
 //!   server) in a private containerd's network namespace and starts Rustlet there once that
 //!   API server answers (the same runner).
 //!
+//! * `ci`: the fixed subset `.ci/run` runs (issue 27, "CI and the record"): every volume spec
+//!   and one spec of each node feature of `e2e.test` ([`CI_CLUSTER_FOCUS`]), then the node-only
+//!   features of `e2e_node.test` ([`CI_NODE_FOCUS`]); it fails when any spec did.
+//!
 //! Go is test tooling only: nothing here is linked into Rustlet.
 
 use std::fmt;
@@ -42,6 +46,95 @@ pub const FOCUS: &str = r"\[NodeConformance\]";
 /// off-by-default features.
 pub const SKIP: &str =
     r"\[Flaky\]|\[Serial\]|\[Slow\]|\[Disruptive\]|\[Alpha\]|\[Feature:OffByDefault\]";
+
+/// The `e2e.test` specs of `cargo xtask conformance ci`: every `[sig-storage]` spec the default
+/// focus selects (ConfigMap, Secret, Projected, Downward API, EmptyDir with its tmpfs modes and
+/// ownership, HostPath), and one spec of each node feature issue 27 names. Each alternative
+/// names one spec (or one tight group), so a renamed spec shows as a smaller count, which
+/// [`check_ci_selection`] refuses.
+pub const CI_CLUSTER_FOCUS: &str = concat!(
+    r"(\[sig-storage\]",
+    // Lifecycle hooks; the kubelet server's exec and logs.
+    r"|Container Lifecycle Hook when create a pod with lifecycle hook should execute poststart exec hook properly",
+    r"|Lifecycle Sleep Hook when create a pod with lifecycle hook using sleep action valid prestop hook using sleep action",
+    r"|Pods should support remote command execution over websockets",
+    r"|Pods should support retrieving logs from the container over websockets",
+    // Termination messages.
+    r"|should report termination message from log output if TerminationMessagePolicy FallbackToLogsOnError is set",
+    // Sidecars and init containers.
+    r"|Restartable Init Container Lifecycle Hook when create a pod with lifecycle hook should execute prestop http hook properly",
+    r"|InitContainer should invoke init containers on a RestartNever pod",
+    // activeDeadlineSeconds; resources through the downward API.
+    r"|Pods should allow activeDeadlineSeconds to be updated",
+    r"|Downward API should provide container's limits.cpu/memory and requests.cpu/memory as env vars",
+    // hostAliases and the kubelet-managed /etc/hosts with hostNetwork; hostnameOverride.
+    r"|Kubelet when scheduling an agnhost Pod with hostAliases should write entries to /etc/hosts",
+    r"|KubeletManagedEtcHosts should test kubelet managed /etc/hosts file",
+    r"|Override hostname of Pod a pod with only hostnameOverride field will have hostnameOverride as hostname",
+    // Security contexts and sysctls.
+    r"|Sysctls \[LinuxOnly\] should support sysctls \[",
+    r"|should run the container with readonly rootfs when readOnlyRootFilesystem=true",
+    r"|runAsNonRoot should not run without a specified user ID",
+    r"|should not allow privilege escalation when false",
+    // Ephemeral containers, gRPC probes, container restart rules, OS admission.
+    r"|Ephemeral Containers will start an ephemeral container in an existing pod",
+    r"|Probing container should be restarted with a GRPC liveness probe",
+    r"|Container Restart Rules should restart container on rule match",
+    r"|PodOSRejection",
+    r").*\[NodeConformance\]"
+);
+
+/// How many specs [`CI_CLUSTER_FOCUS`] selects in the pinned release (92 of them
+/// `[sig-storage]`).
+pub const CI_CLUSTER_SPECS: usize = 92 + 21;
+
+/// The `e2e_node.test` specs of `cargo xtask conformance ci`: the node-only features issue 27
+/// names (static pods as mirror pods, `status.observedGeneration`, the process namespace).
+pub const CI_NODE_FOCUS: &str = concat!(
+    r"(MirrorPod when create a mirror pod should be updated when static pod updated",
+    r"|MirrorPod \(Pod Generation\) mirror pod updates mirror pod: update container image",
+    r"|processes in containers sharing a pod namespace should be able to see each other",
+    r").*\[NodeConformance\]"
+);
+
+/// How many specs [`CI_NODE_FOCUS`] selects in the pinned release.
+pub const CI_NODE_SPECS: usize = 3;
+
+/// ginkgo's `--procs` in `cargo xtask conformance ci`.
+pub const CI_PROCS: u32 = 3;
+
+/// The runs of `cargo xtask conformance ci`, with how many specs each must select.
+pub fn ci_runs() -> Vec<(Options, usize)> {
+    [
+        (Suite::Cluster, CI_CLUSTER_FOCUS, CI_CLUSTER_SPECS),
+        (Suite::Node, CI_NODE_FOCUS, CI_NODE_SPECS),
+    ]
+    .into_iter()
+    .map(|(suite, focus, specs)| {
+        let opts = Options {
+            suite,
+            focus: focus.to_owned(),
+            procs: CI_PROCS,
+            ..Options::default()
+        };
+        (opts, specs)
+    })
+    .collect()
+}
+
+/// Refuses a dry run of a CI subset that selected another number of specs than the release
+/// has for it: a spec renamed upstream must not silently drop out of CI.
+pub fn check_ci_selection(opts: &Options, selected: usize, expected: usize) -> Result<()> {
+    if selected != expected {
+        bail!(
+            "the CI subset of the {} suite selects {selected} specs, not {expected}: a spec \
+             was renamed or removed in this release (focus {:?})",
+            opts.suite.name(),
+            opts.focus
+        );
+    }
+    Ok(())
+}
 
 /// Where the node suite's own API server listens (upstream: `test/e2e/framework`'s
 /// `defaultHost`; `services/apiserver.go` binds the default secure port on 127.0.0.1) and the
@@ -494,6 +587,7 @@ pub fn build(root: &Path) -> Result<PathBuf> {
 pub fn main(root: &Path, args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("build") => build(root).map(|bin| println!("{}", bin.display())),
+        Some("ci") => ci(root),
         Some("images") => {
             let bin = build(root)?;
             let images = cache_dir(root)?.join("images");
@@ -510,7 +604,7 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
             let opts = Options::parse(args)?;
             let bin = build(root)?;
             match (opts.mode, opts.suite) {
-                (Mode::DryRun, _) => dry_run(root, &opts, &bin),
+                (Mode::DryRun, _) => dry_run(root, &opts, &bin).map(drop),
                 (Mode::Run, suite) => {
                     // The node suite starts its own etcd and API server.
                     if suite == Suite::Cluster {
@@ -523,6 +617,43 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
             }
         }
     }
+}
+
+/// `cargo xtask conformance ci`: each of [`ci_runs`], first checked by a dry run to select
+/// the number of specs it should, then run; both suites run even when the first failed.
+pub fn ci(root: &Path) -> Result<()> {
+    let bin = build(root)?;
+    crate::cluster::build(root)?;
+    let mut failed = Vec::new();
+    for (opts, expected) in ci_runs() {
+        let dry = Options {
+            mode: Mode::DryRun,
+            ..opts.clone()
+        };
+        let selected = dry_run(root, &dry, &bin)?;
+        check_ci_selection(&opts, selected, expected)?;
+        let started = Instant::now();
+        let mut forwarded = vec![
+            "run".to_owned(),
+            format!("--suite={}", opts.suite.name()),
+            format!("--procs={}", opts.procs),
+        ];
+        forwarded.push(format!("--focus={}", opts.focus));
+        let result = runner(root, &forwarded);
+        eprintln!(
+            "xtask: conformance ci: the {} suite's {selected} specs took {} s: {}",
+            opts.suite.name(),
+            started.elapsed().as_secs(),
+            if result.is_ok() { "passed" } else { "FAILED" }
+        );
+        if let Err(e) = result {
+            failed.push(format!("{}: {e:#}", opts.suite.name()));
+        }
+    }
+    if !failed.is_empty() {
+        bail!("the conformance CI subset failed: {}", failed.join("; "));
+    }
+    Ok(())
 }
 
 /// Where a run of `suite` writes its reports: `target/conformance/<suite>[-dry-run]/`.
@@ -597,7 +728,7 @@ pub fn read_summary(report_dir: &Path, exited: &str) -> Result<Summary> {
 }
 
 /// ginkgo's dry run: lists the specs the focus selects, runs none, needs no node.
-fn dry_run(root: &Path, opts: &Options, bin: &Path) -> Result<()> {
+fn dry_run(root: &Path, opts: &Options, bin: &Path) -> Result<usize> {
     let report_dir = report_dir(root, opts);
     let ctx = RunContext {
         bin: bin.to_owned(),
@@ -622,7 +753,7 @@ fn dry_run(root: &Path, opts: &Options, bin: &Path) -> Result<()> {
         opts.skip,
         report_dir.join("junit.xml").display()
     );
-    Ok(())
+    Ok(selected.len())
 }
 
 /// Runs the conformance runner (`tests/conformance`, the `rustlet` package's test target
@@ -641,8 +772,10 @@ fn runner(root: &Path, args: &[String]) -> Result<()> {
         "RUSTLET_REQUIRE_CLUSTER=1",
         "cargo",
         "test",
-        "-p",
-        "rustlet",
+        // The workspace's test build of `cargo xtask test` (the same features, so nothing
+        // but this target is built again).
+        "--workspace",
+        "--all-features",
         "--test",
         "conformance",
         "--",
@@ -821,6 +954,33 @@ mod tests {
 
     /// Issue 27 (harness 3): a dry run is ginkgo's `--dry-run` on `e2e.test` with the focus
     /// and skip, the JUnit report in the report dir, and nothing to reach.
+    #[test]
+    fn the_ci_subset_runs_both_suites_with_the_default_skip() {
+        let runs = ci_runs();
+        let suites: Vec<Suite> = runs.iter().map(|(o, _)| o.suite).collect();
+        assert_eq!(suites, [Suite::Cluster, Suite::Node]);
+        for (opts, expected) in &runs {
+            assert_eq!(opts.skip, SKIP);
+            assert_eq!(opts.mode, Mode::Run);
+            assert_eq!(opts.procs, CI_PROCS);
+            assert!(
+                opts.focus.ends_with(r".*\[NodeConformance\]"),
+                "{}",
+                opts.focus
+            );
+            assert!(*expected > 0);
+        }
+        assert!(runs[0].0.focus.starts_with(r"(\[sig-storage\]|"));
+    }
+
+    #[test]
+    fn a_ci_subset_selecting_another_number_of_specs_is_refused() {
+        let (opts, expected) = ci_runs().remove(0);
+        check_ci_selection(&opts, expected, expected).unwrap();
+        let err = check_ci_selection(&opts, expected - 1, expected).unwrap_err();
+        assert!(err.to_string().contains("renamed or removed"), "{err}");
+    }
+
     #[test]
     fn a_dry_run_is_ginkgos_dry_run_of_the_focus() {
         let opts = Options::parse(&strings(&["--dry-run"])).unwrap();

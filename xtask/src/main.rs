@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's dev tasks, in Rust so they run wherever cargo does.
 //!
 //! * `cargo xtask ci`: rustfmt check, clippy with `-D warnings`, tidy, rustdoc with `-D warnings`,
-//!   then `test`, then `examples`. This is the README's test command and what `.ci/run` calls.
+//!   then `test` with upstream's conformance subset beside it, then `examples`. This is the README's test command and what `.ci/run` calls.
 //! * `cargo xtask examples`: runs every example program of the library crates
 //!   (`crates/<crate>/examples/`); one that needs root says so and exits with success.
 //! * `cargo xtask test`: every test of the workspace. As root it runs the whole `cargo test`
@@ -21,7 +21,7 @@
 //!   too.
 //! * `cargo xtask conformance [build|images] [--suite node|cluster] [--focus REGEX] [--dry-run]`:
 //!   upstream's node conformance specs against Rustlet (issue 27); see the `conformance` module.
-//!   Not part of `ci` (a cold build of the test binaries takes about 25 minutes).
+//!   `ci` runs its fixed subset (`cargo xtask conformance ci`) beside the tests, as root.
 //! * `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets of `fuzz/` (nightly and
 //!   `cargo-fuzz` needed), each for N seconds (default [`FUZZ_SECONDS`]), all in turn by default.
 //!
@@ -43,7 +43,7 @@ fn main() -> Result<()> {
     let root = workspace_root();
     match task.as_str() {
         "ci" => ci(&root),
-        "test" => test(&root),
+        "test" => test(&root, Conformance::Skip),
         "tidy" => tidy_report(&root).and_then(|()| public_api_report(&root)),
         "public-api" => write_public_api(&root),
         "examples" => examples(&root),
@@ -104,7 +104,19 @@ fn ci(root: &Path) -> Result<()> {
     // metrics-server for the `kubectl top` test, cached the same way.
     let metrics_server = metrics_server::build(root)?;
     eprintln!("xtask: metrics-server: {}", metrics_server.display());
-    test(root)?;
+    // Upstream's node conformance subset (issue 27): the test binaries, cached the same way.
+    // It runs as root only (a private containerd and mount namespace).
+    let conformance = if is_root() {
+        let bin = conformance::build(root)?;
+        eprintln!("xtask: the conformance suites: {}", bin.display());
+        Conformance::Subset
+    } else if std::env::var("RUSTLET_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        bail!("the conformance subset needs root (RUSTLET_REQUIRE_PRIVILEGED=1)");
+    } else {
+        eprintln!("xtask: not root: the conformance subset is skipped");
+        Conformance::Skip
+    };
+    test(root, conformance)?;
     examples(root)
 }
 
@@ -262,32 +274,44 @@ fn test_prefix() -> Vec<&'static str> {
 }
 
 /// Every test of the workspace: one build, then [`SLOW_TEST`] started in the background (its
-/// output kept in a file and shown at the end) while the rest run with it skipped.
-fn test(root: &Path) -> Result<()> {
+/// output kept in a file and shown at the end) while the rest run with it skipped. With
+/// `Conformance::Subset`, `cargo xtask conformance ci` (upstream's specs against the agent,
+/// mostly waiting on pods) runs in the background too.
+fn test(root: &Path, conformance: Conformance) -> Result<()> {
     let cargo_test = ["cargo", "test", "--workspace", "--all-features"];
     run(root, "cargo", &[&cargo_test[1..], &["--no-run"]].concat())?;
     let prefix = test_prefix();
-    let log_path = target_dir(root).join("xtask-slow-test.log");
-    let log = std::fs::File::create(&log_path)
-        .with_context(|| format!("creating {}", log_path.display()))?;
     let slow: Vec<&str> = [
         &prefix[..],
         &cargo_test,
         &["--test", "cluster", "--", "--exact", SLOW_TEST],
     ]
     .concat();
-    eprintln!(
-        "xtask: in the background, output in {}: {}",
-        log_path.display(),
-        slow.join(" ")
-    );
-    let mut background = Command::new(slow[0])
-        .args(&slow[1..])
-        .current_dir(root)
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {}", slow[0]))?;
+    let mut background = vec![Background::start(
+        root,
+        "the slow test",
+        &slow,
+        "xtask-slow-test.log",
+    )?];
+    if conformance == Conformance::Subset {
+        // The runner is a test target of its own (`test = false`): built here, with the
+        // workspace's features, before the tests compete for the cores.
+        run(
+            root,
+            "cargo",
+            &[&cargo_test[1..], &["--test", "conformance", "--no-run"]].concat(),
+        )?;
+        let xtask = std::env::current_exe().context("the xtask binary")?;
+        let xtask = xtask
+            .to_str()
+            .context("the xtask binary's path is not UTF-8")?;
+        background.push(Background::start(
+            root,
+            "the conformance subset",
+            &[xtask, "conformance", "ci"],
+            "xtask-conformance-ci.log",
+        )?);
+    }
     let rest: Vec<&str> = [
         &prefix[..],
         &cargo_test,
@@ -295,14 +319,100 @@ fn test(root: &Path) -> Result<()> {
     ]
     .concat();
     let rest = run(root, rest[0], &rest[1..]);
-    let slow_status = background.wait().context("waiting for the slow test")?;
-    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
-    eprintln!("xtask: the slow test's output:\n{output}");
+    let mut failed = Vec::new();
+    for job in background {
+        if let Err(e) = job.finish() {
+            failed.push(format!("{e:#}"));
+        }
+    }
     rest?;
-    if !slow_status.success() {
-        bail!("the slow test {SLOW_TEST} failed: {slow_status}");
+    if !failed.is_empty() {
+        bail!("{}", failed.join("; "));
     }
     Ok(())
+}
+
+/// Whether [`test`] runs upstream's conformance subset beside the tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Conformance {
+    /// Only the workspace's tests (`cargo xtask test`).
+    Skip,
+    /// `cargo xtask conformance ci` too (`cargo xtask ci`).
+    Subset,
+}
+
+/// A command of [`test`] run in the background, its output in a file of the target dir that is
+/// shown when it ends.
+struct Background {
+    name: &'static str,
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Background {
+    fn start(root: &Path, name: &'static str, argv: &[&str], log: &str) -> Result<Self> {
+        let log = target_dir(root).join(log);
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        eprintln!(
+            "xtask: {name} in the background, output in {}: {}",
+            log.display(),
+            argv.join(" ")
+        );
+        let child = Command::new(argv[0])
+            .args(&argv[1..])
+            .current_dir(root)
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {}", argv[0]))?;
+        Ok(Background { name, child, log })
+    }
+
+    /// Waits for the command and shows its output: all of it when it failed or is short,
+    /// otherwise its summary lines (ginkgo's progress of a hundred specs is megabytes).
+    fn finish(mut self) -> Result<()> {
+        let status = self
+            .child
+            .wait()
+            .with_context(|| format!("waiting for {}", self.name))?;
+        let output = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let shown = shown_output(&output, status.success());
+        eprintln!(
+            "xtask: {}'s output ({}):\n{shown}",
+            self.name,
+            self.log.display()
+        );
+        if !status.success() {
+            bail!("{} failed: {status}", self.name);
+        }
+        Ok(())
+    }
+}
+
+/// What [`Background::finish`] shows of a command's `output`: every line when it is short,
+/// else the lines that summarize (xtask's own, the libtest and conformance results, failed and
+/// skipped specs) and, when the command failed, its last lines.
+fn shown_output(output: &str, succeeded: bool) -> String {
+    const WHOLE: usize = 400;
+    const TAIL: usize = 200;
+    let lines: Vec<&str> = output.lines().collect();
+    if lines.len() <= WHOLE {
+        return output.to_owned();
+    }
+    let summary = lines.iter().filter(|l| {
+        l.starts_with("xtask:")
+            || l.starts_with("test result:")
+            || l.starts_with("FAILED")
+            || l.starts_with("SKIPPED")
+            || l.contains(" passed, ")
+    });
+    let mut shown: Vec<&str> = summary.copied().collect();
+    if !succeeded {
+        shown.push("... the last lines:");
+        shown.extend(&lines[lines.len() - TAIL..]);
+    }
+    shown.join("\n")
 }
 
 /// Every benchmark recorded in `docs/BENCHMARKS.md`, each printing its figures beside the
@@ -577,6 +687,29 @@ mod slow_test_tests {
 
     /// `SLOW_TEST` must name a test of `tests/cluster`: a renamed test would otherwise run
     /// twice (its old name skips nothing) and the background run would match no test.
+    #[test]
+    fn a_long_output_is_shown_by_its_summary_and_a_failed_ones_tail() {
+        let mut log = vec!["xtask: conformance: starting".to_owned()];
+        log.extend((0..1000).map(|i| format!("ginkgo progress {i}")));
+        log.push("FAILED  [sig-node] Pods should be updated".to_owned());
+        log.push("112 passed, 1 failed, 0 skipped (junit.xml)".to_owned());
+        let log = log.join("\n");
+        let passed = shown_output(&log, true);
+        assert_eq!(
+            passed.lines().collect::<Vec<_>>(),
+            [
+                "xtask: conformance: starting",
+                "FAILED  [sig-node] Pods should be updated",
+                "112 passed, 1 failed, 0 skipped (junit.xml)",
+            ]
+        );
+        let failed = shown_output(&log, false);
+        assert!(failed.contains("ginkgo progress 999"), "{failed}");
+        assert!(!failed.contains("ginkgo progress 700\n"), "{failed}");
+        let short = "test result: ok. 3 passed\nother line";
+        assert_eq!(shown_output(short, true), short);
+    }
+
     #[test]
     fn the_slow_test_names_a_cluster_test() {
         let (module, name) = SLOW_TEST.split_once("::").unwrap();

@@ -203,18 +203,28 @@ impl VolumeMounter for EmptyDir {
             return Ok(());
         }
         std::fs::create_dir_all(&self.dir).map_err(|e| fail("creating", &self.dir, e))?;
+        // V84: the permission bits exactly 0777, whatever the umask; as upstream's `setupDir`,
+        // the mode is set only when those bits differ, which keeps a tmpfs root's sticky bit.
+        let mode = std::fs::metadata(&self.dir)
+            .map_err(|e| fail("reading the mode of", &self.dir, e))?
+            .permissions()
+            .mode();
+        if mode & 0o777 != 0o777 {
+            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o777))
+                .map_err(|e| fail("chmod", &self.dir, e))?;
+        }
+        // V85: a tmpfs with no `mode=`, so its root is the kernel's 1777, as upstream's (a
+        // missing subPath inside it is made with that mode: upstream's specs expect the
+        // sticky bit there).
         if self.medium == Medium::Memory && !self.is_tmpfs_mount()? {
             let options = TmpfsOptions {
                 size_bytes: self.size,
-                mode: Some(0o777),
+                mode: None,
             };
             self.mounter
                 .tmpfs(&self.dir, options)
                 .map_err(|e| fail("mounting tmpfs on", &self.dir, e))?;
         }
-        // V84: exactly 0777, whatever the umask.
-        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o777))
-            .map_err(|e| fail("chmod", &self.dir, e))?;
         crate::plugin::apply_ownership(&self.dir, self.ownership)?;
         std::fs::create_dir_all(&self.meta_dir).map_err(|e| fail("creating", &self.meta_dir, e))?;
         std::fs::write(self.meta_dir.join("ready"), b"")
@@ -501,8 +511,13 @@ mod tests {
         let fs = nix::sys::statfs::statfs(&mounter.path()).unwrap();
         assert_eq!(fs.filesystem_type(), nix::sys::statfs::TMPFS_MAGIC);
         assert_eq!(fs.blocks() * fs.block_size() as u64, 2 << 20);
+        // Upstream's tmpfs root: the kernel's 1777 (the sticky bit included), kept by a
+        // second set-up.
+        let mode = || std::fs::metadata(mounter.path()).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(), 0o1777, "{:o}", mode());
         std::fs::write(mounter.path().join("f"), "in memory").unwrap();
         mounter.set_up().unwrap();
+        assert_eq!(mode(), 0o1777, "{:o}", mode());
         assert_eq!(
             std::fs::read_to_string(mounter.path().join("f")).unwrap(),
             "in memory"

@@ -136,6 +136,56 @@ pub fn check_ci_selection(opts: &Options, selected: usize, expected: usize) -> R
     Ok(())
 }
 
+/// A spec this machine cannot run, for a reason outside the node (issue 27: each skip is
+/// listed with its reason): [`machine_skips`] finds them by trying the feature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineSkip {
+    /// A regular expression on the spec's text (added to ginkgo's `--skip`).
+    pub spec: &'static str,
+    /// Why, as `docs/CONFORMANCE.md` lists it.
+    pub reason: &'static str,
+}
+
+/// The specs that need a kernel feature this machine lacks, each found by trying the feature
+/// (not by reading the kernel's version or config): a machine that has it runs the spec.
+pub fn machine_skips() -> Vec<MachineSkip> {
+    let mut skips = Vec::new();
+    // `PrivilegedPod should enable privileged commands` runs `ip link add dummy1 type dummy` in
+    // a privileged container: the kernel needs the dummy link type (CONFIG_DUMMY).
+    let dummy = Command::new("unshare")
+        .args(["-n", "ip", "link", "add", "probe0", "type", "dummy"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !dummy {
+        skips.push(MachineSkip {
+            spec: r"PrivilegedPod should enable privileged commands",
+            reason: "the kernel has no dummy network device (CONFIG_DUMMY): `ip link add dummy1 \
+                     type dummy` fails in any network namespace of this machine",
+        });
+    }
+    skips
+}
+
+/// ginkgo's `--skip` with each of `machine`'s specs added.
+pub fn skip_with(skip: &str, machine: &[MachineSkip]) -> String {
+    machine
+        .iter()
+        .fold(skip.to_owned(), |acc, m| format!("{acc}|{}", m.spec))
+}
+
+/// [`skip_with`] the machine's skips, each printed with its reason.
+fn skip_on_this_machine(skip: &str) -> String {
+    let machine = machine_skips();
+    for m in &machine {
+        eprintln!(
+            "xtask: conformance: skipped on this machine: {}: {}",
+            m.spec, m.reason
+        );
+    }
+    skip_with(skip, &machine)
+}
+
 /// Where the node suite's own API server listens (upstream: `test/e2e/framework`'s
 /// `defaultHost`; `services/apiserver.go` binds the default secure port on 127.0.0.1) and the
 /// node registers.
@@ -612,6 +662,10 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
                     }
                     let mut forwarded = vec!["run".to_owned()];
                     forwarded.extend(args.iter().cloned());
+                    // Unless told which specs to skip, also those this machine cannot run.
+                    if opts.skip == SKIP {
+                        forwarded.push(format!("--skip={}", skip_on_this_machine(SKIP)));
+                    }
                     runner(root, &forwarded)
                 }
             }
@@ -625,7 +679,9 @@ pub fn ci(root: &Path) -> Result<()> {
     let bin = build(root)?;
     crate::cluster::build(root)?;
     let mut failed = Vec::new();
-    for (opts, expected) in ci_runs() {
+    let skip = skip_on_this_machine(SKIP);
+    for (mut opts, expected) in ci_runs() {
+        opts.skip = skip.clone();
         let dry = Options {
             mode: Mode::DryRun,
             ..opts.clone()
@@ -639,6 +695,7 @@ pub fn ci(root: &Path) -> Result<()> {
             format!("--procs={}", opts.procs),
         ];
         forwarded.push(format!("--focus={}", opts.focus));
+        forwarded.push(format!("--skip={}", opts.skip));
         let result = runner(root, &forwarded);
         eprintln!(
             "xtask: conformance ci: the {} suite's {selected} specs took {} s: {}",
@@ -971,6 +1028,19 @@ mod tests {
             assert!(*expected > 0);
         }
         assert!(runs[0].0.focus.starts_with(r"(\[sig-storage\]|"));
+    }
+
+    #[test]
+    fn a_machine_skip_is_added_to_the_skip_expression() {
+        let machine = [MachineSkip {
+            spec: "PrivilegedPod should enable privileged commands",
+            reason: "no dummy links",
+        }];
+        assert_eq!(skip_with(SKIP, &[]), SKIP);
+        assert_eq!(
+            skip_with(SKIP, &machine),
+            format!("{SKIP}|PrivilegedPod should enable privileged commands")
+        );
     }
 
     #[test]

@@ -513,7 +513,13 @@ mod tests {
         assert_eq!(fs.blocks() * fs.block_size() as u64, 2 << 20);
         // Upstream's tmpfs root: the kernel's 1777 (the sticky bit included), kept by a
         // second set-up.
-        let mode = || std::fs::metadata(mounter.path()).unwrap().permissions().mode() & 0o7777;
+        let mode = || {
+            std::fs::metadata(mounter.path())
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
         assert_eq!(mode(), 0o1777, "{:o}", mode());
         std::fs::write(mounter.path().join("f"), "in memory").unwrap();
         mounter.set_up().unwrap();

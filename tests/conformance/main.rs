@@ -5,16 +5,17 @@
 //! private mount namespace,
 //!
 //! ```sh
-//! cargo test -p rustlet --test conformance -- images <bin dir> <images dir>
+//! cargo test -p rustlet --test conformance -- images <bin dir> <busybox> <images dir>
 //! cargo test -p rustlet --test conformance -- run [--focus REGEX] [--skip REGEX] [--procs N]
 //! ```
 //!
 //! `images` writes the OCI image layout tarball of every image of
-//! [`xtask::conformance::TEST_IMAGES`]; `run` starts the node (the cluster's `ServedNode`: the
-//! control plane in containerd's network namespace, the agent with its kubelet server at
-//! 10.88.0.1:10250), imports the images, runs ginkgo on `e2e.test` inside that namespace,
-//! copies the agent's and containerd's logs beside the JUnit report and prints the agent's
-//! refused requests and `N passed, M failed, K skipped`; it fails when a spec did.
+//! [`xtask::conformance::TEST_IMAGES`], on the mainline busybox of [`xtask::busybox`]; `run`
+//! starts the node (the cluster's `ServedNode`: the control plane in containerd's network
+//! namespace, the agent with its kubelet server at 10.88.0.1:10250), imports the images, runs
+//! ginkgo on `e2e.test` inside that namespace, copies the agent's and containerd's logs beside
+//! the JUnit report and prints the agent's refused requests and `N passed, M failed, K
+//! skipped`; it fails when a spec did.
 
 // The cluster tests' harness, reused as it is: the agent's start (`tests/agent`), the control
 // plane (`support`), the Node helpers (`node`) and the served node (`kubelet_server`). Their
@@ -37,7 +38,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rustlet_cri::testing::{
-    LayerEntry, OciImage, PrivateContainerd, all_busybox_applets, busybox_layer, layer,
+    LayerEntry, OciImage, PrivateContainerd, busybox_applets_of, busybox_layer_of, layer,
     oci_layout_tar,
 };
 use xtask::conformance::{
@@ -54,7 +55,7 @@ const IMAGES_TAR: &str = "e2e-images.tar";
 
 /// The version of what `images` builds: raise it when the images change, so that a cached
 /// tarball of an older build is built anew (the cache holds it beside the names).
-const IMAGES_VERSION: u32 = 7;
+const IMAGES_VERSION: u32 = 8;
 
 /// `curl URL` as `wget -q -O - URL` (the agnhost image's `curl`, see [`images`]).
 const CURL_STAND_IN: &[u8] = b"#!/bin/sh
@@ -68,44 +69,32 @@ done
 exec wget -q -O - \"$url\"
 ";
 
-/// `nmeter '%3t'` (busybox's applet, which Debian's busybox lacks): the time of day with its
-/// milliseconds, once. The e2e_node Containers Lifecycle specs stamp each line their
-/// containers log with ``date -u +%FT$(nmeter -d0 '%3t' | head -n1)Z`` (busybox's `date` has
-/// no sub-second format); the kernel's time comes from busybox's `adjtimex`. Other formats are
-/// refused.
-const NMETER_STAND_IN: &[u8] = b"#!/bin/sh
-for arg in \"$@\"; do
-    case \"$arg\" in
-        -d*) ;;
-        %3t) ;;
-        *) echo \"nmeter (stand-in): only '%3t' is supported, not $arg\" >&2; exit 1 ;;
-    esac
-done
-set -- $(adjtimex | sed -n 's/^ *time\\.tv_sec: *//p; s/^ *time\\.tv_usec: *//p')
-printf '%s.%03d\\n' \"$(date -u -d \"@$1\" +%T)\" $(($2 / 1000))
-";
-
 /// busybox's `PATH` (upstream's busybox image: the Docker default).
 const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("images") if args.len() == 3 => {
-            let tar = images(Path::new(&args[1]), Path::new(&args[2]));
+        Some("images") if args.len() == 4 => {
+            let tar = images(
+                Path::new(&args[1]),
+                Path::new(&args[2]),
+                Path::new(&args[3]),
+            );
             println!("{}", tar.display());
         }
         Some("run") => run(&args[1..]),
         _ => panic!(
-            "usage: conformance images <bin dir> <images dir> | conformance run [OPTIONS] \
-             (cargo xtask conformance)"
+            "usage: conformance images <bin dir> <busybox> <images dir> | conformance run \
+             [OPTIONS] (cargo xtask conformance)"
         ),
     }
 }
 
 /// Writes (unless there already) `<out>/e2e-images.tar`: every test image of the release,
-/// built from the machine's static busybox and the cache's `agnhost` and `nonewprivs`.
-fn images(bin: &Path, out: &Path) -> PathBuf {
+/// built from the static `busybox` (mainline's, as upstream's busybox image) and the cache's
+/// `agnhost` and `nonewprivs`.
+fn images(bin: &Path, busybox: &Path, out: &Path) -> PathBuf {
     let tar = out.join(IMAGES_TAR);
     // The tarball is taken from the cache only when it holds the images asked for now, as
     // built now.
@@ -121,9 +110,9 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
         eprintln!("conformance: images cached in {}", tar.display());
         return tar;
     }
-    let applets = all_busybox_applets();
+    let applets = busybox_applets_of(busybox);
     let applets: Vec<&str> = applets.iter().map(String::as_str).collect();
-    let busybox = busybox_layer(&applets);
+    let busybox = busybox_layer_of(busybox, &applets);
     let agnhost_binary = read(&bin.join("agnhost"));
     let (localhost_crt, localhost_key) =
         xtask::conformance::agnhost_localhost_certificate().unwrap();
@@ -220,7 +209,7 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
             data: b"<html><body>Welcome to nginx!</body></html>\n",
         },
     ]);
-    // Above busybox in every image: the applets Debian's busybox lacks, as stand-ins.
+    // Above busybox in every image: stand-ins for what upstream's images have beyond it.
     let stand_ins = layer(&[
         LayerEntry::Dir {
             path: "bin",
@@ -233,23 +222,6 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
             path: "bin/bash",
             mode: 0o755,
             data: b"#!/bin/sh\nexec /bin/sh \"$@\"\n",
-        },
-        LayerEntry::Dir {
-            path: "usr",
-            mode: 0o755,
-        },
-        LayerEntry::Dir {
-            path: "usr/local",
-            mode: 0o755,
-        },
-        LayerEntry::Dir {
-            path: "usr/local/bin",
-            mode: 0o755,
-        },
-        LayerEntry::File {
-            path: "usr/local/bin/nmeter",
-            mode: 0o755,
-            data: NMETER_STAND_IN,
         },
     ]);
     let only_busybox = [busybox.as_slice(), stand_ins.as_slice()];
@@ -333,7 +305,7 @@ fn images(bin: &Path, out: &Path) -> PathBuf {
         })
         .collect();
     std::fs::create_dir_all(out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
-    let staging = out.join(format!("{IMAGES_TAR}.tmp"));
+    let staging = out.join(format!("{IMAGES_TAR}.tmp-{}", std::process::id()));
     std::fs::write(&staging, oci_layout_tar(&images))
         .unwrap_or_else(|e| panic!("writing {}: {e}", staging.display()));
     std::fs::rename(&staging, &tar)
@@ -371,7 +343,10 @@ fn binaries_and_images(root: &Path) -> (PathBuf, PathBuf) {
     let images_dir = xtask::conformance::cache_dir(root)
         .expect("the cache dir")
         .join("images");
-    let tar = images(&bin, &images_dir);
+    let busybox = xtask::busybox::cached_binary()
+        .expect("the busybox cache")
+        .expect("busybox is built (cargo xtask conformance build)");
+    let tar = images(&bin, &busybox, &images_dir);
     (bin, tar)
 }
 

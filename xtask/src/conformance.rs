@@ -7,10 +7,11 @@
 //!   `nonewprivs` (`test/images/...`, for the test images) with `go build`, all from the
 //!   release `tools/k8s/go.mod` pins, into a cache outside the repository keyed by the
 //!   Kubernetes and ginkgo versions (`${XDG_CACHE_HOME:-~/.cache}/rustlet/k8s-<v>-e2e-ginkgo-<v>/bin/`);
-//!   a warm cache builds nothing.
+//!   a warm cache builds nothing. With them, mainline busybox for the images
+//!   ([`crate::busybox`], cached by its own version).
 //! * `images`: the test images (`registry.k8s.io/e2e-test-images/busybox`, `agnhost`,
 //!   `nonroot`, `nonewprivs`, an `nginx` stand-in, `registry.k8s.io/pause`) as OCI image
-//!   tarballs under the release's names, built without a registry by
+//!   tarballs under the release's names, built on that busybox without a registry by
 //!   `rustlet_cri::testing` (through the `conformance` runner of `tests/conformance`) into
 //!   `<cache>/images/`.
 //! * `[--suite cluster|node] [--focus REGEX] [--skip REGEX] [--procs N] [--dry-run]`: runs
@@ -237,8 +238,8 @@ const BINARIES: &[(&str, &str, BuildKind)] = &[
 ];
 
 /// What a test image is made of (the runner builds it with `rustlet_cri::testing`, without a
-/// registry): upstream's images by their Dockerfiles (`test/images/<name>/`), with Debian's
-/// `busybox-static` where upstream has Alpine or the busybox image.
+/// registry): upstream's images by their Dockerfiles (`test/images/<name>/`), with mainline
+/// busybox ([`crate::busybox`]) where upstream has Alpine or the busybox image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TestImage {
     /// busybox with every applet; `Cmd ["sh"]`.
@@ -574,8 +575,16 @@ pub fn cached_binaries(root: &Path) -> Result<Option<PathBuf>> {
         .then_some(bin))
 }
 
-/// Builds the binaries into the cache unless all are there already; returns the cache's `bin`.
+/// Builds the binaries into the cache unless all are there already, and the images' busybox
+/// ([`crate::busybox::build`]) unless it is there; returns the cache's `bin`.
 pub fn build(root: &Path) -> Result<PathBuf> {
+    crate::busybox::build()?;
+    build_binaries(root)
+}
+
+/// Builds the Go binaries into the cache unless all are there already; returns the cache's
+/// `bin`.
+fn build_binaries(root: &Path) -> Result<PathBuf> {
     if let Some(bin) = cached_binaries(root)? {
         eprintln!("xtask: conformance: binaries cached in {}", bin.display());
         return Ok(bin);
@@ -640,12 +649,14 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
         Some("ci") => ci(root),
         Some("images") => {
             let bin = build(root)?;
+            let busybox = crate::busybox::build()?;
             let images = cache_dir(root)?.join("images");
             runner(
                 root,
                 &[
                     "images".to_owned(),
                     bin.display().to_string(),
+                    busybox.display().to_string(),
                     images.display().to_string(),
                 ],
             )

@@ -2,13 +2,15 @@
 //! Today that is [`cluster`], the real control plane on loopback, which `cargo xtask cluster`
 //! drives from the command line and the real-cluster tests (`tests/cluster`) start per test
 //! through [`cluster::TestCluster`]; [`metrics_server`], metrics-server built from its Go
-//! module for the `kubectl top` test; and [`conformance`], upstream's node conformance suites
+//! module for the `kubectl top` test; [`conformance`], upstream's node conformance suites
 //! (their test binaries, the ginkgo command line, the JUnit summary), which `cargo xtask
-//! conformance` and the runner `tests/conformance` share.
+//! conformance` and the runner `tests/conformance` share; and [`busybox`], mainline busybox
+//! built from its release tarball for the conformance test images.
 //!
 //! Test tooling only: nothing here is linked into Rustlet's product crates, and it never
 //! depends on a workspace crate.
 
+pub mod busybox;
 pub mod cluster;
 pub mod conformance;
 pub mod metrics_server;

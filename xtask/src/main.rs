@@ -21,7 +21,9 @@
 //!   too.
 //! * `cargo xtask conformance [build|images] [--suite node|cluster] [--focus REGEX] [--dry-run]`:
 //!   upstream's node conformance specs against Rustlet (issue 27); see the `conformance` module.
-//!   `ci` runs its fixed subset (`cargo xtask conformance ci`) beside the tests, as root.
+//!   `ci` runs its fixed subset (`cargo xtask conformance ci`) beside the tests, as root, and
+//!   builds the images' mainline busybox (`xtask::busybox`, about a minute cold, cached) for
+//!   its tests.
 //! * `cargo xtask fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets of `fuzz/` (nightly and
 //!   `cargo-fuzz` needed), each for N seconds (default [`FUZZ_SECONDS`]), all in turn by default.
 //!
@@ -30,7 +32,7 @@
 mod public_api;
 mod tidy;
 
-use xtask::{cluster, conformance, metrics_server, workspace_root};
+use xtask::{busybox, cluster, conformance, metrics_server, workspace_root};
 
 use std::path::Path;
 use std::process::Command;
@@ -104,6 +106,9 @@ fn ci(root: &Path) -> Result<()> {
     // metrics-server for the `kubectl top` test, cached the same way.
     let metrics_server = metrics_server::build(root)?;
     eprintln!("xtask: metrics-server: {}", metrics_server.display());
+    // Mainline busybox of the conformance images, whose own tests run with xtask's.
+    let busybox = busybox::build()?;
+    eprintln!("xtask: busybox: {}", busybox.display());
     // Upstream's node conformance subset (issue 27): the test binaries, cached the same way.
     // It runs as root only (a private containerd and mount namespace).
     let conformance = if is_root() {

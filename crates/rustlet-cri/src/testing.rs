@@ -27,6 +27,9 @@ pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1";
 /// The sandbox ("pause") image: the same busybox, `sleep infinity`.
 pub const PAUSE_IMAGE: &str = "localhost/pause:1";
 
+/// The machine's static busybox, of the CRI tests' images.
+const HOST_BUSYBOX: &str = "/bin/busybox";
+
 /// Busybox applets linked into the image's `/bin`.
 const APPLETS: &[&str] = &[
     "sh",
@@ -104,7 +107,7 @@ impl PrivateContainerd {
         require(
             test,
             "a static /bin/busybox",
-            Path::new("/bin/busybox").is_file(),
+            Path::new(HOST_BUSYBOX).is_file(),
         )?;
         let root = dir.path().to_owned();
         write_config(&root).expect("containerd config");
@@ -435,6 +438,12 @@ fn build_layer() -> Vec<u8> {
 /// linked in `/bin`, `/etc/passwd` (root, nobody) and `/etc/group`, `/tmp` (1777) and empty
 /// mount points.
 pub fn busybox_layer(applets: &[&str]) -> Vec<u8> {
+    busybox_layer_of(Path::new(HOST_BUSYBOX), applets)
+}
+
+/// [`busybox_layer`] of the static busybox binary at `busybox` (the conformance images': a
+/// build of mainline busybox) in place of the machine's.
+pub fn busybox_layer_of(busybox: &Path, applets: &[&str]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for dir in [
         "bin", "etc", "proc", "sys", "dev", "data", "root", "var", "www",
@@ -446,8 +455,9 @@ pub fn busybox_layer(applets: &[&str]) -> Vec<u8> {
     let mut h = header(tar::EntryType::Directory, 0o1777, 0);
     b.append_data(&mut h, "tmp/", std::io::empty())
         .expect("tar dir");
-    let busybox = std::fs::read("/bin/busybox").expect("read /bin/busybox");
-    append_file(&mut b, "bin/busybox", 0o755, &busybox);
+    let binary =
+        std::fs::read(busybox).unwrap_or_else(|e| panic!("reading {}: {e}", busybox.display()));
+    append_file(&mut b, "bin/busybox", 0o755, &binary);
     for applet in applets {
         let mut h = header(tar::EntryType::Symlink, 0o777, 0);
         b.append_link(&mut h, format!("bin/{applet}"), "busybox")
@@ -466,10 +476,15 @@ pub fn busybox_layer(applets: &[&str]) -> Vec<u8> {
 /// Every applet the machine's `/bin/busybox` has (`busybox --list`), but `busybox` itself (a
 /// link of that name would replace the binary with a link to itself).
 pub fn all_busybox_applets() -> Vec<String> {
-    let out = Command::new("/bin/busybox")
+    busybox_applets_of(Path::new(HOST_BUSYBOX))
+}
+
+/// [`all_busybox_applets`] of the busybox binary at `busybox`.
+pub fn busybox_applets_of(busybox: &Path) -> Vec<String> {
+    let out = Command::new(busybox)
         .arg("--list")
         .output()
-        .expect("running /bin/busybox --list");
+        .unwrap_or_else(|e| panic!("running {} --list: {e}", busybox.display()));
     assert!(out.status.success(), "busybox --list: {}", out.status);
     String::from_utf8_lossy(&out.stdout)
         .lines()

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use rustlet_pods::runtime::ContainerKind;
+use rustlet_volume::plugins::downward::{NodeAllocatable, resource_field_value};
 use rustlet_volume::subpath::ContainerMount;
 
 use crate::resources::{NodeResources, linux_container_resources};
@@ -569,8 +570,9 @@ pub struct EnvError {
     pub message: String,
 }
 
-/// The ConfigMaps and Secrets a container's environment names, as read (`None`: absent), and
-/// the Services' variables ([`service_env`]).
+/// The ConfigMaps and Secrets a container's environment names, as read (`None`: absent), the
+/// Services' variables ([`service_env`]), and what the node offers where a `resourceFieldRef`
+/// names a limit the container does not set.
 #[derive(Clone, Debug, Default)]
 pub struct EnvSources {
     /// By name, in the pod's namespace.
@@ -579,6 +581,9 @@ pub struct EnvSources {
     pub secrets: HashMap<String, Option<Arc<Secret>>>,
     /// The Services' variables (upstream's `serviceEnv`), by name.
     pub services: BTreeMap<String, String>,
+    /// The node's allocatable CPU and memory (upstream: `MergeContainerResourceLimits` with
+    /// the container manager's node allocatable).
+    pub allocatable: NodeAllocatable,
 }
 
 /// upstream: `masterServices`: the `default` namespace's Services every pod gets variables of.
@@ -805,10 +810,21 @@ pub fn container_env(
                             )));
                         }
                     }
+                } else if let Some(r) = &from.resource_field_ref {
+                    // upstream `containerResourceRuntimeValue`: the container itself unless
+                    // one is named; an unset limit is the node's allocatable.
+                    let mut selector = r.clone();
+                    if selector
+                        .container_name
+                        .as_deref()
+                        .unwrap_or_default()
+                        .is_empty()
+                    {
+                        selector.container_name = Some(container.name.clone());
+                    }
+                    resource_field_value(pod, &selector, sources.allocatable).map_err(missing)?
                 } else {
-                    return Err(missing(
-                        "resourceFieldRef is not supported by the CRI runtime yet".into(),
-                    ));
+                    return Err(missing("the env var's valueFrom has no source".into()));
                 }
             }
             (Some(value), None) => {
@@ -1756,6 +1772,60 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("spec.nope"), "{err}");
+    }
+
+    /// upstream's specs `Downward API should provide container's limits.cpu/memory and
+    /// requests.cpu/memory as env vars` and `... default limits.cpu/memory from node
+    /// allocatable`: a `resourceFieldRef` names the container itself unless told, rounds up in
+    /// units of its divisor, and an unset limit is the node's allocatable.
+    #[test]
+    fn env_resource_field_refs_are_the_containers_resources_or_the_nodes_allocatable() {
+        let container: Container = serde_json::from_value(serde_json::json!({
+            "name": "dapi-container",
+            "resources": {"limits": {"cpu": "1250m"}, "requests": {"cpu": "250m", "memory": "32Mi"}},
+            "env": [
+                {"name": "CPU_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+                {"name": "CPU_REQUEST_M", "valueFrom": {"resourceFieldRef": {
+                    "containerName": "", "resource": "requests.cpu", "divisor": "1m"}}},
+                {"name": "MEMORY_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "0"}}},
+                {"name": "MEMORY_REQUEST", "valueFrom": {"resourceFieldRef": {"resource": "requests.memory", "divisor": "1Mi"}}}
+            ]
+        }))
+        .unwrap();
+        let mut pod = pod(false);
+        pod.spec.as_mut().unwrap().containers = vec![container.clone()];
+        let sources = EnvSources {
+            allocatable: NodeAllocatable {
+                cpu_milli: Some(2000),
+                memory: Some(8 << 30),
+                ephemeral_storage: None,
+            },
+            ..EnvSources::default()
+        };
+        let addresses = PodAddresses {
+            pod_ip: "",
+            host_ip: "",
+        };
+        let env = container_env(&pod, &container, addresses, &sources)
+            .unwrap()
+            .vars;
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(
+            get("CPU_LIMIT"),
+            Some("2"),
+            "1250m rounded up to whole CPUs"
+        );
+        assert_eq!(get("CPU_REQUEST_M"), Some("250"));
+        assert_eq!(
+            get("MEMORY_LIMIT"),
+            Some("8589934592"),
+            "the node's allocatable"
+        );
+        assert_eq!(get("MEMORY_REQUEST"), Some("32"));
+        // A limit the node cannot tell is an error the pod shows, not a made-up value.
+        let unknown = EnvSources::default();
+        let err = container_env(&pod, &container, addresses, &unknown).unwrap_err();
+        assert_eq!(err.name, "MEMORY_LIMIT");
     }
 
     #[test]

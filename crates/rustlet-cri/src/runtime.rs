@@ -32,6 +32,7 @@ use rustlet_pods::runtime::{
     full_name,
 };
 use rustlet_volume::objects::VolumeObjects;
+use rustlet_volume::plugins::downward::NodeAllocatable;
 use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -772,7 +773,11 @@ impl CriRuntime {
         pod: &Pod,
         container: &Container,
     ) -> Result<EnvSources, RuntimeError> {
-        let mut sources = EnvSources::default();
+        let memory = u64::try_from(self.config.node_resources.memory_capacity).ok();
+        let mut sources = EnvSources {
+            allocatable: NodeAllocatable::of_host(memory.filter(|m| *m > 0)),
+            ..EnvSources::default()
+        };
         let config_error =
             |message: String| waiting(pod, &container.name, "CreateContainerConfigError", message);
         // upstream: makeEnvironmentVariables: a pod from the API waits until the Services were

@@ -502,7 +502,15 @@ pub fn ginkgo_args(opts: &Options, ctx: &RunContext) -> Vec<String> {
     let mut args = vec![
         format!("--focus={}", opts.focus),
         format!("--skip={}", opts.skip),
-        format!("--procs={}", opts.procs),
+        // ginkgo refuses a parallel dry run ("Ginkgo only performs -dryRun in serial mode").
+        format!(
+            "--procs={}",
+            if opts.mode == Mode::DryRun {
+                1
+            } else {
+                opts.procs
+            }
+        ),
         format!("--timeout={SUITE_TIMEOUT}"),
         "--no-color".to_owned(),
         "-v".to_owned(),
@@ -703,7 +711,15 @@ pub fn ci(root: &Path) -> Result<()> {
         let mut forwarded = vec![
             "run".to_owned(),
             format!("--suite={}", opts.suite.name()),
-            format!("--procs={}", opts.procs),
+            // ginkgo refuses a parallel dry run ("Ginkgo only performs -dryRun in serial mode").
+            format!(
+                "--procs={}",
+                if opts.mode == Mode::DryRun {
+                    1
+                } else {
+                    opts.procs
+                }
+            ),
         ];
         forwarded.push(format!("--focus={}", opts.focus));
         forwarded.push(format!("--skip={}", opts.skip));
@@ -1060,6 +1076,22 @@ mod tests {
         check_ci_selection(&opts, expected, expected).unwrap();
         let err = check_ci_selection(&opts, expected - 1, expected).unwrap_err();
         assert!(err.to_string().contains("renamed or removed"), "{err}");
+    }
+
+    #[test]
+    fn a_dry_run_is_serial_whatever_the_procs() {
+        let opts = Options {
+            mode: Mode::DryRun,
+            procs: 3,
+            ..Options::default()
+        };
+        let ctx = RunContext {
+            bin: PathBuf::from("/bin"),
+            report_dir: PathBuf::from("/r"),
+            target: Target::None,
+        };
+        let args = ginkgo_args(&opts, &ctx);
+        assert!(args.contains(&"--procs=1".to_owned()), "{args:?}");
     }
 
     #[test]

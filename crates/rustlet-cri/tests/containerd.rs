@@ -1804,3 +1804,68 @@ async fn a_pods_containers_run_in_its_qos_classs_pod_cgroup_which_goes_with_the_
         .is_dir()
     );
 }
+
+/// Issue 27 (the conformance harness): an image pulled whether present or not (upstream's
+/// Containers Lifecycle image-update specs run their containers with `imagePullPolicy:
+/// Always`) is served by the test helper's registry in containerd's network namespace, as its
+/// own registry would serve it; with no registry reachable the same pull fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_of_a_test_image_is_served_by_the_local_registry() {
+    let Some(containerd) =
+        PrivateContainerd::start("a_pull_of_a_test_image_is_served_by_the_local_registry").await
+    else {
+        return;
+    };
+    let client = CriClient::connect(containerd.endpoint(), Duration::from_secs(30))
+        .await
+        .expect("version check");
+    let name = "registry.rustlet.invalid/e2e-test-images/mirrored:1.0";
+    let own = rustlet_cri::testing::layer(&[rustlet_cri::testing::LayerEntry::File {
+        path: "mirrored",
+        mode: 0o644,
+        data: name.as_bytes(),
+    }]);
+    let layers: [&[u8]; 1] = [&own];
+    let tar = scratch(&containerd, "images").join("mirrored.tar");
+    std::fs::write(
+        &tar,
+        rustlet_cri::testing::oci_layout_tar(&[rustlet_cri::testing::OciImage {
+            name,
+            entrypoint: &[],
+            cmd: &["sh"],
+            user: "",
+            env: &[],
+            layers: &layers,
+        }]),
+    )
+    .unwrap();
+    let sandbox_config = host_network_sandbox("puller", "uid-pull");
+    let unserved = client
+        .pull_image(name, sandbox_config.clone(), Duration::from_secs(30))
+        .await;
+    assert!(unserved.is_err(), "pulled with no registry: {unserved:?}");
+
+    let registry = containerd.serve_registry(&tar).unwrap();
+    let image_ref = client
+        .pull_image(name, sandbox_config.clone(), Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", containerd.log()));
+    let image = client
+        .image_status(name)
+        .await
+        .unwrap()
+        .expect("the pulled image");
+    assert_eq!(image.id, image_ref);
+    assert!(image.repo_tags.contains(&name.to_owned()), "{image:?}");
+    // Pulled again (the policy's every start), the same image.
+    let again = client
+        .pull_image(name, sandbox_config.clone(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(again, image_ref);
+    drop(registry);
+    let gone = client
+        .pull_image(name, sandbox_config, Duration::from_secs(30))
+        .await;
+    assert!(gone.is_err(), "pulled with the registry gone: {gone:?}");
+}

@@ -896,7 +896,10 @@ impl CriRuntime {
 
     /// Stops one container (upstream: `killContainer`): its `preStop` hook first when it has
     /// one and the grace period is not zero (upstream: `executePreStopHook`: the hook is waited
-    /// for at most the grace period, a failure is logged and the stop goes on), then its turn
+    /// for at most the grace period, a failure is logged and the stop goes on; a hook still
+    /// running then is left to run, as upstream's goroutine, until it ends: an exec hook ends
+    /// when the container is killed. Deviation: its `ExecSync` call has a deadline, the
+    /// runtime's request timeout, where upstream's has none), then its turn
     /// in the pod's [`TerminationOrdering`] within what is left, then `StopContainer` with what
     /// is left of the grace period, in whole seconds and at least upstream's
     /// `minimumGracePeriodInSeconds` (2 s). Deviation: without a hook or a wait the grace
@@ -916,21 +919,37 @@ impl CriRuntime {
         if let (Some(pod), Some(spec), Some(handler)) = (pod, spec, pre_stop)
             && !grace.is_zero()
         {
-            let instance_id = format!("{}://{id}", self.scheme);
-            let target = HookTarget {
-                pod,
-                container: spec,
-                instance_id: &instance_id,
-                pod_ip,
-            };
             let start = Instant::now();
-            match tokio::time::timeout(grace, run_hook(self, target, handler)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    warn!(container = %spec.name, error = %e, "PreStop hook failed");
-                }
-                Err(_) => {
-                    info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
+            // The hook runs in a task of its own, which the end of the grace period leaves
+            // running (upstream's goroutine): cancelling its `ExecSync` would make containerd
+            // kill the hook's process at once, while upstream's goes on until the container is
+            // killed (`minimumGracePeriodInSeconds` later at least).
+            let hook = self.me.upgrade().map(|runtime| {
+                let (pod, spec, handler) = (pod.clone(), spec.clone(), handler.clone());
+                let (instance_id, pod_ip) = (format!("{}://{id}", self.scheme), pod_ip.to_owned());
+                tokio::spawn(async move {
+                    let target = HookTarget {
+                        pod: &pod,
+                        container: &spec,
+                        instance_id: &instance_id,
+                        pod_ip: &pod_ip,
+                    };
+                    run_hook(runtime.as_ref(), target, &handler).await
+                })
+            });
+            // (No runtime to run it: the agent is being dropped.)
+            if let Some(hook) = hook {
+                let failure = match tokio::time::timeout(grace, hook).await {
+                    Ok(Ok(Ok(()))) => None,
+                    Ok(Ok(Err(e))) => Some(e.to_string()),
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => {
+                        info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
+                        None
+                    }
+                };
+                if let Some(error) = failure {
+                    warn!(container = %spec.name, %error, "PreStop hook failed");
                 }
             }
             let elapsed = Duration::from_secs(start.elapsed().as_secs());

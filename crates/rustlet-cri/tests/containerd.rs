@@ -1093,6 +1093,81 @@ async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_g
     );
 }
 
+/// Issue 27, upstream "[sig-node] Containers Lifecycle when A pod with restartable init
+/// containers is terminating when The PreStop hooks don't exit should terminate sidecars
+/// simultaneously if prestop doesn't exit" (upstream `executePreStopHook`: a hook that outlives
+/// the grace period goes on in its goroutine): an exec `preStop` hook that never ends runs on
+/// past the grace period until the container, which ignores SIGTERM, is killed
+/// `minimumGracePeriodInSeconds` (2 s) later; the stop does not wait for the hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prestop_exec_hook_outliving_the_grace_period_runs_until_the_container_is_killed() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+
+    let Some(containerd) = PrivateContainerd::start("a_prestop_exec_hook_outliving").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let hooks = scratch(&containerd, "hooks");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "looping", "namespace": "default", "uid": "uid-looping"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX_IMAGE,
+                "command": ["/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+                "lifecycle": {"preStop": {"exec": {"command": [
+                    "/bin/sh", "-c", "while true; do echo beat >> /hooks/beats; sleep 0.1; done"
+                ]}}}
+            }]
+        }
+    }))
+    .unwrap();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    runtime
+        .start_container(
+            &pod,
+            container,
+            ContainerKind::Regular,
+            &hooks_mount(&hooks),
+        )
+        .await
+        .unwrap();
+    let grace = Duration::from_secs(2);
+    let start = std::time::SystemTime::now();
+    let begun = std::time::Instant::now();
+    runtime.kill_pod(&pod, grace).await.unwrap();
+    let took = begun.elapsed();
+    // The grace period for the hook, then at least 2 s for the stop, ended by SIGKILL.
+    assert!(took >= Duration::from_secs(4), "stopped after {took:?}");
+    assert!(took < Duration::from_secs(20), "stopped after {took:?}");
+    let last_beat = std::fs::metadata(hooks.join("beats"))
+        .unwrap()
+        .modified()
+        .unwrap()
+        .duration_since(start)
+        .unwrap();
+    // Killed with the container (about 4 s), not at the end of the grace period (2 s).
+    assert!(
+        last_beat > grace + Duration::from_millis(1500),
+        "the hook's last beat {last_beat:?} after the stop began (grace period {grace:?})"
+    );
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
+    assert!(
+        matches!(
+            status.containers[0].state,
+            InstanceState::Exited { exit_code: 137, .. }
+        ),
+        "{status:?}"
+    );
+}
+
 /// Issue 27 (node features), upstream "[sig-node] Container Runtime blackbox test on terminated
 /// container should report termination message if TerminationMessagePath is set as non-root
 /// user and at a non-default path", "... from log output if TerminationMessagePolicy

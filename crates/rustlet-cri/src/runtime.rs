@@ -898,8 +898,9 @@ impl CriRuntime {
     /// one and the grace period is not zero (upstream: `executePreStopHook`: the hook is waited
     /// for at most the grace period, a failure is logged and the stop goes on; a hook still
     /// running then is left to run, as upstream's goroutine, until it ends: an exec hook ends
-    /// when the container is killed. Deviation: its `ExecSync` call has a deadline, the
-    /// runtime's request timeout, where upstream's has none), then its turn
+    /// when the container is killed. Deviation: it is ended at the latest the runtime's
+    /// request timeout after the grace period, and an exec hook's `ExecSync` call that timeout
+    /// after it began; upstream's run unbounded), then its turn
     /// in the pod's [`TerminationOrdering`] within what is left, then `StopContainer` with what
     /// is left of the grace period, in whole seconds and at least upstream's
     /// `minimumGracePeriodInSeconds` (2 s). Deviation: without a hook or a wait the grace
@@ -924,6 +925,8 @@ impl CriRuntime {
             // running (upstream's goroutine): cancelling its `ExecSync` would make containerd
             // kill the hook's process at once, while upstream's goes on until the container is
             // killed (`minimumGracePeriodInSeconds` later at least).
+            // Bounded all the same: an `httpGet` hook has no timeout of its own.
+            let bound = grace + self.config.request_timeout;
             let hook = self.me.upgrade().map(|runtime| {
                 let (pod, spec, handler) = (pod.clone(), spec.clone(), handler.clone());
                 let (instance_id, pod_ip) = (format!("{}://{id}", self.scheme), pod_ip.to_owned());
@@ -934,16 +937,17 @@ impl CriRuntime {
                         instance_id: &instance_id,
                         pod_ip: &pod_ip,
                     };
-                    run_hook(runtime.as_ref(), target, &handler).await
+                    tokio::time::timeout(bound, run_hook(runtime.as_ref(), target, &handler)).await
                 })
             });
             // (No runtime to run it: the agent is being dropped.)
             if let Some(hook) = hook {
                 let failure = match tokio::time::timeout(grace, hook).await {
-                    Ok(Ok(Ok(()))) => None,
-                    Ok(Ok(Err(e))) => Some(e.to_string()),
+                    Ok(Ok(Ok(Ok(())))) => None,
+                    Ok(Ok(Ok(Err(e)))) => Some(e.to_string()),
                     Ok(Err(e)) => Some(e.to_string()),
-                    Err(_) => {
+                    // (The bound is past the grace period: the wait ends first.)
+                    Ok(Ok(Err(_))) | Err(_) => {
                         info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
                         None
                     }

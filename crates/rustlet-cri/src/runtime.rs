@@ -901,7 +901,8 @@ impl CriRuntime {
     /// when the container is killed. Deviation: it is ended at the latest the runtime's
     /// request timeout after the grace period, and an exec hook's `ExecSync` call that timeout
     /// after it began; upstream's run unbounded), then its turn
-    /// in the pod's [`TerminationOrdering`] within what is left, then `StopContainer` with what
+    /// in the pod's [`TerminationOrdering`] within what is left if anything is (a hook that
+    /// used up the grace period leaves no wait), then `StopContainer` with what
     /// is left of the grace period, in whole seconds and at least upstream's
     /// `minimumGracePeriodInSeconds` (2 s). Deviation: without a hook or a wait the grace
     /// period is passed on as it came (upstream clamps it to 2 s too); a container whose stop
@@ -916,6 +917,8 @@ impl CriRuntime {
             mut grace,
             ordering,
         } = stop;
+        // Whether a hook ran or a turn was waited for: the minimum applies.
+        let mut clamp = false;
         let pre_stop = spec.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
         if let (Some(pod), Some(spec), Some(handler)) = (pod, spec, pre_stop)
             && !grace.is_zero()
@@ -957,8 +960,11 @@ impl CriRuntime {
                 }
             }
             let elapsed = Duration::from_secs(start.elapsed().as_secs());
-            grace = grace.saturating_sub(elapsed).max(MINIMUM_GRACE_PERIOD);
+            grace = grace.saturating_sub(elapsed);
+            clamp = true;
         }
+        // A hook that used up the grace period leaves no wait (upstream waits for its turn
+        // only `if gracePeriod > 0`, and gives the minimum after).
         let name = spec.map(|c| c.name.as_str());
         if let (Some(ordering), Some(name)) = (ordering, name)
             && !grace.is_zero()
@@ -966,8 +972,12 @@ impl CriRuntime {
             let waited = ordering.wait_for_turn(name, grace).await;
             if !waited.is_zero() {
                 let waited = Duration::from_secs(waited.as_secs());
-                grace = grace.saturating_sub(waited).max(MINIMUM_GRACE_PERIOD);
+                grace = grace.saturating_sub(waited);
+                clamp = true;
             }
+        }
+        if clamp {
+            grace = grace.max(MINIMUM_GRACE_PERIOD);
         }
         let stopped = self.client.stop_container(raw_id(id), grace).await;
         if let (Some(ordering), Some(name)) = (ordering, name) {

@@ -1168,6 +1168,88 @@ async fn a_prestop_exec_hook_outliving_the_grace_period_runs_until_the_container
     );
 }
 
+/// Issue 27, the same spec (upstream `killContainer`: the turn in the termination ordering is
+/// waited for only `if gracePeriod > 0` after the `preStop` hook, the 2 s minimum given after):
+/// a sidecar whose never-ending `preStop` hook used up the grace period does not wait for the
+/// regular container (whose hook never ends either) to stop: both are killed together, the
+/// minimum after the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_whose_prestop_hook_used_up_the_grace_period_stops_without_waiting_its_turn() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::ContainerKind;
+
+    let Some(containerd) = PrivateContainerd::start("a_sidecar_whose_prestop_hook").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let hooks = scratch(&containerd, "hooks");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let container = |name: &str| {
+        serde_json::json!({
+            "name": name,
+            "image": BUSYBOX_IMAGE,
+            "command": ["/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+            "lifecycle": {"preStop": {"exec": {"command": [
+                "/bin/sh", "-c",
+                format!("while true; do echo beat >> /hooks/{name}; sleep 0.1; done")
+            ]}}}
+        })
+    };
+    let mut sidecar = container("sidecar");
+    sidecar["restartPolicy"] = "Always".into();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sidecar-hooks", "namespace": "default", "uid": "uid-sidecar-hooks"},
+        "spec": {
+            "hostNetwork": true,
+            "initContainers": [sidecar],
+            "containers": [container("main")]
+        }
+    }))
+    .unwrap();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let spec = pod.spec.as_ref().unwrap();
+    let init = spec.init_containers.as_ref().unwrap();
+    runtime
+        .start_container(&pod, &init[0], ContainerKind::Init, &hooks_mount(&hooks))
+        .await
+        .unwrap();
+    runtime
+        .start_container(
+            &pod,
+            &spec.containers[0],
+            ContainerKind::Regular,
+            &hooks_mount(&hooks),
+        )
+        .await
+        .unwrap();
+    let start = std::time::SystemTime::now();
+    let begun = std::time::Instant::now();
+    runtime
+        .kill_pod(&pod, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let took = begun.elapsed();
+    let last_beat = |name: &str| {
+        std::fs::metadata(hooks.join(name))
+            .unwrap()
+            .modified()
+            .unwrap()
+            .duration_since(start)
+            .unwrap()
+    };
+    let (main, sidecar) = (last_beat("main"), last_beat("sidecar"));
+    // Both hooks run 2 s, both containers get the 2 s minimum: killed at about 4 s together
+    // (the sidecar waiting for the main container's stop would be killed 2 s later).
+    assert!(
+        main.abs_diff(sidecar) < Duration::from_secs(1),
+        "the main container's hook ended at {main:?}, the sidecar's at {sidecar:?}"
+    );
+    assert!(took < Duration::from_millis(5500), "stopped after {took:?}");
+}
+
 /// Issue 27 (node features), upstream "[sig-node] Container Runtime blackbox test on terminated
 /// container should report termination message if TerminationMessagePath is set as non-root
 /// user and at a non-default path", "... from log output if TerminationMessagePolicy

@@ -27,7 +27,8 @@ use rustlet_mount::testing::{PrivilegedDir, privileged_dir};
 use crate::client::CriClient;
 
 mod registry;
-pub use registry::{LocalRegistry, RegistryAnswer, RegistryContent};
+pub use registry::LocalRegistry;
+use registry::RegistryContent;
 
 /// The workload image every test pod can use (`/bin/sh`, `sleep`, `cat`, `httpd`, `nc`...).
 pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1";

@@ -34,7 +34,7 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// The blobs and tags of an OCI image layout tarball.
 #[derive(Debug, Default)]
-pub struct RegistryContent {
+pub(crate) struct RegistryContent {
     /// Per digest (`sha256:<hex>`): the blob.
     blobs: HashMap<String, Arc<Vec<u8>>>,
     /// Per manifest digest: its media type.
@@ -47,21 +47,21 @@ pub struct RegistryContent {
 
 /// One answer to a request.
 #[derive(Debug, PartialEq, Eq)]
-pub struct RegistryAnswer {
+pub(crate) struct RegistryAnswer {
     /// The HTTP status code.
-    pub status: u16,
+    pub(crate) status: u16,
     /// `Content-Type`.
-    pub content_type: String,
+    pub(crate) content_type: String,
     /// `Docker-Content-Digest` (manifests and blobs).
-    pub digest: Option<String>,
+    pub(crate) digest: Option<String>,
     /// The body (the whole of it, also for `HEAD`, whose answer sends only its length).
-    pub body: Arc<Vec<u8>>,
+    pub(crate) body: Arc<Vec<u8>>,
 }
 
 impl RegistryContent {
     /// Reads an OCI image layout tarball: its blobs and, from its `index.json`, each image's
     /// name (the `io.containerd.image.name` annotation, `<host>/<repository>:<tag>`).
-    pub fn from_layout_tar(tar: &Path) -> std::io::Result<Self> {
+    pub(crate) fn from_layout_tar(tar: &Path) -> std::io::Result<Self> {
         let file = std::fs::File::open(tar)?;
         let mut archive = tar::Archive::new(file);
         let mut content = Self::default();
@@ -111,12 +111,12 @@ impl RegistryContent {
     }
 
     /// The registry hosts the images name.
-    pub fn hosts(&self) -> &[String] {
+    pub(crate) fn hosts(&self) -> &[String] {
         &self.hosts
     }
 
     /// The answer to `method` of `target` (a request's path and query).
-    pub fn answer(&self, method: &str, target: &str) -> RegistryAnswer {
+    pub(crate) fn answer(&self, method: &str, target: &str) -> RegistryAnswer {
         if method != "GET" && method != "HEAD" {
             return error(405, "UNSUPPORTED", "a read-only registry");
         }
@@ -201,7 +201,7 @@ pub struct LocalRegistry {
 impl LocalRegistry {
     /// Serves `content` on 127.0.0.1 (a free port) inside the network namespace `netns` (a
     /// path for `setns`).
-    pub fn serve_in(netns: &Path, content: RegistryContent) -> std::io::Result<Self> {
+    pub(crate) fn serve_in(netns: &Path, content: RegistryContent) -> std::io::Result<Self> {
         let netns = std::fs::File::open(netns)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));

@@ -12,10 +12,11 @@
 //! `images` writes the OCI image layout tarball of every image of
 //! [`xtask::conformance::TEST_IMAGES`], on the mainline busybox of [`xtask::busybox`]; `run`
 //! starts the node (the cluster's `ServedNode`: the control plane in containerd's network
-//! namespace, the agent with its kubelet server at 10.88.0.1:10250), imports the images, runs
-//! ginkgo on `e2e.test` inside that namespace, copies the agent's and containerd's logs beside
-//! the JUnit report and prints the agent's refused requests and `N passed, M failed, K
-//! skipped`; it fails when a spec did.
+//! namespace, the agent with its kubelet server at 10.88.0.1:10250), imports the images and
+//! serves them as by their registry in the node's network namespace (for the pulls of
+//! `imagePullPolicy: Always`), runs ginkgo on `e2e.test` inside that namespace, copies the
+//! agent's and containerd's logs beside the JUnit report and prints the agent's refused
+//! requests and `N passed, M failed, K skipped`; it fails when a spec did.
 
 // The cluster tests' harness, reused as it is: the agent's start (`tests/agent`), the control
 // plane (`support`), the Node helpers (`node`) and the served node (`kubelet_server`). Their
@@ -38,8 +39,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rustlet_cri::testing::{
-    LayerEntry, OciImage, PrivateContainerd, busybox_applets_of, busybox_layer_of, layer,
-    oci_layout_tar,
+    LayerEntry, LocalRegistry, OciImage, PrivateContainerd, busybox_applets_of, busybox_layer_of,
+    layer, oci_layout_tar,
 };
 use xtask::conformance::{
     Mode, NODE_SUITE_HOST, Options, Outcome, RunContext, Suite, Target, TestImage,
@@ -350,6 +351,22 @@ fn binaries_and_images(root: &Path) -> (PathBuf, PathBuf) {
     (bin, tar)
 }
 
+/// The images of `tar` served as by their registries (`registry.k8s.io`) to the node's
+/// containerd, for as long as the returned registry lives: the specs that run a container with
+/// `imagePullPolicy: Always` (the Containers Lifecycle image-update specs) make the agent pull
+/// an image it has, as upstream's kubelet does, and no registry is reachable.
+fn serve_images(containerd: &PrivateContainerd, tar: &Path) -> LocalRegistry {
+    let registry = containerd
+        .serve_registry(tar)
+        .unwrap_or_else(|e| panic!("serving {}: {e}", tar.display()));
+    eprintln!(
+        "conformance: the test images are served as by their registry at {} in the node's \
+         network namespace",
+        registry.addr()
+    );
+    registry
+}
+
 /// One run of the cluster suite against the agent.
 fn run_cluster(opts: &Options) {
     let root = xtask::workspace_root();
@@ -358,6 +375,7 @@ fn run_cluster(opts: &Options) {
     let node = kubelet_server::ServedNode::start("conformance", NODE)
         .expect("RUSTLET_REQUIRE_* make a missing part fail instead");
     node.containerd.import(&tar);
+    let registry = serve_images(&node.containerd, &tar);
     node::wait_ready(&node.cluster, NODE, "True");
 
     let report = report_dir(&root, opts);
@@ -391,6 +409,7 @@ fn run_cluster(opts: &Options) {
     let refused = node
         .cluster
         .refused_requests_of(&format!("system:node:{NODE}"));
+    drop(registry);
     drop(node);
     let summary = summary.expect("ginkgo's JUnit report");
     if !refused.is_empty() {
@@ -442,6 +461,7 @@ fn run_node(opts: &Options) {
     let containerd = PrivateContainerd::start_blocking("conformance-node")
         .expect("RUSTLET_REQUIRE_PRIVILEGED makes a missing part fail instead");
     containerd.import(&tar);
+    let registry = serve_images(&containerd, &tar);
     node_address(&containerd);
     let _host = HostPaths::prepare();
 
@@ -508,6 +528,7 @@ fn run_node(opts: &Options) {
     ] {
         let _ = std::fs::copy(&log, report.join(name));
     }
+    drop(registry);
     drop(containerd);
     let summary = read_summary(&report, &status.to_string()).expect("ginkgo's JUnit report");
     report_summary(&summary, &report);

@@ -3,7 +3,8 @@
 //! hook runs at once, the regular containers then stop at once, and each sidecar (an init
 //! container with `restartPolicy: Always`) waits, within what is left of its grace period, until
 //! every regular container and every sidecar after it in the spec has stopped: the sidecars stop
-//! after the regular containers, in reverse order.
+//! after the regular containers, in reverse order. A sidecar whose `preStop` hook used up the
+//! grace period does not wait (upstream waits `if gracePeriod > 0`).
 
 use std::collections::HashMap;
 use std::time::Duration;

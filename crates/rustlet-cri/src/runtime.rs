@@ -901,8 +901,13 @@ impl CriRuntime {
 
     /// Stops one container (upstream: `killContainer`): its `preStop` hook first when it has
     /// one and the grace period is not zero (upstream: `executePreStopHook`: the hook is waited
-    /// for at most the grace period, a failure is logged and the stop goes on), then its turn
-    /// in the pod's [`TerminationOrdering`] within what is left, then `StopContainer` with what
+    /// for at most the grace period, a failure is logged and the stop goes on; a hook still
+    /// running then is left to run, as upstream's goroutine, until it ends: an exec hook ends
+    /// when the container is killed. Deviation: it is ended at the latest the runtime's
+    /// request timeout after the grace period, and an exec hook's `ExecSync` call that timeout
+    /// after it began; upstream's run unbounded), then its turn
+    /// in the pod's [`TerminationOrdering`] within what is left if anything is (a hook that
+    /// used up the grace period leaves no wait), then `StopContainer` with what
     /// is left of the grace period, in whole seconds and at least upstream's
     /// `minimumGracePeriodInSeconds` (2 s). Deviation: without a hook or a wait the grace
     /// period is passed on as it came (upstream clamps it to 2 s too); a container whose stop
@@ -917,30 +922,54 @@ impl CriRuntime {
             mut grace,
             ordering,
         } = stop;
+        // Whether a hook ran or a turn was waited for: the minimum applies.
+        let mut clamp = false;
         let pre_stop = spec.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
         if let (Some(pod), Some(spec), Some(handler)) = (pod, spec, pre_stop)
             && !grace.is_zero()
         {
-            let instance_id = format!("{}://{id}", self.scheme);
-            let target = HookTarget {
-                pod,
-                container: spec,
-                instance_id: &instance_id,
-                pod_ip,
-            };
             let start = Instant::now();
-            match tokio::time::timeout(grace, run_hook(self, target, handler)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    warn!(container = %spec.name, error = %e, "PreStop hook failed");
-                }
-                Err(_) => {
-                    info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
+            // The hook runs in a task of its own, which the end of the grace period leaves
+            // running (upstream's goroutine): cancelling its `ExecSync` would make containerd
+            // kill the hook's process at once, while upstream's goes on until the container is
+            // killed (`minimumGracePeriodInSeconds` later at least).
+            // Bounded all the same: an `httpGet` hook has no timeout of its own.
+            let bound = grace + self.config.request_timeout;
+            let hook = self.me.upgrade().map(|runtime| {
+                let (pod, spec, handler) = (pod.clone(), spec.clone(), handler.clone());
+                let (instance_id, pod_ip) = (format!("{}://{id}", self.scheme), pod_ip.to_owned());
+                tokio::spawn(async move {
+                    let target = HookTarget {
+                        pod: &pod,
+                        container: &spec,
+                        instance_id: &instance_id,
+                        pod_ip: &pod_ip,
+                    };
+                    tokio::time::timeout(bound, run_hook(runtime.as_ref(), target, &handler)).await
+                })
+            });
+            // (No runtime to run it: the agent is being dropped.)
+            if let Some(hook) = hook {
+                let failure = match tokio::time::timeout(grace, hook).await {
+                    Ok(Ok(Ok(Ok(())))) => None,
+                    Ok(Ok(Ok(Err(e)))) => Some(e.to_string()),
+                    Ok(Err(e)) => Some(e.to_string()),
+                    // (The bound is past the grace period: the wait ends first.)
+                    Ok(Ok(Err(_))) | Err(_) => {
+                        info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
+                        None
+                    }
+                };
+                if let Some(error) = failure {
+                    warn!(container = %spec.name, %error, "PreStop hook failed");
                 }
             }
             let elapsed = Duration::from_secs(start.elapsed().as_secs());
-            grace = grace.saturating_sub(elapsed).max(MINIMUM_GRACE_PERIOD);
+            grace = grace.saturating_sub(elapsed);
+            clamp = true;
         }
+        // A hook that used up the grace period leaves no wait (upstream waits for its turn
+        // only `if gracePeriod > 0`, and gives the minimum after).
         let name = spec.map(|c| c.name.as_str());
         if let (Some(ordering), Some(name)) = (ordering, name)
             && !grace.is_zero()
@@ -948,8 +977,12 @@ impl CriRuntime {
             let waited = ordering.wait_for_turn(name, grace).await;
             if !waited.is_zero() {
                 let waited = Duration::from_secs(waited.as_secs());
-                grace = grace.saturating_sub(waited).max(MINIMUM_GRACE_PERIOD);
+                grace = grace.saturating_sub(waited);
+                clamp = true;
             }
+        }
+        if clamp {
+            grace = grace.max(MINIMUM_GRACE_PERIOD);
         }
         let stopped = self.client.stop_container(raw_id(id), grace).await;
         if let (Some(ordering), Some(name)) = (ordering, name) {

@@ -8,6 +8,10 @@
 //! container is force-deleted through runc, containerd stops, and what is still mounted under
 //! the temp dir is unmounted before the dir is removed.
 //!
+//! [`PrivateContainerd::serve_registry`] serves an image tarball's images from a
+//! [`LocalRegistry`] in containerd's network namespace, as their registry, for pulls that
+//! cannot be avoided (`imagePullPolicy: Always`).
+//!
 //! [`GrpcHealthServer`] is a gRPC health server as agnhost's `grpc-health-checking`, for the
 //! gRPC probe's tests.
 //!
@@ -21,6 +25,10 @@ use std::time::{Duration, Instant};
 use rustlet_mount::testing::{PrivilegedDir, privileged_dir};
 
 use crate::client::CriClient;
+
+mod registry;
+pub use registry::LocalRegistry;
+use registry::RegistryContent;
 
 /// The workload image every test pod can use (`/bin/sh`, `sleep`, `cat`, `httpd`, `nc`...).
 pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1";
@@ -284,6 +292,28 @@ impl PrivateContainerd {
         );
     }
 
+    /// Serves the images of the OCI image layout tarball `tar` from a [`LocalRegistry`] in
+    /// containerd's network namespace and makes it the mirror of each registry host they name
+    /// (a `hosts.toml` in the registry hosts directory the CRI plugin reads at each pull:
+    /// `<dir>/registry-hosts/<host>/hosts.toml`), so that a pull of one of them (a pod's
+    /// `imagePullPolicy: Always`) is served as by its registry. Pulls stop being served when
+    /// the registry is dropped.
+    pub fn serve_registry(&self, tar: &Path) -> std::io::Result<LocalRegistry> {
+        let content = RegistryContent::from_layout_tar(tar)?;
+        let hosts = content.hosts().to_vec();
+        let registry = LocalRegistry::serve_in(&self.netns(), content)?;
+        for host in hosts {
+            let dir = self.dir().join("registry-hosts").join(&host);
+            std::fs::create_dir_all(&dir)?;
+            let config = format!(
+                "server = \"https://{host}\"\n\n[host.\"http://{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+                registry.addr()
+            );
+            std::fs::write(dir.join("hosts.toml"), config)?;
+        }
+        Ok(registry)
+    }
+
     /// Force-deletes every container runc knows under the private root (a test's pods do not
     /// outlive it), then stops containerd.
     fn teardown(&mut self) {
@@ -374,6 +404,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     disable_tcp_service = true
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "{d}/registry-hosts"
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = "{d}/cni-conf"
@@ -389,6 +421,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 "#
     );
     std::fs::write(root.join("config.toml"), config)?;
+    std::fs::create_dir_all(root.join("registry-hosts"))?;
     let cni = root.join("cni-conf");
     std::fs::create_dir_all(&cni)?;
     let conf = format!(

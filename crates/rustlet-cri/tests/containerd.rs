@@ -1093,6 +1093,163 @@ async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_g
     );
 }
 
+/// Issue 27, upstream "[sig-node] Containers Lifecycle when A pod with restartable init
+/// containers is terminating when The PreStop hooks don't exit should terminate sidecars
+/// simultaneously if prestop doesn't exit" (upstream `executePreStopHook`: a hook that outlives
+/// the grace period goes on in its goroutine): an exec `preStop` hook that never ends runs on
+/// past the grace period until the container, which ignores SIGTERM, is killed
+/// `minimumGracePeriodInSeconds` (2 s) later; the stop does not wait for the hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prestop_exec_hook_outliving_the_grace_period_runs_until_the_container_is_killed() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+
+    let Some(containerd) = PrivateContainerd::start("a_prestop_exec_hook_outliving").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let hooks = scratch(&containerd, "hooks");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "looping", "namespace": "default", "uid": "uid-looping"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX_IMAGE,
+                "command": ["/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+                "lifecycle": {"preStop": {"exec": {"command": [
+                    "/bin/sh", "-c", "while true; do echo beat >> /hooks/beats; sleep 0.1; done"
+                ]}}}
+            }]
+        }
+    }))
+    .unwrap();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    runtime
+        .start_container(
+            &pod,
+            container,
+            ContainerKind::Regular,
+            &hooks_mount(&hooks),
+        )
+        .await
+        .unwrap();
+    let grace = Duration::from_secs(2);
+    let start = std::time::SystemTime::now();
+    let begun = std::time::Instant::now();
+    runtime.kill_pod(&pod, grace).await.unwrap();
+    let took = begun.elapsed();
+    // The grace period for the hook, then at least 2 s for the stop, ended by SIGKILL.
+    assert!(took >= Duration::from_secs(4), "stopped after {took:?}");
+    assert!(took < Duration::from_secs(20), "stopped after {took:?}");
+    let last_beat = std::fs::metadata(hooks.join("beats"))
+        .unwrap()
+        .modified()
+        .unwrap()
+        .duration_since(start)
+        .unwrap();
+    // Killed with the container (about 4 s), not at the end of the grace period (2 s).
+    assert!(
+        last_beat > grace + Duration::from_millis(1500),
+        "the hook's last beat {last_beat:?} after the stop began (grace period {grace:?})"
+    );
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
+    assert!(
+        matches!(
+            status.containers[0].state,
+            InstanceState::Exited { exit_code: 137, .. }
+        ),
+        "{status:?}"
+    );
+}
+
+/// Issue 27, the same spec (upstream `killContainer`: the turn in the termination ordering is
+/// waited for only `if gracePeriod > 0` after the `preStop` hook, the 2 s minimum given after):
+/// a sidecar whose never-ending `preStop` hook used up the grace period does not wait for the
+/// regular container (whose hook never ends either) to stop: both are killed together, the
+/// minimum after the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_whose_prestop_hook_used_up_the_grace_period_stops_without_waiting_its_turn() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::ContainerKind;
+
+    let Some(containerd) = PrivateContainerd::start("a_sidecar_whose_prestop_hook").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let hooks = scratch(&containerd, "hooks");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let container = |name: &str| {
+        serde_json::json!({
+            "name": name,
+            "image": BUSYBOX_IMAGE,
+            "command": ["/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+            "lifecycle": {"preStop": {"exec": {"command": [
+                "/bin/sh", "-c",
+                format!("while true; do echo beat >> /hooks/{name}; sleep 0.1; done")
+            ]}}}
+        })
+    };
+    let mut sidecar = container("sidecar");
+    sidecar["restartPolicy"] = "Always".into();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "sidecar-hooks", "namespace": "default", "uid": "uid-sidecar-hooks"},
+        "spec": {
+            "hostNetwork": true,
+            "initContainers": [sidecar],
+            "containers": [container("main")]
+        }
+    }))
+    .unwrap();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let spec = pod.spec.as_ref().unwrap();
+    let init = spec.init_containers.as_ref().unwrap();
+    runtime
+        .start_container(&pod, &init[0], ContainerKind::Init, &hooks_mount(&hooks))
+        .await
+        .unwrap();
+    runtime
+        .start_container(
+            &pod,
+            &spec.containers[0],
+            ContainerKind::Regular,
+            &hooks_mount(&hooks),
+        )
+        .await
+        .unwrap();
+    let start = std::time::SystemTime::now();
+    let begun = std::time::Instant::now();
+    runtime
+        .kill_pod(&pod, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let took = begun.elapsed();
+    let last_beat = |name: &str| {
+        std::fs::metadata(hooks.join(name))
+            .unwrap()
+            .modified()
+            .unwrap()
+            .duration_since(start)
+            .unwrap()
+    };
+    let (main, sidecar) = (last_beat("main"), last_beat("sidecar"));
+    // Both hooks run 2 s, both containers get the 2 s minimum: killed at about 4 s together
+    // (the sidecar waiting for the main container's stop would be killed 2 s later).
+    assert!(
+        main.abs_diff(sidecar) < Duration::from_secs(1),
+        "the main container's hook ended at {main:?}, the sidecar's at {sidecar:?}"
+    );
+    assert!(took < Duration::from_millis(5500), "stopped after {took:?}");
+}
+
 /// Issue 27 (node features), upstream "[sig-node] Container Runtime blackbox test on terminated
 /// container should report termination message if TerminationMessagePath is set as non-root
 /// user and at a non-default path", "... from log output if TerminationMessagePolicy
@@ -1803,4 +1960,69 @@ async fn a_pods_containers_run_in_its_qos_classs_pod_cgroup_which_goes_with_the_
         ))
         .is_dir()
     );
+}
+
+/// Issue 27 (the conformance harness): an image pulled whether present or not (upstream's
+/// Containers Lifecycle image-update specs run their containers with `imagePullPolicy:
+/// Always`) is served by the test helper's registry in containerd's network namespace, as its
+/// own registry would serve it; with no registry reachable the same pull fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_of_a_test_image_is_served_by_the_local_registry() {
+    let Some(containerd) =
+        PrivateContainerd::start("a_pull_of_a_test_image_is_served_by_the_local_registry").await
+    else {
+        return;
+    };
+    let client = CriClient::connect(containerd.endpoint(), Duration::from_secs(30))
+        .await
+        .expect("version check");
+    let name = "registry.rustlet.invalid/e2e-test-images/mirrored:1.0";
+    let own = rustlet_cri::testing::layer(&[rustlet_cri::testing::LayerEntry::File {
+        path: "mirrored",
+        mode: 0o644,
+        data: name.as_bytes(),
+    }]);
+    let layers: [&[u8]; 1] = [&own];
+    let tar = scratch(&containerd, "images").join("mirrored.tar");
+    std::fs::write(
+        &tar,
+        rustlet_cri::testing::oci_layout_tar(&[rustlet_cri::testing::OciImage {
+            name,
+            entrypoint: &[],
+            cmd: &["sh"],
+            user: "",
+            env: &[],
+            layers: &layers,
+        }]),
+    )
+    .unwrap();
+    let sandbox_config = host_network_sandbox("puller", "uid-pull");
+    let unserved = client
+        .pull_image(name, sandbox_config.clone(), Duration::from_secs(30))
+        .await;
+    assert!(unserved.is_err(), "pulled with no registry: {unserved:?}");
+
+    let registry = containerd.serve_registry(&tar).unwrap();
+    let image_ref = client
+        .pull_image(name, sandbox_config.clone(), Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", containerd.log()));
+    let image = client
+        .image_status(name)
+        .await
+        .unwrap()
+        .expect("the pulled image");
+    assert_eq!(image.id, image_ref);
+    assert!(image.repo_tags.contains(&name.to_owned()), "{image:?}");
+    // Pulled again (the policy's every start), the same image.
+    let again = client
+        .pull_image(name, sandbox_config.clone(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(again, image_ref);
+    drop(registry);
+    let gone = client
+        .pull_image(name, sandbox_config, Duration::from_secs(30))
+        .await;
+    assert!(gone.is_err(), "pulled with the registry gone: {gone:?}");
 }

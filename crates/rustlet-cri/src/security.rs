@@ -480,7 +480,8 @@ pub fn has_privileged_container(pod: &Pod) -> bool {
 
 /// The sandbox's Linux config without a cgroup parent (upstream
 /// `generatePodSandboxLinuxConfig`): privileged when a container is, the runtime's default
-/// seccomp profile (so that pods may use the least privileged ones), the pod's sysctls, and
+/// seccomp profile (so that pods may use the least privileged ones), the pod's sysctls (with
+/// dots as separators, `kernel/shm_rmid_forced` as `kernel.shm_rmid_forced`), and
 /// from the pod's security context its user, group, `fsGroup` then `supplementalGroups`, the
 /// policy and its SELinux options.
 ///
@@ -499,8 +500,13 @@ pub fn sandbox_linux_config(pod: &Pod) -> Result<cri::LinuxPodSandboxConfig, Sec
     };
     let mut sysctls = HashMap::new();
     if let Some(p) = pod_security(pod) {
+        // upstream `ConvertPodSysctlsVariableToDotsSeparator` before the sandbox: runc checks
+        // a sysctl's namespace by its dotted name.
         for s in p.sysctls.iter().flatten() {
-            sysctls.insert(s.name.clone(), s.value.clone());
+            sysctls.insert(
+                rustlet_pods::sysctl::normalize_name(&s.name),
+                s.value.clone(),
+            );
         }
         sc.run_as_user = p.run_as_user.map(|value| cri::Int64Value { value });
         // Deviation: the group only with a user. containerd (1.6 at least) refuses a sandbox
@@ -1064,11 +1070,14 @@ mod tests {
                 "runAsUser": 1000, "runAsGroup": 10, "fsGroup": 2000,
                 "supplementalGroups": [4000],
                 "seLinuxOptions": {"user": "qux"},
-                "sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}]
+                "sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"},
+                            {"name": "net/ipv4/conf/eno2.100/rp_filter", "value": "2"}]
             }),
             serde_json::Value::Null,
         );
         let linux = sandbox_linux_config(&pod).unwrap();
+        // upstream `ConvertPodSysctlsVariableToDotsSeparator`.
+        assert_eq!(linux.sysctls["net.ipv4.conf.eno2/100.rp_filter"], "2");
         let sc = linux.security_context.unwrap();
         assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 1000 }));
         assert_eq!(sc.run_as_group, Some(cri::Int64Value { value: 10 }));

@@ -1,62 +1,113 @@
-//! Pod admission (upstream `HandlePodAdditions` → `canAdmitPod` → `rejectPod`; the
-//! predicate admit handler's OS checks in `lifecycle/predicate.go`): a pod the node cannot
-//! run is rejected when it is first seen: a Warning event with the reason and message, the
-//! status Failed with them, and nothing started. Pure: no clock, no I/O.
+//! Pod admission (upstream `HandlePodAdditions` → `canAdmitPod` → `rejectPod`): a pod the
+//! node cannot run is rejected when it is first seen: a Warning event with the reason and
+//! message, the status Failed with them, and nothing started. Pure: no clock, no I/O (the
+//! host's state, [`AdmitHandlers`], is read once at start by the binary).
 //!
-//! Deviation: of upstream's admit handlers only the OS checks are here (no resource fit,
-//! eviction, sysctl or AppArmor admission). The node's OS is the agent's
+//! The admit handlers run in upstream's order (`NewMainKubelet`), the first rejection wins:
+//! the sysctls ([`crate::sysctl`]), the predicate's OS checks (`lifecycle/predicate.go`), and on
+//! Linux AppArmor ([`crate::apparmor`]).
+//!
+//! Deviation: upstream's other handlers are not here (eviction, resource allocation, the
+//! predicate's resource fit, pod features, node shutdown). The node's OS is the agent's
 //! (`std::env::consts::OS`, upstream `runtime.GOOS`), which is also its `kubernetes.io/os`
 //! label.
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
+use crate::apparmor::{self, AppArmorHost};
+use crate::sysctl::Allowlist;
+
 /// The node label naming the node's OS (upstream `v1.LabelOSStable`).
 pub const LABEL_OS: &str = "kubernetes.io/os";
 
 /// Why a pod is not admitted (upstream `PodAdmitResult` with `Admit: false`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
     /// The event's and the status's reason.
     pub reason: &'static str,
     /// The event's message (the status's after "Pod was rejected: ").
-    pub message: &'static str,
+    pub message: String,
 }
 
-/// A pod whose `kubernetes.io/os` label is not the node's OS (upstream
+/// The reason of a pod whose `kubernetes.io/os` label is not the node's OS (upstream
 /// `rejectPodAdmissionBasedOnOSSelector`).
-pub const OS_SELECTOR_MISMATCH: Rejection = Rejection {
-    reason: "PodOSSelectorNodeLabelDoesNotMatch",
-    message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label",
-};
+pub const OS_SELECTOR_MISMATCH: &str = "PodOSSelectorNodeLabelDoesNotMatch";
+const OS_SELECTOR_MISMATCH_MESSAGE: &str =
+    "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label";
 
-/// A pod whose `spec.os.name` is not the node's OS (upstream
+/// The reason of a pod whose `spec.os.name` is not the node's OS (upstream
 /// `rejectPodAdmissionBasedOnOSField`).
-pub const OS_NOT_SUPPORTED: Rejection = Rejection {
-    reason: "PodOSNotSupported",
-    message: "Failed to admit pod as the OS field doesn't match node OS",
-};
+pub const OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
+const OS_NOT_SUPPORTED_MESSAGE: &str = "Failed to admit pod as the OS field doesn't match node OS";
 
-/// Upstream `canAdmitPod` (its OS checks, in upstream's order) on a node running `node_os`:
-/// `None` admits the pod.
-pub fn admission_rejection(pod: &Pod, node_os: &str) -> Option<Rejection> {
+/// What the admit handlers know of the node (upstream's `PodAdmitHandlers`, as
+/// `NewMainKubelet` registers them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmitHandlers {
+    /// The node's OS (`linux`).
+    pub node_os: String,
+    /// The sysctls pods may set: the safe ones of the running kernel and the config's
+    /// `allowedUnsafeSysctls`.
+    pub sysctls: Allowlist,
+    /// Whether the host enforces AppArmor.
+    pub apparmor: AppArmorHost,
+}
+
+impl Default for AdmitHandlers {
+    /// The agent's OS, the safe sysctls of a kernel of unknown version, and no AppArmor.
+    fn default() -> Self {
+        Self {
+            node_os: std::env::consts::OS.to_owned(),
+            sysctls: Allowlist::new(crate::sysctl::safe_sysctl_allowlist(None))
+                .expect("the safe sysctls are valid and namespaced"),
+            apparmor: AppArmorHost::Disabled(apparmor::NOT_ENABLED),
+        }
+    }
+}
+
+impl AdmitHandlers {
+    /// Upstream `canAdmitPod`: `None` admits the pod.
+    pub fn admit(&self, pod: &Pod) -> Option<Rejection> {
+        if let Some(rejection) = self.sysctls.admit(pod) {
+            return Some(rejection);
+        }
+        if let Some(rejection) = os_rejection(pod, &self.node_os) {
+            return Some(rejection);
+        }
+        // AppArmor is a Linux security module: upstream registers its handler on Linux only.
+        if self.node_os == "linux" {
+            return apparmor::admit(pod, self.apparmor);
+        }
+        None
+    }
+}
+
+/// The predicate admit handler's OS checks on a node running `node_os`, in upstream's order.
+fn os_rejection(pod: &Pod, node_os: &str) -> Option<Rejection> {
     let label = pod
         .metadata
         .labels
         .as_ref()
         .and_then(|labels| labels.get(LABEL_OS));
     if label.is_some_and(|os| os != node_os) {
-        return Some(OS_SELECTOR_MISMATCH);
+        return Some(Rejection {
+            reason: OS_SELECTOR_MISMATCH,
+            message: OS_SELECTOR_MISMATCH_MESSAGE.to_owned(),
+        });
     }
     let os = pod.spec.as_ref().and_then(|s| s.os.as_ref());
     if os.is_some_and(|os| os.name != node_os) {
-        return Some(OS_NOT_SUPPORTED);
+        return Some(Rejection {
+            reason: OS_NOT_SUPPORTED,
+            message: OS_NOT_SUPPORTED_MESSAGE.to_owned(),
+        });
     }
     None
 }
 
 /// Upstream `rejectPod`'s status: Failed, the reason, the message after "Pod was rejected: ",
 /// the QoS class kept.
-pub fn rejected_status(pod: &Pod, rejection: Rejection) -> PodStatus {
+pub fn rejected_status(pod: &Pod, rejection: &Rejection) -> PodStatus {
     PodStatus {
         phase: Some("Failed".to_owned()),
         reason: Some(rejection.reason.to_owned()),
@@ -81,25 +132,38 @@ mod tests {
         .unwrap()
     }
 
+    fn os_rejection_of(reason: &'static str) -> Option<Rejection> {
+        let message = match reason {
+            OS_NOT_SUPPORTED => OS_NOT_SUPPORTED_MESSAGE,
+            _ => OS_SELECTOR_MISMATCH_MESSAGE,
+        };
+        Some(Rejection {
+            reason,
+            message: message.to_owned(),
+        })
+    }
+
     /// Upstream e2e "PodOSRejection Kubelet [LinuxOnly] should reject pod when the node OS
     /// doesn't match pod's OS" and the predicate's OS checks: a `windows` pod on a `linux`
     /// node is rejected `PodOSNotSupported`; a wrong `kubernetes.io/os` label first.
     #[test]
     fn should_reject_pod_when_the_node_os_doesnt_match_pods_os() {
-        assert_eq!(admission_rejection(&pod(None, None), "linux"), None);
+        let linux = AdmitHandlers {
+            node_os: "linux".into(),
+            ..AdmitHandlers::default()
+        };
+        assert_eq!(linux.admit(&pod(None, None)), None);
+        assert_eq!(linux.admit(&pod(Some("linux"), Some("linux"))), None);
         assert_eq!(
-            admission_rejection(&pod(Some("linux"), Some("linux")), "linux"),
-            None
+            linux.admit(&pod(None, Some("windows"))),
+            os_rejection_of(OS_NOT_SUPPORTED)
         );
         assert_eq!(
-            admission_rejection(&pod(None, Some("windows")), "linux"),
-            Some(OS_NOT_SUPPORTED)
+            linux.admit(&pod(Some("windows"), Some("windows"))),
+            os_rejection_of(OS_SELECTOR_MISMATCH)
         );
-        assert_eq!(
-            admission_rejection(&pod(Some("windows"), Some("windows")), "linux"),
-            Some(OS_SELECTOR_MISMATCH)
-        );
-        let status = rejected_status(&pod(None, Some("windows")), OS_NOT_SUPPORTED);
+        let rejection = linux.admit(&pod(None, Some("windows"))).unwrap();
+        let status = rejected_status(&pod(None, Some("windows")), &rejection);
         assert_eq!(status.phase.as_deref(), Some("Failed"));
         assert_eq!(status.reason.as_deref(), Some("PodOSNotSupported"));
         assert_eq!(
@@ -107,5 +171,36 @@ mod tests {
             Some("Pod was rejected: Failed to admit pod as the OS field doesn't match node OS")
         );
         assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+    }
+
+    /// Upstream's order of the admit handlers (`NewMainKubelet`): the sysctls before the OS
+    /// checks, AppArmor after them and only on Linux.
+    #[test]
+    fn the_admit_handlers_run_in_upstreams_order() {
+        let mut p = pod(Some("windows"), None);
+        let spec = p.spec.as_mut().unwrap();
+        spec.security_context = Some(
+            serde_json::from_value(
+                serde_json::json!({"sysctls": [{"name": "kernel.msgmax", "value": "1"}],
+                               "appArmorProfile": {"type": "RuntimeDefault"}}),
+            )
+            .unwrap(),
+        );
+        p.status.as_mut().unwrap().phase = Some("Pending".into());
+        let linux = AdmitHandlers {
+            node_os: "linux".into(),
+            ..AdmitHandlers::default()
+        };
+        assert_eq!(linux.admit(&p).unwrap().reason, "SysctlForbidden");
+        let spec = p.spec.as_mut().unwrap();
+        spec.security_context.as_mut().unwrap().sysctls = None;
+        assert_eq!(linux.admit(&p).unwrap().reason, OS_SELECTOR_MISMATCH);
+        p.metadata.labels = None;
+        assert_eq!(linux.admit(&p).unwrap().reason, "AppArmor");
+        let other = AdmitHandlers {
+            node_os: "windows".into(),
+            ..AdmitHandlers::default()
+        };
+        assert_eq!(other.admit(&p), None);
     }
 }

@@ -6,7 +6,8 @@
 //!   state table the managers read (`PodStateProvider`, `PodDeletionSafety`);
 //!   [`workers::PodWorkers`] follows the pod source, one task per pod UID.
 //! * [`actions`]: what a sync does to the sandbox and the containers (`computePodActions`).
-//! * [`admission`]: whether the node admits a pod first seen (`canAdmitPod`'s OS checks).
+//! * [`admission`]: whether the node admits a pod first seen (`canAdmitPod`: the sysctl,
+//!   OS and AppArmor admit handlers); [`sysctl`] and [`apparmor`] are the first and the last.
 //! * [`runtime`]: the [`runtime::Runtime`] trait, the seam where a CRI runtime plugs in.
 //! * [`prober`]: liveness, readiness and startup probes (exec through the runtime, HTTP GET,
 //!   TCP, gRPC through the [`prober::GrpcProber`] seam), on a runtime that runs processes.
@@ -31,12 +32,14 @@
 
 pub mod actions;
 pub mod admission;
+pub mod apparmor;
 mod fault;
 pub mod lifecycle;
 pub mod prober;
 pub mod runtime;
 pub mod simulated;
 pub mod status;
+pub mod sysctl;
 pub mod workers;
 
 #[cfg(test)]

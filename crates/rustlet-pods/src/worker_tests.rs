@@ -1022,3 +1022,49 @@ async fn pod_os_rejection_should_reject_pod_when_the_node_os_doesnt_match_pods_o
         "{runtime:#?}"
     );
 }
+
+/// Upstream e2e "Sysctls [LinuxOnly] should not launch unsafe, but not explicitly enabled
+/// sysctls on the node" (the sysctl admit handler): a pod setting `kernel.msgmax`, which is not
+/// safe and not allowed, is Failed with `SysctlForbidden` at once (not left
+/// `ContainerCreating`), a Warning event says why, and nothing of it runs.
+#[tokio::test(start_paused = true)]
+async fn sysctls_should_not_launch_unsafe_but_not_explicitly_enabled_sysctls_on_the_node() {
+    let h = Harness::start(Duration::ZERO);
+    let mut p = pod("Never", &[], &["test-container"], &[]);
+    p.spec.as_mut().unwrap().security_context = Some(
+        serde_json::from_value(serde_json::json!({
+            "sysctls": [{"name": "kernel.msgmax", "value": "10000000000"}]
+        }))
+        .unwrap(),
+    );
+    h.put(p);
+    h.until("the pod fails", Duration::from_secs(5), async |h| {
+        h.status().phase.as_deref() == Some("Failed")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let status = h.status();
+    assert_eq!(status.reason.as_deref(), Some("SysctlForbidden"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some(r#"Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted"#)
+    );
+    let rejected: Vec<_> = h
+        .events
+        .events()
+        .into_iter()
+        .filter(|(_, reason, _)| reason == "SysctlForbidden")
+        .collect();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0].0, EventKind::Warning);
+    assert_eq!(
+        rejected[0].2,
+        r#"forbidden sysctl: "kernel.msgmax" not allowlisted"#
+    );
+    assert!(h.events("Started").is_empty());
+    let runtime = h.runtime_status().await;
+    assert!(
+        runtime.sandbox.is_none() && runtime.containers.is_empty(),
+        "{runtime:#?}"
+    );
+}

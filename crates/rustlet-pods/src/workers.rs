@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions::{ContainerToKill, KillReason, ProbeFailures, compute_pod_actions};
-use crate::admission::{admission_rejection, rejected_status};
+use crate::admission::{AdmitHandlers, rejected_status};
 use crate::prober::{
     GrpcProber, OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask,
 };
@@ -234,6 +234,8 @@ pub struct PodWorkersConfig {
     pub housekeeping_period: Duration,
     /// Feature gates in force.
     pub gates: FeatureGates,
+    /// What admits a pod first seen (upstream `canAdmitPod`'s handlers).
+    pub admit_handlers: AdmitHandlers,
 }
 
 impl PodWorkersConfig {
@@ -248,6 +250,7 @@ impl PodWorkersConfig {
             sync_error_backoff: Duration::from_secs(10),
             housekeeping_period: Duration::from_secs(2),
             gates: FeatureGates::default(),
+            admit_handlers: AdmitHandlers::default(),
         }
     }
 }
@@ -349,22 +352,26 @@ impl PodWorkers {
     }
 
     /// Upstream `HandlePodAdditions`' admission of a pod first seen, unless its API phase is
-    /// terminal ([`admission_rejection`]): a rejected pod gets upstream's `rejectPod` (a
+    /// terminal ([`AdmitHandlers::admit`]): a rejected pod gets upstream's `rejectPod` (a
     /// Warning event, the status Failed with the reason) and its worker never starts it.
     fn admit(&self, pod: &Pod) -> Admission {
         if api_phase_terminal(pod) {
             return Admission::Admitted;
         }
-        let Some(rejection) = admission_rejection(pod, std::env::consts::OS) else {
+        let Some(rejection) = self.shared.config.admit_handlers.admit(pod) else {
             return Admission::Admitted;
         };
-        warn!(pod = %full_name(pod), reason = rejection.reason, "pod rejected at admission");
-        self.shared
-            .events
-            .event(pod, EventKind::Warning, rejection.reason, rejection.message);
+        warn!(pod = %full_name(pod), reason = rejection.reason, message = %rejection.message,
+              "pod rejected at admission");
+        self.shared.events.event(
+            pod,
+            EventKind::Warning,
+            rejection.reason,
+            &rejection.message,
+        );
         self.shared
             .status
-            .set_pod_status(pod, rejected_status(pod, rejection));
+            .set_pod_status(pod, rejected_status(pod, &rejection));
         Admission::Rejected
     }
 

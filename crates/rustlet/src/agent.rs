@@ -25,6 +25,9 @@ use rustlet_api::{
 use rustlet_core::node_status::RuntimeCondition;
 use rustlet_cri::cgroups::PodCgroupsConfig;
 use rustlet_cri::{CriConfig, CriRuntime};
+use rustlet_pods::admission::AdmitHandlers;
+use rustlet_pods::apparmor::AppArmorHost;
+use rustlet_pods::sysctl::Allowlist;
 use rustlet_pods::{
     PodLifecycles, PodWorkers, PodWorkersConfig, PodWorkersDeps, Runtime, SimulatedConfig,
     SimulatedRuntime,
@@ -230,6 +233,7 @@ fn supervise(
 /// (bounded) and returns, leaving every mount in place.
 pub async fn run(config: AgentConfig) -> Result<()> {
     let _lock = lock_root(&config.root_dir)?;
+    let admit_handlers = admit_handlers(&config)?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let cancel = CancellationToken::new();
@@ -441,6 +445,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         },
         PodWorkersConfig {
             host_ips: vec![config.node_ip.clone()],
+            admit_handlers,
             ..PodWorkersConfig::new(&config.root_dir)
         },
     );
@@ -584,6 +589,31 @@ async fn serve_healthz(addr: SocketAddr, app: axum::Router, cancel: Cancellation
             () = tokio::time::sleep(HEALTHZ_RETRY) => {}
         }
     }
+}
+
+/// The admit handlers of upstream's `NewMainKubelet`, from the host as it is at start: the safe
+/// sysctls of the running kernel (all those with a kernel condition dropped when its version
+/// cannot be read, as upstream) and `allowedUnsafeSysctls`; whether AppArmor is enabled.
+fn admit_handlers(config: &AgentConfig) -> Result<AdmitHandlers> {
+    let kernel = rustlet_pods::sysctl::read_kernel_version()
+        .inspect_err(|e| {
+            warn!(error = %e, "unable to determine which safe sysctls the kernel namespaces");
+        })
+        .ok();
+    let safe = rustlet_pods::sysctl::safe_sysctl_allowlist(kernel.as_ref());
+    let sysctls = Allowlist::new(
+        safe.iter()
+            .copied()
+            .chain(config.allowed_unsafe_sysctls.iter().map(String::as_str)),
+    )
+    .context("config key allowedUnsafeSysctls")?;
+    let apparmor = AppArmorHost::detect();
+    info!(kernel = ?kernel.map(|k| k.to_string()), ?apparmor, "pod admission");
+    Ok(AdmitHandlers {
+        node_os: std::env::consts::OS.to_owned(),
+        sysctls,
+        apparmor,
+    })
 }
 
 #[cfg(test)]

@@ -233,6 +233,9 @@ pub struct FileConfig {
     container_log_max_workers: Option<i64>,
     /// How often the logs' sizes are checked (kubelet `containerLogMonitorInterval`, `10s`).
     container_log_monitor_interval: Option<String>,
+    /// Sysctls (or patterns ending in `*`) pods may set besides the safe ones (kubelet
+    /// `allowedUnsafeSysctls`); each must be known to be namespaced.
+    allowed_unsafe_sysctls: Option<Vec<String>>,
 }
 
 /// `authentication` with the kubelet's names.
@@ -442,6 +445,8 @@ pub struct AgentConfig {
     /// With `cgroupsPerQOS`: the cgroup root the pods' cgroups go under (absolute, `/` by
     /// default); `None`: no pod cgroups.
     pub pod_cgroup_root: Option<String>,
+    /// `allowedUnsafeSysctls`, each valid and known to be namespaced.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 /// A configuration error: one line naming the flag or key (exit code 2).
@@ -864,6 +869,10 @@ impl AgentConfig {
                 Some(root)
             }
         };
+        // upstream's NewAllowlist refuses the kubelet's start on a bad pattern.
+        let allowed_unsafe_sysctls = file.allowed_unsafe_sysctls.take().unwrap_or_default();
+        rustlet_pods::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
+            .map_err(|e| bad(format!("config key allowedUnsafeSysctls: {e}")))?;
         let container_runtime_endpoint = cli
             .container_runtime_endpoint
             .or(file.container_runtime_endpoint)
@@ -920,6 +929,7 @@ impl AgentConfig {
             ),
             simulated_pod_ip_base,
             pod_cgroup_root,
+            allowed_unsafe_sysctls,
         })
     }
 }
@@ -1545,6 +1555,46 @@ mod tests {
                 "{text}: {err}"
             );
         }
+    }
+
+    /// `allowedUnsafeSysctls` (upstream `NewAllowlist` at the kubelet's start): names and
+    /// patterns ending in `*` known to be namespaced are kept; an invalid pattern or a sysctl
+    /// not known to be namespaced stops the agent, naming the key.
+    #[test]
+    fn allowed_unsafe_sysctls_refuses_what_new_allowlist_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        let local = dir.path().to_str().unwrap();
+        let resolve = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            parse(&[
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--local",
+                local,
+                "--config",
+                file.to_str().unwrap(),
+            ])
+        };
+        assert!(resolve("").unwrap().allowed_unsafe_sysctls.is_empty());
+        assert_eq!(
+            resolve("allowedUnsafeSysctls: [\"kernel.msg*\", \"net.core.somaxconn\"]\n")
+                .unwrap()
+                .allowed_unsafe_sysctls,
+            ["kernel.msg*", "net.core.somaxconn"]
+        );
+        assert_eq!(
+            resolve("allowedUnsafeSysctls: [\"vm.swappiness\"]\n").unwrap_err(),
+            "config key allowedUnsafeSysctls: the sysctls \"vm.swappiness\" are not known to be \
+             namespaced"
+        );
+        let err = resolve("allowedUnsafeSysctls: [\"net.*.foo\"]\n").unwrap_err();
+        assert!(
+            err.starts_with("config key allowedUnsafeSysctls: sysctl \"net.*.foo\" must have at most 253 characters and match regex"),
+            "{err}"
+        );
     }
 
     #[test]

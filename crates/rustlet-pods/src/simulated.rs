@@ -101,6 +101,8 @@ struct State {
     pods: HashMap<PodUid, SimPod>,
     next_ip: u32,
     next_id: u64,
+    /// Pods whose sandboxes the runtime refuses to make, with why ([`SimulatedRuntime::refuse_sandboxes`]).
+    refused_sandboxes: HashMap<PodUid, String>,
 }
 
 /// The simulated runtime.
@@ -165,6 +167,7 @@ impl SimulatedRuntime {
                 pods: HashMap::new(),
                 next_ip: 0,
                 next_id: 0,
+                refused_sandboxes: HashMap::new(),
             }),
             epoch: (
                 Instant::now(),
@@ -202,6 +205,19 @@ impl SimulatedRuntime {
             }
         }
         let _ = self.events.send(uid.clone());
+    }
+
+    /// Fault: every `RunPodSandbox` of the pod fails with `message` (a sandbox config the
+    /// runtime cannot make, a CNI failure), until [`Self::allow_sandboxes`].
+    pub fn refuse_sandboxes(&self, uid: &PodUid, message: &str) {
+        self.lock()
+            .refused_sandboxes
+            .insert(uid.clone(), message.to_owned());
+    }
+
+    /// Ends [`Self::refuse_sandboxes`] for the pod.
+    pub fn allow_sandboxes(&self, uid: &PodUid) {
+        self.lock().refused_sandboxes.remove(uid);
     }
 
     /// Fault: the runtime no longer knows the state of the newest instance of `container` (CRI
@@ -276,6 +292,12 @@ impl Runtime for SimulatedRuntime {
             .and_then(|s| s.host_network)
             .unwrap_or(false);
         let mut state = self.lock();
+        if let Some(message) = state.refused_sandboxes.get(&uid) {
+            return Err(RuntimeError::CreateSandbox {
+                pod: full_name(pod),
+                message: message.clone(),
+            });
+        }
         if let Some(sandbox) = state.pods.get(&uid).and_then(|p| p.sandbox.clone())
             && sandbox.ready
         {

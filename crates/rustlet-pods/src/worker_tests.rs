@@ -352,6 +352,36 @@ async fn c8_a_never_pod_whose_sandbox_died_gets_no_new_sandbox() {
     assert!(h.events("Started").len() == 1, "{:?}", h.events("Started"));
 }
 
+/// upstream `SyncPod`, spec `Hostname of Pod a pod configured to set FQDN as hostname will
+/// remain in Pending state generating FailedCreatePodSandBox events when the FQDN is longer
+/// than 64 bytes`: a sandbox the runtime cannot make is a Warning `FailedCreatePodSandBox`
+/// with its error, retried; the pod stays Pending, nothing starts; once the runtime makes it,
+/// the pod runs.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_the_runtime_refuses_is_a_failed_create_pod_sandbox_event_and_the_pod_stays_pending()
+ {
+    let h = Harness::start(Duration::ZERO);
+    let why = "failed to construct FQDN from pod hostname and cluster domain, FQDN x is too long";
+    h.runtime.refuse_sandboxes(&PodUid::new(UID), why);
+    h.put(pod("Always", &[], &["a"], &[]));
+    h.until("two failed attempts", Duration::from_secs(60), async |h| {
+        h.events("FailedCreatePodSandBox").len() >= 2
+    })
+    .await;
+    assert_eq!(
+        h.events("FailedCreatePodSandBox")[0],
+        format!("Failed to create pod sandbox: {why}")
+    );
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Pending"), "{status:#?}");
+    assert!(h.events("Started").is_empty());
+    h.runtime.allow_sandboxes(&PodUid::new(UID));
+    h.until("a runs", Duration::from_secs(60), async |h| {
+        find(&h.status().container_statuses, "a").is_some_and(running)
+    })
+    .await;
+}
+
 /// Item 8 (C11): a container whose state the runtime lost is killed before it is started
 /// again (two instances must never run at once).
 #[tokio::test(start_paused = true)]

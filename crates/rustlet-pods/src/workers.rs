@@ -51,6 +51,9 @@ use crate::status::{
     past_active_deadline,
 };
 
+/// The event of a sandbox the runtime could not make (upstream `events.FailedCreatePodSandBox`).
+pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+
 /// Where a pod is in its lifecycle (upstream `podSyncStatus`'s `WorkType` plus `finished`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Lifecycle {
@@ -1163,8 +1166,22 @@ impl Worker {
                 self.kill_container(pod, kill).await?;
             }
         }
-        if actions.create_sandbox {
-            runtime_api.run_pod_sandbox(pod).await?;
+        if actions.create_sandbox
+            && let Err(e) = runtime_api.run_pod_sandbox(pod).await
+        {
+            // upstream `SyncPod`: a Warning `FailedCreatePodSandBox` with the runtime's error on
+            // each failed attempt; the pod stays Pending and the sync is retried.
+            let why = match &e {
+                RuntimeError::CreateSandbox { message, .. } => message.clone(),
+                other => other.to_string(),
+            };
+            self.event(
+                pod,
+                EventKind::Warning,
+                FAILED_CREATE_POD_SANDBOX,
+                &format!("Failed to create pod sandbox: {why}"),
+            );
+            return Err(e.into());
         }
         self.ensure_probes(pod);
 

@@ -410,14 +410,13 @@ impl MirrorPods {
             }
             let mirror = mirrors.get(&full_name(static_pod));
             let mut deleted = false;
-            if let Some(mirror) = mirror {
-                if mirror.metadata.deletion_timestamp.is_some() || !is_mirror_of(mirror, static_pod)
-                {
-                    info!(pod = ?full_name(mirror), uid = ?mirror.metadata.uid, "deleting the mirror pod of a static pod that changed");
-                    match self.delete(mirror).await {
-                        Ok(gone) => deleted = gone,
-                        Err(e) => errors.push(e),
-                    }
+            if let Some(mirror) = mirror
+                .filter(|m| m.metadata.deletion_timestamp.is_some() || !is_mirror_of(m, static_pod))
+            {
+                info!(pod = ?full_name(mirror), uid = ?mirror.metadata.uid, "deleting the mirror pod of a static pod that changed");
+                match self.delete(mirror).await {
+                    Ok(gone) => deleted = gone,
+                    Err(e) => errors.push(e),
                 }
             }
             if mirror.is_none() || deleted {

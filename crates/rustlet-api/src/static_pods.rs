@@ -20,6 +20,11 @@
 //!   one stopped, and the old mirror stays meanwhile); a mirror without a static pod is deleted
 //!   once the sources were read and no static pod of its name still runs or stops (deletions:
 //!   grace 0, the mirror's UID as precondition). Deleting a mirror never stops the static pod.
+//!   Deviations: the pass runs on every change of the pod cache or of the static pods' workers
+//!   and every 10 s, where upstream reconciles a mirror in its static pod's `syncPod`; and
+//!   upstream's `fastStaticPodsRegistration` (every missing mirror made once when the Node is
+//!   registered, whatever its worker) is not done: a static pod's worker starts at once unless
+//!   an earlier incarnation of its manifest still runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -31,7 +31,8 @@
 //! * [`dir_watch::DirWatch`]: inotify on a manifest directory, so `DirectorySync` and the
 //!   static pod source read a change at once (a periodic scan stays as the safety net).
 //! * [`static_pods`]: static pods from a manifest directory (`--pod-manifest-path`) into the
-//!   pod cache, and their mirror pods in the API.
+//!   pod cache, and their mirror pods in the API, which follow the pod workers through the
+//!   [`static_pods::StaticPodWorkers`] seam.
 //! * [`node::NodeRegistrar`]: registers the Node as the kubelet does (labels, annotation,
 //!   taints; an existing Node reconciled), keeps its status (upstream's setters over the
 //!   [`node::machine::Machine`] and [`node::NodeRuntime`] seams, patched on a change or every

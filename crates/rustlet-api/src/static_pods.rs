@@ -12,10 +12,19 @@
 //!   restart keeps it; deviation: SHA-256 where upstream hashes with MD5, so the UIDs differ
 //!   from a kubelet's). Annotations `kubernetes.io/config.hash` = the UID and
 //!   `kubernetes.io/config.source: file` (no `config.seen`, which would change every scan).
-//! * [`MirrorPods`] keeps one mirror pod in the API per static pod: a copy with
+//! * [`MirrorPods`] keeps one mirror pod in the API per static pod, following the pod workers
+//!   ([`StaticPodWorkers`]) as upstream's `syncPod` and housekeeping do: a copy with
 //!   `kubernetes.io/config.mirror` = the static pod's hash and a controller owner reference to
-//!   the Node; a mirror being deleted, with another hash, or without a static pod is deleted
-//!   (grace 0, its UID as precondition). Deleting a mirror never stops the static pod.
+//!   the Node is created, and a mirror being deleted or with another hash replaced, only for a
+//!   static pod whose worker started it (W9: an edited manifest's new pod waits until the old
+//!   one stopped, and the old mirror stays meanwhile); a mirror without a static pod is deleted
+//!   once the sources were read and no static pod of its name still runs or stops (deletions:
+//!   grace 0, the mirror's UID as precondition). Deleting a mirror never stops the static pod.
+//!   Deviations: the pass runs on every change of the pod cache or of the static pods' workers
+//!   and every 10 s, where upstream reconciles a mirror in its static pod's `syncPod`; and
+//!   upstream's `fastStaticPodsRegistration` (every missing mirror made once when the Node is
+//!   registered, whatever its worker) is not done: a static pod's worker starts at once unless
+//!   an earlier incarnation of its manifest still runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,8 +34,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use rustlet_core::PodUid;
 use rustlet_status::ClientError;
 use serde_json::Value;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -258,12 +269,39 @@ fn static_pod(path: &Path, mut object: Value, node_name: &str) -> Result<Pod, Ma
     Ok(pod)
 }
 
+/// What the pod workers say about static pods, for their mirror pods. `rustlet-pods` answers
+/// (its lifecycle table); the binary connects the two.
+pub trait StaticPodWorkers: Send + Sync {
+    /// Whether the static pod `uid` was allowed to start (W9: no earlier incarnation of its
+    /// full name still runs; upstream `allowPodStart`) and is syncing: upstream's `syncPod`
+    /// runs for it, which creates its mirror or replaces an outdated one
+    /// (`tryReconcileMirrorPods`).
+    fn is_syncing(&self, uid: &PodUid) -> bool;
+
+    /// Upstream `IsPodForMirrorPodTerminatingByFullName`, asked for a mirror pod whose static
+    /// pod left the source: whether the started static pod named `namespace`/`name` has not
+    /// terminated yet. Its orphaned mirror stays until it has.
+    fn is_terminating(&self, namespace: &str, name: &str) -> bool;
+
+    /// A receiver that sees a new value whenever an answer of [`Self::is_syncing`] or
+    /// [`Self::is_terminating`] may have changed (a static pod started or terminated).
+    fn subscribe(&self) -> watch::Receiver<u64>;
+}
+
 /// Keeps the API's mirror pods in step with the static pods (cluster mode).
 #[derive(Clone)]
 pub struct MirrorPods {
     pods: Api<Pod>,
     nodes: Api<Node>,
     node_name: String,
+    workers: Arc<dyn StaticPodWorkers>,
+}
+
+/// Upstream `IsMirrorPodOf`: the mirror of this static pod (same full name, its hash).
+fn is_mirror_of(mirror: &Pod, static_pod: &Pod) -> bool {
+    full_name(mirror) == full_name(static_pod)
+        && annotation(mirror, CONFIG_MIRROR)
+            .is_some_and(|h| Some(h) == annotation(static_pod, CONFIG_HASH))
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
@@ -275,12 +313,17 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 }
 
 impl MirrorPods {
-    /// Mirror pods of `node_name`'s static pods, through `client`.
-    pub fn new(client: kube::Client, node_name: impl Into<String>) -> Self {
+    /// Mirror pods of `node_name`'s static pods, through `client`, as `workers` let them be.
+    pub fn new(
+        client: kube::Client,
+        node_name: impl Into<String>,
+        workers: Arc<dyn StaticPodWorkers>,
+    ) -> Self {
         Self {
             pods: Api::all(client.clone()),
             nodes: Api::all(client),
             node_name: node_name.into(),
+            workers,
         }
     }
 
@@ -327,8 +370,9 @@ impl MirrorPods {
             .map_err(client_error)
     }
 
-    /// Upstream `DeleteMirrorPod`: grace 0 with the mirror's UID as precondition.
-    pub async fn delete(&self, mirror: &Pod) -> Result<(), ClientError> {
+    /// Upstream `DeleteMirrorPod`: grace 0 with the mirror's UID as precondition. Whether this
+    /// call deleted it (not when it was gone already or had another UID: 404, 409).
+    pub async fn delete(&self, mirror: &Pod) -> Result<bool, ClientError> {
         let (namespace, name) = full_name(mirror);
         let params = DeleteParams {
             grace_period_seconds: Some(0),
@@ -342,37 +386,45 @@ impl MirrorPods {
             .delete(&name, &params)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             Err(e) => match client_error(e) {
-                ClientError::NotFound(_) => Ok(()),
+                ClientError::NotFound(_) | ClientError::Conflict(_) => Ok(false),
                 other => Err(other),
             },
         }
     }
 
-    /// One pass: a mirror for every static pod, none for pods that are gone or changed.
+    /// One pass, as upstream: for every static pod whose worker started it and syncs it
+    /// (`syncPod`'s `tryReconcileMirrorPods`), its mirror being deleted or with another hash is
+    /// deleted, and one is created when there was none or it was just deleted; once the sources
+    /// were read, a mirror without a static pod of its name is deleted unless a static pod of
+    /// that name still runs or stops (`HandlePodCleanups`, `deleteOrphanedMirrorPods`). A static
+    /// pod waiting for its turn (an earlier incarnation of its manifest still stopping) leaves
+    /// the old mirror as it is.
     pub async fn reconcile(&self, cache: &PodCache) -> Vec<ClientError> {
         let statics = cache.static_pods();
-        let mirrors = cache.mirror_pods();
+        let mirrors: BTreeMap<_, _> = cache
+            .mirror_pods()
+            .into_iter()
+            .map(|m| (full_name(&m), m))
+            .collect();
         let mut errors = Vec::new();
-        for mirror in &mirrors {
-            let wanted = statics.iter().find(|s| full_name(s) == full_name(mirror));
-            let current = wanted.is_some_and(|s| {
-                annotation(mirror, CONFIG_MIRROR) == annotation(s, CONFIG_HASH)
-                    && mirror.metadata.deletion_timestamp.is_none()
-            });
-            if !current {
-                info!(pod = ?full_name(mirror), "deleting the mirror pod of a static pod that changed or went");
-                if let Err(e) = self.delete(mirror).await {
-                    errors.push(e);
+        for static_pod in &statics {
+            if !self.workers.is_syncing(&PodUid::of(static_pod)) {
+                continue;
+            }
+            let mirror = mirrors.get(&full_name(static_pod));
+            let mut deleted = false;
+            if let Some(mirror) = mirror
+                .filter(|m| m.metadata.deletion_timestamp.is_some() || !is_mirror_of(m, static_pod))
+            {
+                info!(pod = ?full_name(mirror), uid = ?mirror.metadata.uid, "deleting the mirror pod of a static pod that changed");
+                match self.delete(mirror).await {
+                    Ok(gone) => deleted = gone,
+                    Err(e) => errors.push(e),
                 }
             }
-        }
-        for static_pod in &statics {
-            if !mirrors
-                .iter()
-                .any(|m| full_name(m) == full_name(static_pod))
-            {
+            if mirror.is_none() || deleted {
                 info!(pod = ?full_name(static_pod), "creating the mirror pod of a static pod");
                 match self.create(static_pod).await {
                     Ok(_) => {}
@@ -381,12 +433,30 @@ impl MirrorPods {
                 }
             }
         }
+        // Upstream's housekeeping runs only once every source was read: before that a mirror
+        // only looks orphaned.
+        if !rustlet_volume::populator::PodSource::all_sources_ready(cache) {
+            return errors;
+        }
+        for (name, mirror) in &mirrors {
+            if statics.iter().any(|s| full_name(s) == *name)
+                || self.workers.is_terminating(&name.0, &name.1)
+            {
+                continue;
+            }
+            info!(pod = ?name, uid = ?mirror.metadata.uid, "deleting the mirror pod of a static pod that went");
+            if let Err(e) = self.delete(mirror).await {
+                errors.push(e);
+            }
+        }
         errors
     }
 
-    /// Reconciles after every change of the pod cache and every 10 s, until cancelled.
+    /// Reconciles after every change of the pod cache or of the static pods' workers (one
+    /// started, or terminated) and every 10 s, until cancelled.
     pub async fn run(self, cache: Arc<PodCache>, cancel: CancellationToken) {
         let mut changes = cache.subscribe();
+        let mut workers = self.workers.subscribe();
         loop {
             for error in self.reconcile(&cache).await {
                 warn!("mirror pods: {error}");
@@ -394,6 +464,7 @@ impl MirrorPods {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 changed = changes.changed() => if changed.is_err() { return },
+                changed = workers.changed() => if changed.is_err() { return },
                 () = tokio::time::sleep(Duration::from_secs(10)) => {}
             }
         }
@@ -403,6 +474,12 @@ impl MirrorPods {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    use crate::backend::Backend;
+    use crate::local::store::Store;
+    use crate::test_server::TestApiServer;
 
     const PROXY: &str = "apiVersion: v1
 kind: Pod
@@ -478,5 +555,197 @@ spec:
         for file in ["two.yaml", "cm.yaml", "bad.yaml"] {
             assert!(text.iter().any(|t| t.contains(file)), "{file}: {text:?}");
         }
+    }
+
+    /// The pod workers as the mirror pods see them: which static pods sync, which names still
+    /// stop.
+    #[derive(Default)]
+    struct FakeWorkers {
+        syncing: Mutex<HashSet<PodUid>>,
+        stopping: Mutex<HashSet<(String, String)>>,
+        changed: watch::Sender<u64>,
+    }
+
+    impl FakeWorkers {
+        fn set(&self, syncing: &[&Pod], stopping: &[&Pod]) {
+            *self.syncing.lock().unwrap() = syncing.iter().map(|p| PodUid::of(p)).collect();
+            *self.stopping.lock().unwrap() = stopping.iter().map(|p| full_name(p)).collect();
+            self.changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    impl StaticPodWorkers for FakeWorkers {
+        fn is_syncing(&self, uid: &PodUid) -> bool {
+            self.syncing.lock().unwrap().contains(uid)
+        }
+
+        fn is_terminating(&self, namespace: &str, name: &str) -> bool {
+            self.stopping
+                .lock()
+                .unwrap()
+                .contains(&(namespace.to_owned(), name.to_owned()))
+        }
+
+        fn subscribe(&self) -> watch::Receiver<u64> {
+            self.changed.subscribe()
+        }
+    }
+
+    /// The mirror pods of node `node-a` running over the test API server, the pod cache fed
+    /// by its watch.
+    struct Mirrors {
+        server: TestApiServer,
+        cache: Arc<PodCache>,
+        workers: Arc<FakeWorkers>,
+        cancel: CancellationToken,
+    }
+
+    impl Mirrors {
+        async fn start() -> Self {
+            let server = TestApiServer::start(Arc::new(Store::default()))
+                .await
+                .unwrap();
+            server
+                .store()
+                .create(serde_json::json!({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": "node-a"}}))
+                .unwrap();
+            let client = kube::Client::new(server.router(), "default");
+            let cache = Arc::new(PodCache::with_static_source());
+            let workers = Arc::new(FakeWorkers::default());
+            let cancel = CancellationToken::new();
+            {
+                let (cache, backend) = (cache.clone(), Backend::Cluster(client.clone()));
+                tokio::spawn(async move { cache.run(&backend, "node-a").await });
+            }
+            let mirrors = MirrorPods::new(client, "node-a", workers.clone());
+            tokio::spawn(mirrors.run(cache.clone(), cancel.clone()));
+            Self {
+                server,
+                cache,
+                workers,
+                cancel,
+            }
+        }
+
+        /// The mirror pod of `graceful` in the API: its UID and its static pod's hash.
+        fn mirror(&self) -> Option<(String, String)> {
+            let reference = ObjectRef::new(Kind::Pod, "ns", "graceful-node-a");
+            let pod: Pod =
+                serde_json::from_value(self.server.store().get(&reference).ok()?).unwrap();
+            Some((
+                pod.metadata.uid.clone().unwrap(),
+                annotation(&pod, CONFIG_MIRROR).unwrap().to_owned(),
+            ))
+        }
+
+        /// Waits (paused time) until the mirror is `wanted`, at most `within`.
+        async fn until(
+            &self,
+            what: &str,
+            within: Duration,
+            wanted: impl Fn(Option<&(String, String)>) -> bool,
+        ) {
+            let deadline = tokio::time::Instant::now() + within;
+            loop {
+                let mirror = self.mirror();
+                if wanted(mirror.as_ref()) {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{what}: not within {within:?}: {mirror:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    impl Drop for Mirrors {
+        fn drop(&mut self) {
+            self.cancel.cancel();
+        }
+    }
+
+    /// The static pod `graceful` in `ns` with a 20 s grace period, running `image`.
+    fn graceful(image: &str) -> Pod {
+        let manifest = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "graceful", "namespace": "ns"},
+            "spec": {"terminationGracePeriodSeconds": 20,
+                     "containers": [{"name": "m-test", "image": image}]}});
+        static_pod(Path::new("/etc/static/graceful.yaml"), manifest, "node-a").unwrap()
+    }
+
+    fn hash(pod: &Pod) -> String {
+        annotation(pod, CONFIG_HASH).unwrap().to_owned()
+    }
+
+    /// Upstream "MirrorPodWithGracePeriod when create a mirror pod mirror pod termination
+    /// should satisfy grace period when static pod is updated" (W30; `tryReconcileMirrorPods`
+    /// runs in `syncPod`, after `allowPodStart`): while the edited manifest's old incarnation
+    /// takes its 20 s to stop, the new one waits for its turn and the old mirror stays, with
+    /// its UID; once the new one's worker started it, the mirror is replaced at once (the
+    /// workers' signal wakes the pass, not the 10 s resync).
+    #[tokio::test(start_paused = true)]
+    async fn w30_an_outdated_mirror_stays_until_the_new_incarnation_starts() {
+        let m = Mirrors::start().await;
+        let (old, new) = (graceful("busybox"), graceful("pause"));
+        assert_ne!(hash(&old), hash(&new));
+        m.cache.set_static_pods(vec![old.clone()]);
+        m.workers.set(&[&old], &[]);
+        m.until("the mirror is created", Duration::from_secs(2), |mirror| {
+            mirror.is_some_and(|(_, h)| *h == hash(&old))
+        })
+        .await;
+        let (uid, _) = m.mirror().unwrap();
+
+        // The manifest is edited: the old pod stops (20 s), the new one waits for its turn.
+        m.cache.set_static_pods(vec![new.clone()]);
+        m.workers.set(&[], &[&old]);
+        for _ in 0..95 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(
+                m.mirror(),
+                Some((uid.clone(), hash(&old))),
+                "the old mirror stays while its pod stops"
+            );
+        }
+        m.workers.set(&[&new], &[]);
+        m.until("the mirror is replaced", Duration::from_secs(1), |mirror| {
+            mirror.is_some_and(|(u, h)| *u != uid && *h == hash(&new))
+        })
+        .await;
+    }
+
+    /// Upstream "MirrorPodWithGracePeriod when create a mirror pod mirror pod termination
+    /// should satisfy grace period when static pod is deleted" (`HandlePodCleanups` deletes an
+    /// orphaned mirror only when `!IsPodForMirrorPodTerminatingByFullName`): the mirror of a
+    /// deleted static pod stays, with its UID, while the pod stops, and goes once it stopped.
+    #[tokio::test(start_paused = true)]
+    async fn w30_an_orphaned_mirror_stays_while_its_static_pod_terminates() {
+        let m = Mirrors::start().await;
+        let pod = graceful("busybox");
+        m.cache.set_static_pods(vec![pod.clone()]);
+        m.workers.set(&[&pod], &[]);
+        m.until("the mirror is created", Duration::from_secs(2), |mirror| {
+            mirror.is_some()
+        })
+        .await;
+        let mirror = m.mirror();
+
+        // The manifest is deleted: the pod stops (20 s).
+        m.cache.set_static_pods(Vec::new());
+        m.workers.set(&[], &[&pod]);
+        for _ in 0..95 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(m.mirror(), mirror, "the mirror stays while its pod stops");
+        }
+        m.workers.set(&[], &[]);
+        m.until(
+            "the orphaned mirror is deleted",
+            Duration::from_secs(1),
+            |mirror| mirror.is_none(),
+        )
+        .await;
     }
 }

@@ -3,7 +3,9 @@
 //! runtime; API pod status generation.
 //!
 //! * [`workers`]: upstream's pod workers and sync methods. [`workers::PodLifecycles`] is the
-//!   state table the managers read (`PodStateProvider`, `PodDeletionSafety`);
+//!   state table the managers read (`PodStateProvider`, `PodDeletionSafety`) and the mirror
+//!   pods follow (which static pod started, which still runs: upstream's
+//!   `startedStaticPodsByFullname`);
 //!   [`workers::PodWorkers`] follows the pod source, one task per pod UID.
 //! * [`actions`]: what a sync does to the sandbox and the containers (`computePodActions`).
 //! * [`admission`]: whether the node admits a pod first seen (`canAdmitPod`: the sysctl,

@@ -29,6 +29,7 @@ struct Harness {
     runtime: Arc<SimulatedRuntime>,
     status: Arc<StatusManager>,
     events: Arc<FakeRecorder>,
+    lifecycles: Arc<PodLifecycles>,
     cancel: CancellationToken,
     _root: tempfile::TempDir,
 }
@@ -76,7 +77,7 @@ impl Harness {
             PodWorkersDeps {
                 pods: pods.clone(),
                 changes: changes_rx,
-                lifecycles,
+                lifecycles: lifecycles.clone(),
                 status: status.clone(),
                 volumes,
                 runtime: runtime.clone(),
@@ -94,6 +95,7 @@ impl Harness {
             runtime,
             status,
             events,
+            lifecycles,
             cancel,
             _root: root,
         }
@@ -741,6 +743,75 @@ async fn w9_a_waiting_static_pod_that_goes_is_never_started() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     let new = h.runtime.pod_status(&PodUid::new("uid-new")).await;
     assert!(new.instances("etcd").0.is_none(), "never started: {new:#?}");
+}
+
+/// Issue 27, upstream "MirrorPodWithGracePeriod when create a mirror pod mirror pod termination
+/// should satisfy grace period when static pod is updated / deleted" (W9, W30): what the mirror
+/// pods follow. A static pod may have its mirror only once its worker started it; while its
+/// edited manifest's old incarnation takes its 20 s to stop, neither incarnation may (the old
+/// mirror stays, `IsPodForMirrorPodTerminatingByFullName`); the new one may once the old
+/// terminated. A deleted static pod may run until it terminated (its orphaned mirror stays).
+/// Each change of those answers is signalled.
+#[tokio::test(start_paused = true)]
+async fn w30_a_static_pods_mirror_follows_the_incarnation_its_worker_started() {
+    let h = Harness::start_with(SimulatedConfig {
+        stop_delay: Duration::from_secs(20),
+        ..SimulatedConfig::default()
+    });
+    let (old, new) = (PodUid::new("uid-old"), PodUid::new("uid-new"));
+    let may_run = || {
+        h.lifecycles
+            .static_pod_may_run("kube-system", "etcd-node-a")
+    };
+    let mut signal = h.lifecycles.subscribe_static();
+    h.put(static_pod("uid-old", "etcd:1"));
+    h.until(
+        "the old incarnation syncs",
+        Duration::from_secs(5),
+        async |h| h.lifecycles.is_static_pod_syncing(&old),
+    )
+    .await;
+    assert!(signal.has_changed().unwrap(), "its start is signalled");
+    signal.mark_unchanged();
+    assert!(may_run());
+
+    // The manifest is edited: the old pod leaves the source and the new one comes.
+    h.pods.remove("uid-old");
+    h.pod_manager.remove_pod(&old);
+    h.put(static_pod("uid-new", "etcd:2"));
+    tokio::time::sleep(Duration::from_secs(19)).await;
+    assert!(!h.lifecycles.is_static_pod_syncing(&old));
+    assert!(
+        !h.lifecycles.is_static_pod_syncing(&new),
+        "waits for the old one's turn to end"
+    );
+    assert!(may_run(), "the old incarnation still stops");
+    assert!(!signal.has_changed().unwrap());
+    tokio::time::timeout(Duration::from_secs(5), signal.changed())
+        .await
+        .expect("the old one's end is signalled")
+        .unwrap();
+    h.until(
+        "the new incarnation syncs",
+        Duration::from_secs(5),
+        async |h| h.lifecycles.is_static_pod_syncing(&new),
+    )
+    .await;
+    assert!(may_run(), "the new incarnation runs");
+    signal.mark_unchanged();
+
+    // The manifest is deleted: the mirror is an orphan, kept while the pod stops.
+    h.pods.remove("uid-new");
+    h.pod_manager.remove_pod(&new);
+    h.changes.send_modify(|n| *n += 1);
+    tokio::time::sleep(Duration::from_secs(19)).await;
+    assert!(may_run(), "the deleted static pod still stops");
+    tokio::time::timeout(Duration::from_secs(5), signal.changed())
+        .await
+        .expect("its end is signalled")
+        .unwrap();
+    assert!(!may_run());
+    assert!(!h.lifecycles.is_static_pod_syncing(&new));
 }
 
 /// Issue 27 (node features), upstream "[sig-node] Pods should allow activeDeadlineSeconds to be

@@ -80,6 +80,13 @@ pub struct PodLifecycles {
     /// Bumped when a pod reaches `Terminated` or is forgotten: a static pod waiting for its
     /// earlier incarnation (W9) looks again.
     ended: watch::Sender<u64>,
+    /// W9/W30: by full name (`<name>_<namespace>`), the static pod whose worker was allowed to
+    /// start (upstream `startedStaticPodsByFullname`). Its mirror pod follows it: created or
+    /// replaced only while it syncs, and an orphaned mirror kept while it terminates.
+    started_static: Mutex<HashMap<String, PodUid>>,
+    /// Bumped when a static pod's worker starts, reaches `Terminated` or is forgotten (the
+    /// mirror pods look again).
+    static_changed: watch::Sender<u64>,
 }
 
 impl PodLifecycles {
@@ -106,12 +113,27 @@ impl PodLifecycles {
         self.changes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn started_static(&self) -> MutexGuard<'_, HashMap<String, PodUid>> {
+        self.started_static
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn is_started_static(&self, uid: &PodUid) -> bool {
+        self.started_static().values().any(|u| u == uid)
+    }
+
     fn set(&self, uid: &PodUid, state: Lifecycle) {
         let mut states = self.lock();
-        if states.insert(uid.clone(), state) != Some(state) {
+        let before = states.insert(uid.clone(), state);
+        if before != Some(state) {
             self.log().record(uid.clone());
             if state >= Lifecycle::Terminated {
                 self.ended.send_modify(|n| *n += 1);
+            }
+            let ended = state >= Lifecycle::Terminated && before < Some(Lifecycle::Terminated);
+            if ended && self.is_started_static(uid) {
+                self.static_changed.send_modify(|n| *n += 1);
             }
         }
     }
@@ -122,6 +144,49 @@ impl PodLifecycles {
             self.log().record(uid.clone());
             self.ended.send_modify(|n| *n += 1);
         }
+        let mut started = self.started_static();
+        let before = started.len();
+        started.retain(|_, u| u != uid);
+        if started.len() != before {
+            self.static_changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// W9 passed (upstream `allowStaticPodStart`): the static pod `uid` named `full_name`
+    /// starts; it replaces the earlier incarnation as the one its mirror pod follows.
+    fn static_started(&self, full_name: &str, uid: &PodUid) {
+        self.started_static()
+            .insert(full_name.to_owned(), uid.clone());
+        self.static_changed.send_modify(|n| *n += 1);
+    }
+
+    /// Whether the static pod `uid` was allowed to start (W9) and is syncing: upstream's
+    /// `SyncPod` runs for it, which creates its mirror pod or replaces an outdated one (W30).
+    pub fn is_static_pod_syncing(&self, uid: &PodUid) -> bool {
+        let states = self.lock();
+        states.get(uid) == Some(&Lifecycle::Syncing) && self.is_started_static(uid)
+    }
+
+    /// Whether the static pod named `namespace`/`name` whose worker started has not terminated
+    /// yet: its containers may still run. For a mirror pod whose static pod left the source
+    /// this is upstream's `IsPodForMirrorPodTerminatingByFullName`: its worker is terminating
+    /// it, or is about to (upstream's housekeeping asks only after `SyncKnownPods` requested
+    /// the termination; here the dispatcher may not have told the worker yet), and the orphaned
+    /// mirror stays until it terminated.
+    pub fn static_pod_may_run(&self, namespace: &str, name: &str) -> bool {
+        let states = self.lock();
+        let started = self.started_static();
+        started
+            .get(&format!("{name}_{namespace}"))
+            .and_then(|uid| states.get(uid))
+            .is_some_and(|state| *state < Lifecycle::Terminated)
+    }
+
+    /// A receiver that sees a new value whenever a static pod's worker starts, terminates or
+    /// is forgotten: the answers of [`Self::is_static_pod_syncing`] and
+    /// [`Self::static_pod_may_run`] change only then (and with the lifecycles).
+    pub fn subscribe_static(&self) -> watch::Receiver<u64> {
+        self.static_changed.subscribe()
     }
 
     /// The sources were read once (upstream `podsSynced`, W16).
@@ -1062,8 +1127,21 @@ impl Worker {
         // that something still runs for is stopped first, never synced.
         let rejected = self.admission == Admission::Rejected;
         let born_terminated = (rejected || api_phase_terminal(&pod)) && !runtime.any_running();
-        if !born_terminated && !rejected && !self.sync_loop().await {
-            return;
+        if !born_terminated && !rejected {
+            let requested = {
+                let slot = self.rx.borrow();
+                !slot.in_source || slot.pod.metadata.deletion_timestamp.is_some()
+            };
+            // Upstream `allowPodStart`: a static pod asked to terminate before its turn never
+            // starts (nor gets a mirror pod).
+            if is_static_pod(&pod) && !requested {
+                self.shared
+                    .lifecycles
+                    .static_started(&static_full_name(&pod), &self.uid);
+            }
+            if !self.sync_loop().await {
+                return;
+            }
         }
         if !born_terminated && !self.terminate().await {
             return;

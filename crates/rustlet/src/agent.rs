@@ -17,11 +17,12 @@ use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::{Store, StoreConfig};
 use rustlet_api::node::machine::HostMachine;
 use rustlet_api::node::{NodeConfig, NodeRegistrar, NodeRuntime};
-use rustlet_api::static_pods::{MirrorPods, StaticPodSource};
+use rustlet_api::static_pods::{MirrorPods, StaticPodSource, StaticPodWorkers};
 use rustlet_api::{
     ApiObjects, Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries,
     NodeCache, PodCache, build_clients,
 };
+use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
 use rustlet_cri::cgroups::PodCgroupsConfig;
 use rustlet_cri::{CriConfig, CriRuntime};
@@ -208,6 +209,23 @@ impl NodeRuntime for RuntimeForNode {
     }
 }
 
+/// The pod workers' lifecycle table as the mirror pods' view of the static pods (W9, W30).
+struct StaticPodsForMirrors(Arc<PodLifecycles>);
+
+impl StaticPodWorkers for StaticPodsForMirrors {
+    fn is_syncing(&self, uid: &PodUid) -> bool {
+        self.0.is_static_pod_syncing(uid)
+    }
+
+    fn is_terminating(&self, namespace: &str, name: &str) -> bool {
+        self.0.static_pod_may_run(namespace, name)
+    }
+
+    fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.subscribe_static()
+    }
+}
+
 /// Spawns a long-running task; if it ends while the agent runs, health says so.
 fn supervise(
     name: &'static str,
@@ -377,7 +395,8 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         let task = tokio::spawn(source.run(pods.clone(), cancel.clone()));
         tasks.push(supervise("the static pod source", &health, &cancel, task));
         if let Some(client) = &api.client {
-            let mirrors = MirrorPods::new(client.clone(), &config.node_name);
+            let workers = Arc::new(StaticPodsForMirrors(lifecycles.clone()));
+            let mirrors = MirrorPods::new(client.clone(), &config.node_name, workers);
             let task = tokio::spawn(mirrors.run(pods.clone(), cancel.clone()));
             tasks.push(supervise("the mirror pods", &health, &cancel, task));
         }

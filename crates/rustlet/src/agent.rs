@@ -15,7 +15,7 @@ use rustlet_api::local::LocalPodStatusClient;
 use rustlet_api::local::events::LocalEventRecorder;
 use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::{Store, StoreConfig};
-use rustlet_api::node::machine::HostMachine;
+use rustlet_api::node::machine::{HostMachine, Machine as _};
 use rustlet_api::node::{NodeConfig, NodeRegistrar, NodeRuntime};
 use rustlet_api::static_pods::{MirrorPods, StaticPodSource};
 use rustlet_api::{
@@ -230,6 +230,25 @@ fn supervise(
 /// (bounded) and returns, leaving every mount in place.
 pub async fn run(config: AgentConfig) -> Result<()> {
     let _lock = lock_root(&config.root_dir)?;
+    let started_at = k8s_openapi::jiff::Timestamp::now();
+    let cgroup_tree = |root: &str| PodCgroupsConfig {
+        mount: "/sys/fs/cgroup".into(),
+        root: root.to_owned(),
+    };
+    // upstream `setupNode`: the kubelet moves itself into `kubeletCgroups`.
+    if let Some(name) = &config.system_cgroups.kubelet {
+        cgroup_tree("/")
+            .move_process(name, std::process::id())
+            .with_context(|| format!("moving the agent into kubeletCgroups {name}"))?;
+    }
+    // upstream `enforceNodeAllocatableCgroups`: the pods' cgroup limited to the node's
+    // allocatable (its capacity: no reservations here).
+    if let Some(root) = &config.pod_cgroup_root {
+        let figures = HostMachine::new(&config.root_dir).figures();
+        cgroup_tree(root)
+            .ensure_node_allocatable(figures.cpus, figures.memory_bytes)
+            .with_context(|| format!("making the pods' cgroup under cgroupRoot {root}"))?;
+    }
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let cancel = CancellationToken::new();
@@ -458,6 +477,16 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         runtime: node_runtime.clone(),
         pods: pods.clone(),
         volumes: volumes.clone(),
+        system_cgroups: crate::stats::SystemCgroups {
+            kubelet: config.system_cgroups.kubelet.clone(),
+            runtime: config.system_cgroups.runtime.clone(),
+            misc: config.system_cgroups.system.clone(),
+            pods: config
+                .pod_cgroup_root
+                .as_deref()
+                .map_or_else(|| "/".to_owned(), |root| cgroup_tree(root).pods_cgroup()),
+        },
+        started_at,
     }));
     let metrics = crate::http::AgentMetrics {
         registry: Arc::new(registry),

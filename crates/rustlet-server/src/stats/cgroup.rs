@@ -614,6 +614,10 @@ pub struct CpuReading {
     pub at: Timestamp,
 }
 
+/// The shortest span a CPU rate is made over (upstream: cAdvisor's housekeeping interval,
+/// which the kubelet sets to 10 s).
+pub const RATE_WINDOW: SignedDuration = SignedDuration::from_secs(10);
+
 /// How long an unused sample is kept (upstream: `defaultCachePeriod`, 10 minutes).
 const CACHE_PERIOD: SignedDuration = SignedDuration::from_secs(600);
 
@@ -625,11 +629,21 @@ pub struct CpuRates {
 }
 
 impl CpuRates {
-    /// `usageNanoCores` between the previous reading of `key` and `now`, which replaces it;
+    /// `usageNanoCores` of `key` at reading `now`: the rate between the previous reading and
+    /// `now`, which replaces it, once they are [`RATE_WINDOW`] apart or when there is no rate
+    /// yet; within the window, the last rate, and the previous reading stays (upstream: the
+    /// cAdvisor overlay's `CpuInst`, of its two last samples a housekeeping interval apart,
+    /// whatever the requests in between; without it `getAndUpdateContainerUsageNanoCores`).
     /// `None` for the first reading, a reading not newer, or a counter that went back (a
-    /// restarted container). upstream: `getAndUpdateContainerUsageNanoCores`.
+    /// restarted container).
     pub fn update(&self, key: &str, now: CpuReading) -> Option<u64> {
         let mut previous = self.previous.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((before, Some(rate))) = previous.get(key)
+            && now.usage_core_nanos >= before.usage_core_nanos
+            && now.at.duration_since(before.at) < RATE_WINDOW
+        {
+            return Some(*rate);
+        }
         let rate = previous.get(key).and_then(|(before, _)| {
             let nanos = now.at.duration_since(before.at).as_nanos();
             if nanos <= 0 || now.usage_core_nanos < before.usage_core_nanos {
@@ -759,28 +773,40 @@ mod tests {
     }
 
     /// upstream: `getAndUpdateContainerUsageNanoCores`: none from one reading, the rate from
-    /// two, none when the counter went back.
+    /// two, none when the counter went back; and cAdvisor's `CpuInst`: readings closer than
+    /// the housekeeping window keep the last rate (a request right after another does not
+    /// read a rate of a few milliseconds, 0 for a sleeping process).
     #[test]
     fn usage_nano_cores_needs_two_readings() {
         let rates = CpuRates::default();
         let t0 = Timestamp::from_second(1_000).unwrap();
-        let at = |secs: i64| t0.checked_add(SignedDuration::from_secs(secs)).unwrap();
-        let reading = |usage, secs| CpuReading {
+        let at = |millis: i64| t0.checked_add(SignedDuration::from_millis(millis)).unwrap();
+        let reading = |usage, millis| CpuReading {
             usage_core_nanos: usage,
-            at: at(secs),
+            at: at(millis),
         };
         assert_eq!(rates.update("c", reading(1_000_000_000, 0)), None);
-        // 0.5 s of CPU in 2 s: a quarter of a core.
         assert_eq!(rates.last("c"), None);
+        // 0.5 s of CPU in 2 s: a quarter of a core (no rate yet: made at once).
         assert_eq!(
-            rates.update("c", reading(1_500_000_000, 2)),
+            rates.update("c", reading(1_500_000_000, 2_000)),
             Some(250_000_000)
         );
         assert_eq!(rates.last("c"), Some(250_000_000));
-        assert_eq!(rates.update("c", reading(10, 3)), None);
-        assert_eq!(rates.update("c", reading(10, 3)), None, "not newer");
-        rates.forget_older_than_period(at(3 + 601));
-        assert_eq!(rates.update("c", reading(20, 605)), None, "forgotten");
+        // 40 ms later, nothing used: still the last rate, not 0.
+        assert_eq!(
+            rates.update("c", reading(1_500_000_000, 2_040)),
+            Some(250_000_000)
+        );
+        // A window after the reading the rate was made at: the new rate (1 s in 10 s).
+        assert_eq!(
+            rates.update("c", reading(2_500_000_000, 12_000)),
+            Some(100_000_000)
+        );
+        assert_eq!(rates.update("c", reading(10, 13_000)), None, "went back");
+        assert_eq!(rates.update("c", reading(10, 13_000)), None, "not newer");
+        rates.forget_older_than_period(at(13_000 + 601_000));
+        assert_eq!(rates.update("c", reading(20, 615_000)), None, "forgotten");
     }
 
     const PSI: &str = "some avg10=1.50 avg60=0.25 avg300=0.00 total=123456\n\

@@ -6,8 +6,9 @@
 //! cgroup is made before its sandbox (whose `cgroup_parent` it is) with the pod's CPU shares,
 //! quota and memory limit, and removed with the pod; the QoS cgroups stay, as upstream's.
 //!
-//! `kubepods` gets the node's allocatable as its CPU shares and memory limit (upstream
-//! `enforceNodeAllocatableCgroups`; allocatable is the capacity, there are no reservations);
+//! At start, `kubepods` gets the node's allocatable as its CPU shares and memory limit
+//! (upstream `enforceNodeAllocatableCgroups`; allocatable is the capacity, there are no
+//! reservations) and its QoS cgroups are made (upstream's QoS container manager's `Start`);
 //! [`PodCgroupsConfig::move_process`] makes a named cgroup and moves a process into it (the
 //! agent into `kubeletCgroups`, upstream `ensureProcessInContainerWithOOMScore`, once at start
 //! and without the OOM score).
@@ -211,10 +212,11 @@ impl PodCgroupsConfig {
         format!("{}/kubepods", self.root.trim_end_matches('/'))
     }
 
-    /// Upstream `enforceNodeAllocatableCgroups` (no reservations: allocatable is capacity):
-    /// `<root>/kubepods` in every hierarchy, with the shares of `cpus` and the memory limit
-    /// `memory_bytes`. Blocking.
-    pub fn ensure_node_allocatable(&self, cpus: u32, memory_bytes: u64) -> io::Result<()> {
+    /// Upstream `enforceNodeAllocatableCgroups` (no reservations: allocatable is capacity) and
+    /// the QoS container manager's `Start`: `<root>/kubepods` in every hierarchy, with the
+    /// shares of `cpus` and the memory limit `memory_bytes`, and its `burstable` and
+    /// `besteffort` cgroups. Blocking.
+    pub fn ensure_top_level_cgroups(&self, cpus: u32, memory_bytes: u64) -> io::Result<()> {
         let name = self.pods_cgroup();
         let shares = milli_cpu_to_shares(i64::from(cpus).saturating_mul(1000));
         for (hierarchy, v2) in self.hierarchies()? {
@@ -225,6 +227,9 @@ impl PodCgroupsConfig {
             }
             if dir.join("memory.limit_in_bytes").is_file() {
                 std::fs::write(dir.join("memory.limit_in_bytes"), memory_bytes.to_string())?;
+            }
+            for qos in ["burstable", "besteffort"] {
+                Self::make(&hierarchy, v2, &format!("{name}/{qos}"))?;
             }
         }
         Ok(())
@@ -420,7 +425,8 @@ mod tests {
     }
 
     /// Upstream `enforceNodeAllocatableCgroups`: `<cgroupRoot>/kubepods` gets the shares of
-    /// the node's CPUs and its memory as the limit (allocatable, no reservations).
+    /// the node's CPUs and its memory as the limit (allocatable, no reservations); the QoS
+    /// container manager's `Start` makes `burstable` and `besteffort` under it.
     #[test]
     fn node_allocatable_limits_the_kubepods_cgroup() {
         let mount = fake_mount();
@@ -436,14 +442,18 @@ mod tests {
             root: "/r".into(),
         };
         assert_eq!(tree.pods_cgroup(), "/r/kubepods");
-        tree.ensure_node_allocatable(2, 8 << 30).unwrap();
+        tree.ensure_top_level_cgroups(2, 8 << 30).unwrap();
         let read = |p: &str| std::fs::read_to_string(m.join(p)).unwrap();
         assert_eq!(read("cpu/r/kubepods/cpu.shares"), "2048");
         assert_eq!(
             read("memory/r/kubepods/memory.limit_in_bytes"),
             (8u64 << 30).to_string()
         );
-        assert!(m.join("unified/r/kubepods").is_dir());
+        for h in ["cpu", "memory", "unified"] {
+            for qos in ["burstable", "besteffort"] {
+                assert!(m.join(h).join("r/kubepods").join(qos).is_dir(), "{h} {qos}");
+            }
+        }
         let root = PodCgroupsConfig {
             mount: m.to_owned(),
             root: "/".into(),

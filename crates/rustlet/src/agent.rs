@@ -241,12 +241,17 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             .move_process(name, std::process::id())
             .with_context(|| format!("moving the agent into kubeletCgroups {name}"))?;
     }
-    // upstream `enforceNodeAllocatableCgroups`: the pods' cgroup limited to the node's
-    // allocatable (its capacity: no reservations here).
-    if let Some(root) = &config.pod_cgroup_root {
+    // upstream `enforceNodeAllocatableCgroups` and the QoS container manager's `Start`: the
+    // pods' cgroup limited to the node's allocatable (its capacity: no reservations here),
+    // with its QoS cgroups (the pod cgroups are the CRI runtime's).
+    let pod_cgroup_root = match config.runtime {
+        RuntimeKind::Cri => config.pod_cgroup_root.as_deref(),
+        RuntimeKind::Simulated => None,
+    };
+    if let Some(root) = pod_cgroup_root {
         let figures = HostMachine::new(&config.root_dir).figures();
         cgroup_tree(root)
-            .ensure_node_allocatable(figures.cpus, figures.memory_bytes)
+            .ensure_top_level_cgroups(figures.cpus, figures.memory_bytes)
             .with_context(|| format!("making the pods' cgroup under cgroupRoot {root}"))?;
     }
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -481,9 +486,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             kubelet: config.system_cgroups.kubelet.clone(),
             runtime: config.system_cgroups.runtime.clone(),
             misc: config.system_cgroups.system.clone(),
-            pods: config
-                .pod_cgroup_root
-                .as_deref()
+            pods: pod_cgroup_root
                 .map_or_else(|| "/".to_owned(), |root| cgroup_tree(root).pods_cgroup()),
         },
         started_at,

@@ -15,7 +15,9 @@
 //! Deviations: the `kubelet` container, without `kubeletCgroups`, is the agent's own cgroups
 //! per hierarchy (upstream's `getContainer` refuses a process whose cpu and memory cgroups
 //! differ); pressure is also read from a hybrid host's unified hierarchy (upstream: cgroup v2
-//! only).
+//! only); the agent moves itself into `kubeletCgroups` once at start (upstream: periodically,
+//! with its OOM score) and moves nothing into `systemCgroups` (upstream moves the root
+//! cgroup's non-kernel processes there), which it only reads.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

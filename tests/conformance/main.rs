@@ -540,9 +540,34 @@ fn run_node(opts: &Options) {
     ] {
         let _ = std::fs::copy(&log, report.join(name));
     }
+    // The pods the agent ran (the UIDs its log names) lose the cgroups it left (a terminated
+    // pod's stays until the pod is removed) once containerd, and with it their processes, is
+    // gone.
+    let pod_uids =
+        logged_pod_uids(&std::fs::read_to_string(report.join("agent.log")).unwrap_or_default());
     drop(containerd);
+    if let Some(cgroups) = &cgroups {
+        cgroups.remove_pod_cgroups(&pod_uids);
+    }
     let summary = read_summary(&report, &status.to_string()).expect("ginkgo's JUnit report");
     report_summary(&summary, &report);
+}
+
+/// The pod UIDs an agent log names (`uid=<uid>` of its pod spans).
+fn logged_pod_uids(log: &str) -> Vec<String> {
+    let mut uids: Vec<String> = log
+        .split("uid=")
+        .skip(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(|c| c.is_ascii_hexdigit() || *c == '-')
+                .collect::<String>()
+        })
+        .filter(|uid| !uid.is_empty())
+        .collect();
+    uids.sort();
+    uids.dedup();
+    uids
 }
 
 /// Gives the namespace the node's address before any pod runs: the pods' bridge (the CNI
@@ -646,12 +671,14 @@ fn start_node_agent(
 
 /// The node's cgroups, as upstream's e2e_node runs the kubelet on a host without systemd
 /// (`test/e2e_node/services/kubelet.go`: `kubeletCgroups: /kubelet`, `systemCgroups:
-/// /system`, `--runtime-cgroups` the runtime's, `cgroupsPerQOS` under `cgroupRoot: /`), all
-/// under a cgroup root private to the run (`/rustlet-conformance-<pid>`), removed after it:
-/// the agent moves itself into `kubelet`, the private containerd is moved into `runtime`
-/// (the shims it starts later are born there), and ginkgo, the suite and its services are
-/// started in `system`. The Summary API spec reads each as a system container (`misc`: the
-/// host runs no systemd). `None` on a host without cgroup v1 hierarchies.
+/// /system`, `--runtime-cgroups` the runtime's, `cgroupsPerQOS` under `cgroupRoot: /`).
+/// `cgroupRoot` is upstream's `/` (the Kubelet Cgroup Manager specs look for `/kubepods`
+/// whatever the root; its QoS cgroups stay after the run, as upstream's); the three others
+/// are under a cgroup root private to the run (`/rustlet-conformance-<pid>`), removed after
+/// it: the agent moves itself into `kubelet`, the private containerd is moved into
+/// `runtime` (the shims it starts later are born there), and ginkgo, the suite and its
+/// services are started in `system`. The Summary API spec reads each as a system container
+/// (`misc`: the host runs no systemd). `None` on a host without cgroup v1 hierarchies.
 struct NodeCgroups {
     root: String,
     tree: rustlet_cri::cgroups::PodCgroupsConfig,
@@ -721,21 +748,21 @@ impl NodeCgroups {
     /// The agent's configuration keys.
     fn config(&self) -> String {
         format!(
-            "cgroupsPerQOS: true\ncgroupRoot: {root}\nkubeletCgroups: {root}/kubelet\n\
+            "cgroupsPerQOS: true\ncgroupRoot: /\nkubeletCgroups: {root}/kubelet\n\
              runtimeCgroups: {root}/runtime\nsystemCgroups: {root}/system\n",
             root = self.root
         )
     }
 }
 
-impl Drop for NodeCgroups {
-    fn drop(&mut self) {
+impl NodeCgroups {
+    /// Removes cgroup `name` and the cgroups under it from every hierarchy, deepest first.
+    fn remove_tree(name: &str) {
         let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
             return;
         };
         for hierarchy in hierarchies.flatten() {
-            let top = hierarchy.path().join(self.root.trim_start_matches('/'));
-            // Depth first: the deepest directories are the longest paths.
+            let top = hierarchy.path().join(name.trim_start_matches('/'));
             let mut dirs = Vec::new();
             let mut stack = vec![top];
             while let Some(dir) = stack.pop() {
@@ -748,6 +775,7 @@ impl Drop for NodeCgroups {
                     dirs.push(dir);
                 }
             }
+            // Depth first: the deepest directories are the longest paths.
             dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
             for dir in dirs {
                 if let Err(e) = std::fs::remove_dir(&dir) {
@@ -755,6 +783,25 @@ impl Drop for NodeCgroups {
                 }
             }
         }
+    }
+
+    /// The `pod<uid>` cgroups (and their containers' within) of the run's pods `uids` under
+    /// `/kubepods`, which the agent leaves when it stops with pods (as the kubelet does).
+    fn remove_pod_cgroups(&self, uids: &[String]) {
+        for uid in uids {
+            if uid.is_empty() || uid.contains(['/', '.']) {
+                continue;
+            }
+            for qos in ["", "/burstable", "/besteffort"] {
+                Self::remove_tree(&format!("/kubepods{qos}/pod{uid}"));
+            }
+        }
+    }
+}
+
+impl Drop for NodeCgroups {
+    fn drop(&mut self) {
+        Self::remove_tree(&self.root);
     }
 }
 

@@ -66,6 +66,41 @@ fn the_read_only_port_serves_the_stats_summary_and_resource_metrics() {
         "{node}"
     );
     assert!(node["fs"]["capacityBytes"].as_u64().unwrap() > 0, "{node}");
+    // Issue 27 (Summary API): upstream's `GetSystemContainersStats` of the agent's own cgroups
+    // (`kubelet`, started when the agent did) and the pods' (`pods`: the root without
+    // `cgroupsPerQOS`); neither `runtime` nor `misc` without `runtimeCgroups`/`systemCgroups`.
+    let system = node["systemContainers"].as_array().unwrap();
+    let names: Vec<&str> = system.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["kubelet", "pods"], "{node}");
+    for container in system {
+        assert!(
+            container["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0,
+            "{container}"
+        );
+        assert!(
+            container["memory"]["usageBytes"].as_u64().unwrap() > 0,
+            "{container}"
+        );
+        assert!(container.get("rootfs").is_none(), "{container}");
+    }
+    // The node's pressures, where the kernel has them.
+    if std::path::Path::new("/proc/pressure/cpu").exists() {
+        for resource in ["cpu", "memory", "io"] {
+            assert!(
+                node[resource]["psi"]["some"]["total"].is_u64(),
+                "{resource}: {node}"
+            );
+            assert!(node[resource]["psi"]["full"]["avg10"].is_f64(), "{node}");
+        }
+    }
+    // The agent's network namespace's interfaces (`lo` left out, as cAdvisor does).
+    for iface in node["network"]["interfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        assert_ne!(iface["name"], "lo", "{node}");
+    }
     assert!(node["rlimit"]["maxpid"].as_i64().unwrap() > 0, "{node}");
     let pod = &summary["pods"][0];
     assert_eq!(

@@ -464,6 +464,10 @@ fn run_node(opts: &Options) {
     let registry = serve_images(&containerd, &tar);
     node_address(&containerd);
     let _host = HostPaths::prepare();
+    let cgroups = NodeCgroups::prepare();
+    if let (Some(cgroups), Some(pid)) = (&cgroups, containerd.pid()) {
+        cgroups.move_process("runtime", pid);
+    }
 
     let report = report_dir(&root, opts);
     fresh_dir(&report).unwrap();
@@ -493,9 +497,11 @@ fn run_node(opts: &Options) {
         &ginkgo_args(opts, &ctx),
         &report,
         Some(&containerd.netns()),
-    )
-    .spawn()
-    .expect("starting ginkgo");
+    );
+    if let Some(cgroups) = &cgroups {
+        ginkgo = cgroups.started_in("system", &ginkgo);
+    }
+    let mut ginkgo = ginkgo.spawn().expect("starting ginkgo");
 
     // The agent, once the suite's API server answers.
     let deadline = Instant::now() + NODE_SUITE_SERVICES_DEADLINE;
@@ -511,6 +517,7 @@ fn run_node(opts: &Options) {
                 &token,
                 &agent_root,
                 &manifests,
+                cgroups.as_ref(),
             ));
         } else {
             assert!(
@@ -529,9 +536,34 @@ fn run_node(opts: &Options) {
         let _ = std::fs::copy(&log, report.join(name));
     }
     drop(registry);
+    // The pods the agent ran (the UIDs its log names) lose the cgroups it left (a terminated
+    // pod's stays until the pod is removed) once containerd, and with it their processes, is
+    // gone.
+    let pod_uids =
+        logged_pod_uids(&std::fs::read_to_string(report.join("agent.log")).unwrap_or_default());
     drop(containerd);
+    if let Some(cgroups) = &cgroups {
+        cgroups.remove_pod_cgroups(&pod_uids);
+    }
     let summary = read_summary(&report, &status.to_string()).expect("ginkgo's JUnit report");
     report_summary(&summary, &report);
+}
+
+/// The pod UIDs an agent log names (`uid=<uid>` of its pod spans).
+fn logged_pod_uids(log: &str) -> Vec<String> {
+    let mut uids: Vec<String> = log
+        .split("uid=")
+        .skip(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(|c| c.is_ascii_hexdigit() || *c == '-')
+                .collect::<String>()
+        })
+        .filter(|uid| !uid.is_empty())
+        .collect();
+    uids.sort();
+    uids.dedup();
+    uids
 }
 
 /// Gives the namespace the node's address before any pod runs: the pods' bridge (the CNI
@@ -583,6 +615,7 @@ fn start_node_agent(
     token: &str,
     root: &Path,
     manifests: &Path,
+    cgroups: Option<&NodeCgroups>,
 ) -> harness::Agent {
     let dir = containerd.dir();
     let kubeconfig = dir.join("agent.kubeconfig");
@@ -603,8 +636,9 @@ fn start_node_agent(
         format!(
             "nodeIP: {gateway}\n{}authentication:\n  anonymous:\n    enabled: true\n\
              authorization:\n  mode: AlwaysAllow\npodLogsDir: {POD_LOGS_DIR}\n\
-             containerLogsDir: {CONTAINER_LOGS_DIR}\n",
-            support::TEST_EVICTION_HARD
+             containerLogsDir: {CONTAINER_LOGS_DIR}\n{}",
+            support::TEST_EVICTION_HARD,
+            cgroups.map(NodeCgroups::config).unwrap_or_default(),
         ),
     )
     .unwrap();
@@ -629,6 +663,142 @@ fn start_node_agent(
         ],
         &dir.join("agent.log"),
     )
+}
+
+/// The node's cgroups, as upstream's e2e_node runs the kubelet on a host without systemd
+/// (`test/e2e_node/services/kubelet.go`: `kubeletCgroups: /kubelet`, `systemCgroups:
+/// /system`, `--runtime-cgroups` the runtime's, `cgroupsPerQOS` under `cgroupRoot: /`).
+/// `cgroupRoot` is upstream's `/` (the Kubelet Cgroup Manager specs look for `/kubepods`
+/// whatever the root; its QoS cgroups stay after the run, as upstream's); the three others
+/// are under a cgroup root private to the run (`/rustlet-conformance-<pid>`), removed after
+/// it: the agent moves itself into `kubelet`, the private containerd is moved into
+/// `runtime` (the shims it starts later are born there), and ginkgo, the suite and its
+/// services are started in `system`. The Summary API spec reads each as a system container
+/// (`misc`: the host runs no systemd). `None` on a host without cgroup v1 hierarchies.
+struct NodeCgroups {
+    root: String,
+    tree: rustlet_cri::cgroups::PodCgroupsConfig,
+}
+
+impl NodeCgroups {
+    fn prepare() -> Option<Self> {
+        let root = format!("/rustlet-conformance-{}", std::process::id());
+        let tree = rustlet_cri::cgroups::PodCgroupsConfig {
+            mount: "/sys/fs/cgroup".into(),
+            root: "/".to_owned(),
+        };
+        match tree.ensure_cgroup(&root) {
+            Ok(_) => Some(Self { root, tree }),
+            Err(e) => {
+                eprintln!("conformance: no system cgroups for the node ({e})");
+                None
+            }
+        }
+    }
+
+    fn name(&self, part: &str) -> String {
+        format!("{}/{part}", self.root)
+    }
+
+    fn move_process(&self, part: &str, pid: u32) {
+        let name = self.name(part);
+        self.tree
+            .move_process(&name, pid)
+            .unwrap_or_else(|e| panic!("moving process {pid} into {name}: {e}"));
+    }
+
+    /// `cmd` started inside cgroup `part` (a shell joins it, then becomes `cmd`).
+    fn started_in(&self, part: &str, cmd: &Command) -> Command {
+        let name = self.name(part);
+        let dirs = self
+            .tree
+            .ensure_cgroup(&name)
+            .unwrap_or_else(|e| panic!("making {name}: {e}"));
+        let mut script = String::new();
+        for dir in dirs {
+            script.push_str(&format!(
+                "echo $$ > '{}' && ",
+                dir.join("cgroup.procs").display()
+            ));
+        }
+        script.push_str("exec \"$@\"");
+        let mut wrapped = Command::new("sh");
+        wrapped
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        if let Some(dir) = cmd.get_current_dir() {
+            wrapped.current_dir(dir);
+        }
+        for (key, value) in cmd.get_envs() {
+            match value {
+                Some(value) => wrapped.env(key, value),
+                None => wrapped.env_remove(key),
+            };
+        }
+        wrapped
+    }
+
+    /// The agent's configuration keys.
+    fn config(&self) -> String {
+        format!(
+            "cgroupsPerQOS: true\ncgroupRoot: /\nkubeletCgroups: {root}/kubelet\n\
+             runtimeCgroups: {root}/runtime\nsystemCgroups: {root}/system\n",
+            root = self.root
+        )
+    }
+}
+
+impl NodeCgroups {
+    /// Removes cgroup `name` and the cgroups under it from every hierarchy, deepest first.
+    fn remove_tree(name: &str) {
+        let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        for hierarchy in hierarchies.flatten() {
+            let top = hierarchy.path().join(name.trim_start_matches('/'));
+            let mut dirs = Vec::new();
+            let mut stack = vec![top];
+            while let Some(dir) = stack.pop() {
+                if let Ok(entries) = std::fs::read_dir(&dir) {
+                    for entry in entries.flatten() {
+                        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                            stack.push(entry.path());
+                        }
+                    }
+                    dirs.push(dir);
+                }
+            }
+            // Depth first: the deepest directories are the longest paths.
+            dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+            for dir in dirs {
+                if let Err(e) = std::fs::remove_dir(&dir) {
+                    eprintln!("conformance: leaving cgroup {}: {e}", dir.display());
+                }
+            }
+        }
+    }
+
+    /// The `pod<uid>` cgroups (and their containers' within) of the run's pods `uids` under
+    /// `/kubepods`, which the agent leaves when it stops with pods (as the kubelet does).
+    fn remove_pod_cgroups(&self, uids: &[String]) {
+        for uid in uids {
+            if uid.is_empty() || uid.contains(['/', '.']) {
+                continue;
+            }
+            for qos in ["", "/burstable", "/besteffort"] {
+                Self::remove_tree(&format!("/kubepods{qos}/pod{uid}"));
+            }
+        }
+    }
+}
+
+impl Drop for NodeCgroups {
+    fn drop(&mut self) {
+        Self::remove_tree(&self.root);
+    }
 }
 
 /// A token for the suite's `known_tokens.csv` (32 hex digits from the kernel's random

@@ -6,8 +6,16 @@
 //! cgroup is made before its sandbox (whose `cgroup_parent` it is) with the pod's CPU shares,
 //! quota and memory limit, and removed with the pod; the QoS cgroups stay, as upstream's.
 //!
+//! At start, `kubepods` gets the node's allocatable as its CPU shares and memory limit
+//! (upstream `enforceNodeAllocatableCgroups`; allocatable is the capacity, there are no
+//! reservations) and its QoS cgroups are made (upstream's QoS container manager's `Start`);
+//! [`PodCgroupsConfig::move_process`] makes a named cgroup and moves a process into it (the
+//! agent into `kubeletCgroups`, upstream `ensureProcessInContainerWithOOMScore`, once at start
+//! and without the OOM score).
+//!
 //! Only what is under the configured root is touched, and of it only the QoS cgroups and the
-//! `pod<uid>` cgroups of the pods this agent removes.
+//! `pod<uid>` cgroups of the pods this agent removes (and the cgroup named for
+//! [`PodCgroupsConfig::move_process`]).
 //!
 //! Deviations from upstream: off unless configured ([`PodCgroupsConfig`]; upstream's
 //! `cgroupsPerQOS` is on by default with the root `/`); cgroup v1 only; the QoS cgroups get no
@@ -198,6 +206,64 @@ impl PodCgroupsConfig {
         Ok(())
     }
 
+    /// The pods' top cgroup, `<root>/kubepods` (upstream `GetPodCgroupRoot` with
+    /// `cgroupsPerQOS`).
+    pub fn pods_cgroup(&self) -> String {
+        format!("{}/kubepods", self.root.trim_end_matches('/'))
+    }
+
+    /// Upstream `enforceNodeAllocatableCgroups` (no reservations: allocatable is capacity) and
+    /// the QoS container manager's `Start`: `<root>/kubepods` in every hierarchy, with the
+    /// shares of `cpus` and the memory limit `memory_bytes`, and its `burstable` and
+    /// `besteffort` cgroups. Blocking.
+    pub fn ensure_top_level_cgroups(&self, cpus: u32, memory_bytes: u64) -> io::Result<()> {
+        let name = self.pods_cgroup();
+        let shares = milli_cpu_to_shares(i64::from(cpus).saturating_mul(1000));
+        for (hierarchy, v2) in self.hierarchies()? {
+            Self::make(&hierarchy, v2, &name)?;
+            let dir = Self::dir(&hierarchy, &name);
+            if dir.join("cpu.shares").is_file() {
+                std::fs::write(dir.join("cpu.shares"), shares.to_string())?;
+            }
+            if dir.join("memory.limit_in_bytes").is_file() {
+                std::fs::write(dir.join("memory.limit_in_bytes"), memory_bytes.to_string())?;
+            }
+            for qos in ["burstable", "besteffort"] {
+                Self::make(&hierarchy, v2, &format!("{name}/{qos}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cgroup `name` (absolute, not under the root) made in every hierarchy; its directories.
+    /// Blocking.
+    pub fn ensure_cgroup(&self, name: &str) -> io::Result<Vec<PathBuf>> {
+        if name.split('/').any(|p| p == ".." || p == ".") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cgroup {name:?} is not a plain absolute name"),
+            ));
+        }
+        let mut dirs = Vec::new();
+        for (hierarchy, v2) in self.hierarchies()? {
+            Self::make(&hierarchy, v2, name)?;
+            dirs.push(Self::dir(&hierarchy, name));
+        }
+        Ok(dirs)
+    }
+
+    /// Cgroup `name` (absolute, not under the root) in every hierarchy, with process `pid`
+    /// moved into it (upstream `ensureProcessInContainerWithOOMScore`'s `manager.Apply`, for
+    /// `kubeletCgroups`). Blocking.
+    pub fn move_process(&self, name: &str, pid: u32) -> io::Result<()> {
+        for dir in self.ensure_cgroup(name)? {
+            let procs = dir.join("cgroup.procs");
+            std::fs::write(&procs, pid.to_string())
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", procs.display())))?;
+        }
+        Ok(())
+    }
+
     /// Upstream `EnsureExists`: the pod's cgroup in every hierarchy, with its limits; its name,
     /// the sandbox's `cgroup_parent`. Blocking.
     pub fn ensure(&self, pod: &Pod) -> io::Result<String> {
@@ -344,5 +410,78 @@ mod tests {
                 memory_limit: None,
             }
         );
+    }
+
+    /// A fake cgroup v1 mount (each hierarchy a directory with `cgroup.procs`) with a hybrid
+    /// setup's `unified` one.
+    fn fake_mount() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for h in ["cpu", "memory", "unified"] {
+            std::fs::create_dir(dir.path().join(h)).unwrap();
+            std::fs::write(dir.path().join(h).join("cgroup.procs"), "").unwrap();
+        }
+        std::fs::write(dir.path().join("unified/cgroup.controllers"), "").unwrap();
+        dir
+    }
+
+    /// Upstream `enforceNodeAllocatableCgroups`: `<cgroupRoot>/kubepods` gets the shares of
+    /// the node's CPUs and its memory as the limit (allocatable, no reservations); the QoS
+    /// container manager's `Start` makes `burstable` and `besteffort` under it.
+    #[test]
+    fn node_allocatable_limits_the_kubepods_cgroup() {
+        let mount = fake_mount();
+        let m = mount.path();
+        // The kernel makes a new cgroup's files; the fake's are made beforehand.
+        for (file, h) in [("cpu.shares", "cpu"), ("memory.limit_in_bytes", "memory")] {
+            let dir = m.join(h).join("r/kubepods");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(file), "0").unwrap();
+        }
+        let tree = PodCgroupsConfig {
+            mount: m.to_owned(),
+            root: "/r".into(),
+        };
+        assert_eq!(tree.pods_cgroup(), "/r/kubepods");
+        tree.ensure_top_level_cgroups(2, 8 << 30).unwrap();
+        let read = |p: &str| std::fs::read_to_string(m.join(p)).unwrap();
+        assert_eq!(read("cpu/r/kubepods/cpu.shares"), "2048");
+        assert_eq!(
+            read("memory/r/kubepods/memory.limit_in_bytes"),
+            (8u64 << 30).to_string()
+        );
+        for h in ["cpu", "memory", "unified"] {
+            for qos in ["burstable", "besteffort"] {
+                assert!(m.join(h).join("r/kubepods").join(qos).is_dir(), "{h} {qos}");
+            }
+        }
+        let root = PodCgroupsConfig {
+            mount: m.to_owned(),
+            root: "/".into(),
+        };
+        assert_eq!(root.pods_cgroup(), "/kubepods");
+    }
+
+    /// Upstream `kubeletCgroups`: the cgroup made in every hierarchy (the unified one too)
+    /// and the process written into each; a name climbing out is refused.
+    #[test]
+    fn move_process_puts_the_process_in_the_cgroup_of_every_hierarchy() {
+        let mount = fake_mount();
+        let m = mount.path();
+        let tree = PodCgroupsConfig {
+            mount: m.to_owned(),
+            root: "/".into(),
+        };
+        tree.move_process("/node/kubelet", 4242).unwrap();
+        for h in ["cpu", "memory", "unified"] {
+            let procs = m.join(h).join("node/kubelet/cgroup.procs");
+            assert_eq!(
+                std::fs::read_to_string(&procs).unwrap(),
+                "4242",
+                "{}",
+                procs.display()
+            );
+        }
+        let err = tree.move_process("/node/../../etc", 1).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     }
 }

@@ -3,7 +3,9 @@
 //! processes.
 //!
 //! * [`cgroups`]: the pods' cgroups under a configured cgroup root (upstream's `cgroupfs`
-//!   driver with `cgroupsPerQOS`, cgroup v1), each sandbox's cgroup parent; off by default.
+//!   driver with `cgroupsPerQOS`, cgroup v1), each sandbox's cgroup parent; off by default;
+//!   `kubepods` limited to the node's allocatable; a process moved into a named cgroup
+//!   (`kubeletCgroups`).
 //! * [`client`]: the CRI client (k8s-cri's tonic bindings); every call has a deadline.
 //! * [`config`]: a pod and its containers as CRI requests, their environment, the image pull
 //!   policy; pure.

@@ -5,7 +5,9 @@
 //! Deviation: upstream reads the pod cgroup's CPU and memory through cAdvisor (or, with
 //! `PodAndContainerStatsFromCRI`, `ListPodSandboxStats`); here `ListPodSandboxStats`, and
 //! where the runtime does not answer it (or leaves the figures out) the sum of the pod's
-//! containers, which leaves out the sandbox's own (pause) process.
+//! containers, which leaves out the sandbox's own (pause) process. (The binary's summary
+//! provider replaces these with the pod's and containers' cgroups' figures where it finds
+//! those cgroups, as upstream overlays cAdvisor's.)
 
 use std::collections::HashMap;
 
@@ -173,6 +175,7 @@ pub fn pod_usage(lists: &CriLists, scheme: &str) -> Vec<PodUsage> {
             let linux = sandbox_stats.get(sandbox.id.as_str());
             PodUsage {
                 uid: PodUid::new(meta.uid.clone()),
+                sandbox_id: sandbox.id.clone(),
                 name: meta.name,
                 namespace: meta.namespace,
                 created_at: ts(sandbox.created_at),

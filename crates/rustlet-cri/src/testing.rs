@@ -232,6 +232,11 @@ impl PrivateContainerd {
         &self.endpoint
     }
 
+    /// The containerd process's ID (`None` once it is stopped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The private temp dir (containerd's files are beneath it; a test may use it too).
     pub fn dir(&self) -> &Path {
         self.dir.as_ref().expect("live").path()

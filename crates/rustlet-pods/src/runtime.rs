@@ -394,6 +394,8 @@ pub struct ContainerUsage {
 pub struct PodUsage {
     /// The pod's UID.
     pub uid: PodUid,
+    /// Its sandbox's ID (the runtime's own, without a scheme).
+    pub sandbox_id: String,
     /// Its name.
     pub name: String,
     /// Its namespace.

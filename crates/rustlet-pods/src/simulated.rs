@@ -453,6 +453,11 @@ impl Runtime for SimulatedRuntime {
                 .collect();
             out.push(PodUsage {
                 uid: uid.clone(),
+                sandbox_id: pod
+                    .sandbox
+                    .as_ref()
+                    .map(|s| s.id.clone())
+                    .unwrap_or_default(),
                 name: pod.name.clone(),
                 namespace: pod.namespace.clone(),
                 created_at: pod.sandbox_created_at.unwrap_or(at),

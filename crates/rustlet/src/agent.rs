@@ -15,7 +15,7 @@ use rustlet_api::local::LocalPodStatusClient;
 use rustlet_api::local::events::LocalEventRecorder;
 use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::{Store, StoreConfig};
-use rustlet_api::node::machine::HostMachine;
+use rustlet_api::node::machine::{HostMachine, Machine as _};
 use rustlet_api::node::{NodeConfig, NodeRegistrar, NodeRuntime};
 use rustlet_api::static_pods::{MirrorPods, StaticPodSource, StaticPodWorkers};
 use rustlet_api::{
@@ -252,6 +252,30 @@ fn supervise(
 pub async fn run(config: AgentConfig) -> Result<()> {
     let _lock = lock_root(&config.root_dir)?;
     let admit_handlers = admit_handlers(&config)?;
+    let started_at = k8s_openapi::jiff::Timestamp::now();
+    let cgroup_tree = |root: &str| PodCgroupsConfig {
+        mount: "/sys/fs/cgroup".into(),
+        root: root.to_owned(),
+    };
+    // upstream `setupNode`: the kubelet moves itself into `kubeletCgroups`.
+    if let Some(name) = &config.system_cgroups.kubelet {
+        cgroup_tree("/")
+            .move_process(name, std::process::id())
+            .with_context(|| format!("moving the agent into kubeletCgroups {name}"))?;
+    }
+    // upstream `enforceNodeAllocatableCgroups` and the QoS container manager's `Start`: the
+    // pods' cgroup limited to the node's allocatable (its capacity: no reservations here),
+    // with its QoS cgroups (the pod cgroups are the CRI runtime's).
+    let pod_cgroup_root = match config.runtime {
+        RuntimeKind::Cri => config.pod_cgroup_root.as_deref(),
+        RuntimeKind::Simulated => None,
+    };
+    if let Some(root) = pod_cgroup_root {
+        let figures = HostMachine::new(&config.root_dir).figures();
+        cgroup_tree(root)
+            .ensure_top_level_cgroups(figures.cpus, figures.memory_bytes)
+            .with_context(|| format!("making the pods' cgroup under cgroupRoot {root}"))?;
+    }
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let cancel = CancellationToken::new();
@@ -482,6 +506,14 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         runtime: node_runtime.clone(),
         pods: pods.clone(),
         volumes: volumes.clone(),
+        system_cgroups: crate::stats::SystemCgroups {
+            kubelet: config.system_cgroups.kubelet.clone(),
+            runtime: config.system_cgroups.runtime.clone(),
+            misc: config.system_cgroups.system.clone(),
+            pods: pod_cgroup_root
+                .map_or_else(|| "/".to_owned(), |root| cgroup_tree(root).pods_cgroup()),
+        },
+        started_at,
     }));
     let metrics = crate::http::AgentMetrics {
         registry: Arc::new(registry),

@@ -201,6 +201,15 @@ pub struct FileConfig {
     cgroups_per_qos: Option<bool>,
     /// The cgroup the pods' `kubepods` cgroup goes under (kubelet `cgroupRoot`, `/`).
     cgroup_root: Option<String>,
+    /// The agent's own cgroup, which it moves itself into at start (kubelet
+    /// `kubeletCgroups`); unset: the cgroups it was started in.
+    kubelet_cgroups: Option<String>,
+    /// The container runtime's cgroup, for the summary's `runtime` system container (kubelet
+    /// `--runtime-cgroups`); unset: none.
+    runtime_cgroups: Option<String>,
+    /// The node's other processes' cgroup, for the summary's `misc` system container (kubelet
+    /// `systemCgroups`); unset: none.
+    system_cgroups: Option<String>,
     /// The kubelet server on or off (kubelet `enableServer`).
     enable_server: Option<bool>,
     /// The kubelet server's address (kubelet `address`, 0.0.0.0).
@@ -447,6 +456,30 @@ pub struct AgentConfig {
     pub pod_cgroup_root: Option<String>,
     /// `allowedUnsafeSysctls`, each valid and known to be namespaced.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// The system containers' cgroups (kubelet `kubeletCgroups`, `runtimeCgroups`,
+    /// `systemCgroups`), each absolute.
+    pub system_cgroups: SystemCgroupNames,
+}
+
+/// The cgroups of the summary's system containers as configured.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SystemCgroupNames {
+    /// `kubeletCgroups`.
+    pub kubelet: Option<String>,
+    /// `runtimeCgroups`.
+    pub runtime: Option<String>,
+    /// `systemCgroups`.
+    pub system: Option<String>,
+}
+
+/// An absolute cgroup name without `.` or `..` parts.
+fn cgroup_name(key: &str, name: &str) -> Result<String, String> {
+    if !name.starts_with('/') || name.split('/').any(|part| part == "." || part == "..") {
+        return Err(format!(
+            "config key {key}: {name:?} is not an absolute cgroup name"
+        ));
+    }
+    Ok(name.to_owned())
 }
 
 /// A configuration error: one line naming the flag or key (exit code 2).
@@ -873,6 +906,20 @@ impl AgentConfig {
         let allowed_unsafe_sysctls = file.allowed_unsafe_sysctls.take().unwrap_or_default();
         rustlet_pods::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
             .map_err(|e| bad(format!("config key allowedUnsafeSysctls: {e}")))?;
+        let named = |key: &str, name: Option<String>| -> Result<Option<String>, ConfigError> {
+            name.map(|n| cgroup_name(key, &n)).transpose().map_err(bad)
+        };
+        let system_cgroups = SystemCgroupNames {
+            kubelet: named("kubeletCgroups", file.kubelet_cgroups)?,
+            runtime: named("runtimeCgroups", file.runtime_cgroups)?,
+            system: named("systemCgroups", file.system_cgroups)?,
+        };
+        if system_cgroups.system.as_deref() == Some("/") {
+            // upstream: "system container cannot be root".
+            return Err(bad(
+                "config key systemCgroups: the system container cannot be root (\"/\")".to_owned(),
+            ));
+        }
         let container_runtime_endpoint = cli
             .container_runtime_endpoint
             .or(file.container_runtime_endpoint)
@@ -930,6 +977,7 @@ impl AgentConfig {
             simulated_pod_ip_base,
             pod_cgroup_root,
             allowed_unsafe_sysctls,
+            system_cgroups,
         })
     }
 }
@@ -1249,6 +1297,46 @@ mod tests {
         for bad in ["rustlet", "/a/../b"] {
             let err = root(&format!("cgroupsPerQOS: true\ncgroupRoot: {bad}\n")).unwrap_err();
             assert!(err.contains("cgroupRoot"), "{err}");
+        }
+    }
+
+    /// Issue 27 (Summary API): the kubelet's `kubeletCgroups`, `runtimeCgroups` and
+    /// `systemCgroups`, each an absolute cgroup name, unset by default; `systemCgroups: /` is
+    /// refused as upstream refuses it ("system container cannot be root").
+    #[test]
+    fn system_cgroups_are_the_kubelets_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = |yaml: &str| {
+            let file = dir.path().join("c.yaml");
+            std::fs::write(&file, yaml).unwrap();
+            parse(&[
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--local",
+                dir.path().to_str().unwrap(),
+                "--config",
+                file.to_str().unwrap(),
+            ])
+            .map(|c| c.system_cgroups)
+        };
+        assert_eq!(names("{}").unwrap(), SystemCgroupNames::default());
+        assert_eq!(
+            names("kubeletCgroups: /k\nruntimeCgroups: /rt\nsystemCgroups: /system\n").unwrap(),
+            SystemCgroupNames {
+                kubelet: Some("/k".into()),
+                runtime: Some("/rt".into()),
+                system: Some("/system".into()),
+            }
+        );
+        for (key, bad) in [
+            ("kubeletCgroups", "kubelet"),
+            ("runtimeCgroups", "/a/../b"),
+            ("systemCgroups", "/"),
+        ] {
+            let err = names(&format!("{key}: {bad}\n")).unwrap_err();
+            assert!(err.contains(key), "{err}");
         }
     }
 

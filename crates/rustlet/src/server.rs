@@ -337,6 +337,11 @@ pub fn configz(config: &AgentConfig, server: &ServerSettings) -> serde_json::Val
         "containerLogMaxFiles": rotation.map_or(5, |r| r.policy.max_files),
         "containerLogMaxWorkers": rotation.map_or(1, |r| r.max_workers),
         "containerLogMonitorInterval": go_duration(rotation.map_or(std::time::Duration::from_secs(10), |r| r.monitor_interval)),
+        "cgroupsPerQOS": config.pod_cgroup_root.is_some(),
+        "cgroupRoot": config.pod_cgroup_root.clone().unwrap_or_default(),
+        "cgroupDriver": "cgroupfs",
+        "kubeletCgroups": config.system_cgroups.kubelet.clone().unwrap_or_default(),
+        "systemCgroups": config.system_cgroups.system.clone().unwrap_or_default(),
     })
 }
 
@@ -449,8 +454,8 @@ mod tests {
         }
     }
 
-    /// `/configz` shows the healthz endpoint, the streams' idle timeout and the container log
-    /// keys with the kubelet's names and forms (a quantity, Go durations).
+    /// `/configz` shows the healthz endpoint, the streams' idle timeout, the container log
+    /// keys and the cgroup keys with the kubelet's names and forms (a quantity, Go durations).
     #[test]
     fn configz_shows_the_healthz_streaming_and_container_log_keys() {
         let dir = tempfile::tempdir().unwrap();
@@ -458,7 +463,7 @@ mod tests {
         std::fs::write(
             &file,
             "containerLogMaxSize: 5Mi\ncontainerLogMaxFiles: 3\nstreamingConnectionIdleTimeout: 30m\n\
-             healthzPort: 7\n",
+             healthzPort: 7\ncgroupsPerQOS: true\ncgroupRoot: /r\nkubeletCgroups: /r/kubelet\n",
         )
         .unwrap();
         let cli = <crate::config::Cli as clap::Parser>::try_parse_from([
@@ -488,6 +493,13 @@ mod tests {
         assert_eq!(z["healthzPort"], 7);
         assert_eq!(z["healthzBindAddress"], "127.0.0.1");
         assert_eq!(z["podLogsDir"], "/r/pod-logs");
+        // The cgroups the e2e_node suite reads back (`recordSystemCgroupProcesses`, the
+        // Kubelet Cgroup Manager specs).
+        assert_eq!(z["cgroupsPerQOS"], true);
+        assert_eq!(z["cgroupRoot"], "/r");
+        assert_eq!(z["cgroupDriver"], "cgroupfs");
+        assert_eq!(z["kubeletCgroups"], "/r/kubelet");
+        assert_eq!(z["systemCgroups"], "");
         assert_eq!(quantity(10 << 20), "10Mi");
         assert_eq!(quantity(1000), "1000");
     }

@@ -275,6 +275,7 @@ mod tests {
             time: at(ms),
             usage_nano_cores: None,
             usage_core_nano_seconds: Some(nanos),
+            psi: None,
         })
     }
 
@@ -287,6 +288,7 @@ mod tests {
             rss_bytes: None,
             page_faults: None,
             major_page_faults: None,
+            psi: None,
         })
     }
 
@@ -319,6 +321,7 @@ mod tests {
                         start_time: at(1_624_396_278_302),
                         cpu: cpu(ts, 10_000_000_000),
                         memory: memory(ts, 1000),
+                        io: None,
                         rootfs: None,
                         logs: None,
                         swap: None,
@@ -328,6 +331,7 @@ mod tests {
                         start_time: at(1_624_396_278_302),
                         cpu: cpu(ts, 10_000_000_000),
                         memory: memory(ts, 1000),
+                        io: None,
                         rootfs: None,
                         logs: None,
                         swap: None,
@@ -335,6 +339,7 @@ mod tests {
                 ],
                 cpu: cpu(ts, 10_000_000_000),
                 memory: memory(ts, 12_238_848),
+                io: None,
                 network: None,
                 volume_stats: Vec::new(),
                 ephemeral_storage: None,

@@ -1,8 +1,11 @@
 //! The node's CPU and memory figures from the cgroup tree and `/proc/meminfo`, as cAdvisor
 //! reads the root container for the summary's `node` (upstream: cAdvisor's `GetStats` of `/`
-//! through runc's `fs`/`fs2` managers), both read under a configurable root so a test can run
-//! them on a fake tree. cgroup v2 (`cgroup.controllers` at the root) and v1 (`cpuacct`,
-//! `memory` hierarchies) are both read.
+//! through runc's `fs`/`fs2` managers), and any cgroup's ([`NodeReader::read_cgroup`]: the
+//! system containers, the pods, the containers), with their pressure files and processes,
+//! the node's pressures (`/proc/pressure`) and a process's interfaces and cgroups, all read
+//! under a configurable root so a test can run them on a fake tree. cgroup v2
+//! (`cgroup.controllers` at the root) and v1 (`cpuacct`, `memory`, `pids` hierarchies, with a
+//! hybrid host's `unified` v2 one for the pressures) are read.
 //!
 //! The working set is usage minus the inactive file pages, as upstream
 //! (`cadvisor/container/libcontainer: setMemoryStats`). [`CpuRates`] keeps the previous sample
@@ -14,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::summary::{InterfaceStats, PsiStats};
 
 /// Where the node's figures are read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -234,6 +239,372 @@ impl NodeReader {
     }
 }
 
+/// A cgroup's path in each hierarchy (upstream names a cgroup once for every hierarchy; a
+/// process's own cgroups may differ per hierarchy on cgroup v1, as the agent's own do on a
+/// host that puts sessions in a memory cgroup only). On cgroup v2 all are the one path.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupPaths {
+    /// In the CPU-accounting hierarchy (v1 `cpuacct`).
+    pub cpu: String,
+    /// In the memory hierarchy.
+    pub memory: String,
+    /// In the pids hierarchy (its processes are counted there).
+    pub pids: String,
+    /// In the v2 hierarchy (on a v1 host, the hybrid setup's `unified` one), where its
+    /// pressure files are; `None` when there is none.
+    pub unified: Option<String>,
+}
+
+impl CgroupPaths {
+    /// One cgroup name in every hierarchy (upstream's cgroupfs names: `/kubepods`, a
+    /// container's `<parent>/<id>`).
+    pub fn uniform(name: &str) -> Self {
+        Self {
+            cpu: name.to_owned(),
+            memory: name.to_owned(),
+            pids: name.to_owned(),
+            unified: Some(name.to_owned()),
+        }
+    }
+
+    /// A process's cgroups from its `/proc/<pid>/cgroup` (`id:controllers:path` lines; `0::path`
+    /// the v2 one), upstream `cgroups.ParseCgroupFile`. On a v2 host every path is the v2 one.
+    pub fn of_process(text: &str) -> Option<Self> {
+        let mut by_controller: HashMap<&str, &str> = HashMap::new();
+        let mut unified = None;
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(_), Some(controllers), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if controllers.is_empty() {
+                unified = Some(path);
+            }
+            for controller in controllers.split(',') {
+                by_controller.insert(controller, path);
+            }
+        }
+        let v1 = |c: &str| by_controller.get(c).map(|p| (*p).to_owned());
+        match (v1("cpuacct"), v1("memory")) {
+            (Some(cpu), Some(memory)) => Some(Self {
+                pids: v1("pids").unwrap_or_else(|| cpu.clone()),
+                cpu,
+                memory,
+                unified: unified.map(str::to_owned),
+            }),
+            _ => unified.map(Self::uniform),
+        }
+    }
+}
+
+/// A cgroup's memory figures, in bytes (upstream: cAdvisor's `MemoryStats` of runc's managers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupMemory {
+    /// All memory in use (v1 `memory.usage_in_bytes`, v2 `memory.current`).
+    pub usage: u64,
+    /// Usage minus the inactive file pages.
+    pub working_set: u64,
+    /// Anonymous memory (v1 `total_rss`, v2 `anon`).
+    pub rss: u64,
+    /// Minor page faults of the cgroup itself (`pgfault`).
+    pub page_faults: u64,
+    /// Major page faults (`pgmajfault`).
+    pub major_page_faults: u64,
+    /// The limit; `None` when unlimited (above 2^62, upstream `isMemoryUnlimited`).
+    pub limit: Option<u64>,
+}
+
+impl CgroupMemory {
+    /// The limit minus the working set (upstream: `availableBytes`), none without a limit.
+    pub fn available(&self) -> Option<u64> {
+        self.limit.map(|l| l.saturating_sub(self.working_set))
+    }
+}
+
+/// The three pressures of a cgroup (or of the node, `/proc/pressure`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Pressures {
+    /// `cpu.pressure`.
+    pub cpu: Option<PsiStats>,
+    /// `memory.pressure`.
+    pub memory: Option<PsiStats>,
+    /// `io.pressure`.
+    pub io: Option<PsiStats>,
+}
+
+/// One reading of a cgroup (upstream: what the summary takes of cAdvisor's `ContainerStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CgroupSample {
+    /// CPU time used, in core-nanoseconds.
+    pub cpu_usage_core_nanos: u64,
+    /// Memory.
+    pub memory: CgroupMemory,
+    /// Its pressures (none where the kernel or the hierarchy has no pressure files).
+    pub pressure: Pressures,
+    /// The processes in it (upstream: cAdvisor's `ProcessCount`, `cgroup.procs`).
+    pub processes: u64,
+    /// When it was made (upstream: cAdvisor's `CreationTime`, the oldest of its directories'
+    /// modification times).
+    pub created: Option<Timestamp>,
+}
+
+/// A `*.pressure` file (`some avg10=.. avg60=.. avg300=.. total=..` and `full ...`); a missing
+/// `full` line (the CPU's before Linux 5.13) reads as zeros, as runc's `statPSI`.
+pub fn parse_psi(text: &str) -> Option<PsiStats> {
+    let mut out = PsiStats::default();
+    let mut some = false;
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let data = match fields.next() {
+            Some("some") => {
+                some = true;
+                &mut out.some
+            }
+            Some("full") => &mut out.full,
+            _ => continue,
+        };
+        for field in fields {
+            let (key, value) = field.split_once('=')?;
+            match key {
+                "avg10" => data.avg10 = value.parse().ok()?,
+                "avg60" => data.avg60 = value.parse().ok()?,
+                "avg300" => data.avg300 = value.parse().ok()?,
+                "total" => data.total = value.parse().ok()?,
+                _ => {}
+            }
+        }
+    }
+    some.then_some(out)
+}
+
+/// `/proc/<pid>/net/dev`'s interfaces (upstream: cAdvisor's network stats, which leave out
+/// `lo`, `veth*` and `docker*`).
+pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
+    text.lines()
+        .skip(2)
+        .filter_map(|line| {
+            let (name, rest) = line.split_once(':')?;
+            let name = name.trim();
+            if name == "lo" || name.starts_with("veth") || name.starts_with("docker") {
+                return None;
+            }
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(|v| v.parse().ok())
+                .collect::<Option<_>>()?;
+            // Receive: bytes packets errs ...(8 fields); transmit: bytes packets errs ...
+            (f.len() >= 11).then(|| InterfaceStats {
+                name: name.to_owned(),
+                rx_bytes: Some(f[0]),
+                rx_errors: Some(f[2]),
+                tx_bytes: Some(f[8]),
+                tx_errors: Some(f[10]),
+            })
+        })
+        .collect()
+}
+
+/// Whether a cgroup directory's name is a container's (64 hex digits, runc's cgroupfs name) or
+/// a pod's (`pod<uid>`).
+fn is_workload_cgroup(name: &str) -> bool {
+    (name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit())) || name.starts_with("pod")
+}
+
+/// How deep [`NodeReader::workload_cgroups`] looks (`<root>/kubepods/<qos>/pod<uid>/<id>`
+/// under a nested cgroup root).
+const WORKLOAD_DEPTH: usize = 8;
+
+impl NodeReader {
+    /// The directory of `name` in the hierarchy of `controller` (`cpuacct`, `memory`, `pids`;
+    /// the v2 hierarchy on a v2 host).
+    fn v1_dir(&self, controller: &str) -> PathBuf {
+        let cgroup = &self.roots.cgroup;
+        if self.version() == CgroupVersion::V2 {
+            return cgroup.clone();
+        }
+        let own = cgroup.join(controller);
+        if own.is_dir() {
+            return own;
+        }
+        // Distributions that mount `cpu,cpuacct` together.
+        let joint = cgroup.join(format!("cpu,{controller}"));
+        if joint.is_dir() { joint } else { own }
+    }
+
+    /// The v2 hierarchy: the root on a v2 host, `unified` on a hybrid one.
+    fn v2_dir(&self) -> Option<PathBuf> {
+        match self.version() {
+            CgroupVersion::V2 => Some(self.roots.cgroup.clone()),
+            CgroupVersion::V1 => {
+                let unified = self.roots.cgroup.join("unified");
+                unified
+                    .join("cgroup.controllers")
+                    .is_file()
+                    .then_some(unified)
+            }
+        }
+    }
+
+    fn under(dir: &Path, name: &str) -> PathBuf {
+        dir.join(name.trim_start_matches('/'))
+    }
+
+    /// The node's pressures (`/proc/pressure`, upstream: the root cgroup's).
+    pub fn node_pressure(&self) -> Pressures {
+        let read = |what: &str| {
+            std::fs::read_to_string(self.roots.proc.join("pressure").join(what))
+                .ok()
+                .as_deref()
+                .and_then(parse_psi)
+        };
+        Pressures {
+            cpu: read("cpu"),
+            memory: read("memory"),
+            io: read("io"),
+        }
+    }
+
+    /// The cgroups of process `pid` (`/proc/<pid>/cgroup`).
+    pub fn process_cgroups(&self, pid: u32) -> Result<CgroupPaths, StatsError> {
+        let path = self.roots.proc.join(pid.to_string()).join("cgroup");
+        CgroupPaths::of_process(&read(&path)?).ok_or(StatsError::Missing {
+            path,
+            field: "cpuacct and memory cgroups",
+        })
+    }
+
+    /// The interfaces of process `pid`'s network namespace.
+    pub fn process_interfaces(&self, pid: u32) -> Result<Vec<InterfaceStats>, StatsError> {
+        let path = self.roots.proc.join(pid.to_string()).join("net/dev");
+        Ok(parse_net_dev(&read(&path)?))
+    }
+
+    /// The first process of cgroup `name` (in the pids hierarchy, or the v2 one).
+    pub fn first_process(&self, name: &str) -> Option<u32> {
+        let path = Self::under(&self.v1_dir("pids"), name).join("cgroup.procs");
+        read(&path)
+            .ok()?
+            .lines()
+            .find_map(|l| l.trim().parse().ok())
+    }
+
+    /// The containers' and pods' cgroups by their directories' names (a container ID,
+    /// `pod<uid>`), as cAdvisor finds them by walking the hierarchy (upstream:
+    /// `extractIDFromCgroupPath`): name to cgroup path.
+    pub fn workload_cgroups(&self) -> HashMap<String, String> {
+        let mut found = HashMap::new();
+        let top = self.v1_dir("cpuacct");
+        let mut stack = vec![(top.clone(), 0usize)];
+        while let Some((dir, depth)) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if is_workload_cgroup(&name)
+                    && let Ok(rel) = path.strip_prefix(&top)
+                {
+                    found.insert(name, format!("/{}", rel.display()));
+                }
+                if depth + 1 < WORKLOAD_DEPTH {
+                    stack.push((path, depth + 1));
+                }
+            }
+        }
+        found
+    }
+
+    /// A cgroup's CPU, memory, pressures and processes (upstream: cAdvisor's `GetStats` of a
+    /// container through runc's `fs`/`fs2` managers; the pressures also from a hybrid host's
+    /// unified hierarchy, where runc makes each cgroup too, which upstream leaves out).
+    pub fn read_cgroup(&self, paths: &CgroupPaths) -> Result<CgroupSample, StatsError> {
+        let v2 = self.version() == CgroupVersion::V2;
+        let cpu_dir = Self::under(&self.v1_dir("cpuacct"), &paths.cpu);
+        let memory_dir = Self::under(&self.v1_dir("memory"), &paths.memory);
+        let parse = |path: PathBuf, field: &'static str| -> Result<u64, StatsError> {
+            let text = read(&path)?;
+            text.trim()
+                .parse()
+                .map_err(|_| StatsError::Missing { path, field })
+        };
+        let cpu = if v2 {
+            let path = cpu_dir.join("cpu.stat");
+            need(&path, &read(&path)?, "usage_usec")? * 1_000
+        } else {
+            parse(cpu_dir.join("cpuacct.usage"), "usage")?
+        };
+        let (usage, limit, stat_path) = if v2 {
+            let limit = read(&memory_dir.join("memory.max"))
+                .ok()
+                .and_then(|l| l.trim().parse::<u64>().ok());
+            (
+                parse(memory_dir.join("memory.current"), "memory.current")?,
+                limit,
+                memory_dir.join("memory.stat"),
+            )
+        } else {
+            (
+                parse(memory_dir.join("memory.usage_in_bytes"), "usage_in_bytes")?,
+                parse(memory_dir.join("memory.limit_in_bytes"), "limit_in_bytes").ok(),
+                memory_dir.join("memory.stat"),
+            )
+        };
+        let stat = read(&stat_path)?;
+        let (inactive_file, rss) = if v2 {
+            ("inactive_file", "anon")
+        } else {
+            ("total_inactive_file", "total_rss")
+        };
+        let memory = CgroupMemory {
+            usage,
+            working_set: usage.saturating_sub(flat_key(&stat, inactive_file).unwrap_or(0)),
+            rss: need(&stat_path, &stat, rss)?,
+            page_faults: flat_key(&stat, "pgfault").unwrap_or(0),
+            major_page_faults: flat_key(&stat, "pgmajfault").unwrap_or(0),
+            limit: limit.filter(|l| *l <= 1 << 62),
+        };
+        let pressure = match (self.v2_dir(), &paths.unified) {
+            (Some(dir), Some(name)) => {
+                let dir = Self::under(&dir, name);
+                let psi = |file: &str| {
+                    std::fs::read_to_string(dir.join(file))
+                        .ok()
+                        .as_deref()
+                        .and_then(parse_psi)
+                };
+                Pressures {
+                    cpu: psi("cpu.pressure"),
+                    memory: psi("memory.pressure"),
+                    io: psi("io.pressure"),
+                }
+            }
+            _ => Pressures::default(),
+        };
+        let pids_dir = Self::under(&self.v1_dir("pids"), &paths.pids);
+        let processes = read(&pids_dir.join("cgroup.procs"))
+            .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count() as u64)
+            .unwrap_or(0);
+        let created = [&cpu_dir, &memory_dir]
+            .iter()
+            .filter_map(|d| std::fs::metadata(d).ok()?.modified().ok())
+            .min()
+            .and_then(|t| Timestamp::try_from(t).ok());
+        Ok(CgroupSample {
+            cpu_usage_core_nanos: cpu,
+            memory,
+            pressure,
+            processes,
+            created,
+        })
+    }
+}
+
 /// A cumulative CPU reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuReading {
@@ -242,6 +613,10 @@ pub struct CpuReading {
     /// When it was read.
     pub at: Timestamp,
 }
+
+/// The shortest span a CPU rate is made over (upstream: cAdvisor's housekeeping interval,
+/// which the kubelet sets to 10 s).
+pub const RATE_WINDOW: SignedDuration = SignedDuration::from_secs(10);
 
 /// How long an unused sample is kept (upstream: `defaultCachePeriod`, 10 minutes).
 const CACHE_PERIOD: SignedDuration = SignedDuration::from_secs(600);
@@ -254,11 +629,21 @@ pub struct CpuRates {
 }
 
 impl CpuRates {
-    /// `usageNanoCores` between the previous reading of `key` and `now`, which replaces it;
+    /// `usageNanoCores` of `key` at reading `now`: the rate between the previous reading and
+    /// `now`, which replaces it, once they are [`RATE_WINDOW`] apart or when there is no rate
+    /// yet; within the window, the last rate, and the previous reading stays (upstream: the
+    /// cAdvisor overlay's `CpuInst`, of its two last samples a housekeeping interval apart,
+    /// whatever the requests in between; without it `getAndUpdateContainerUsageNanoCores`).
     /// `None` for the first reading, a reading not newer, or a counter that went back (a
-    /// restarted container). upstream: `getAndUpdateContainerUsageNanoCores`.
+    /// restarted container).
     pub fn update(&self, key: &str, now: CpuReading) -> Option<u64> {
         let mut previous = self.previous.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((before, Some(rate))) = previous.get(key)
+            && now.usage_core_nanos >= before.usage_core_nanos
+            && now.at.duration_since(before.at) < RATE_WINDOW
+        {
+            return Some(*rate);
+        }
         let rate = previous.get(key).and_then(|(before, _)| {
             let nanos = now.at.duration_since(before.at).as_nanos();
             if nanos <= 0 || now.usage_core_nanos < before.usage_core_nanos {
@@ -388,27 +773,273 @@ mod tests {
     }
 
     /// upstream: `getAndUpdateContainerUsageNanoCores`: none from one reading, the rate from
-    /// two, none when the counter went back.
+    /// two, none when the counter went back; and cAdvisor's `CpuInst`: readings closer than
+    /// the housekeeping window keep the last rate (a request right after another does not
+    /// read a rate of a few milliseconds, 0 for a sleeping process).
     #[test]
     fn usage_nano_cores_needs_two_readings() {
         let rates = CpuRates::default();
         let t0 = Timestamp::from_second(1_000).unwrap();
-        let at = |secs: i64| t0.checked_add(SignedDuration::from_secs(secs)).unwrap();
-        let reading = |usage, secs| CpuReading {
+        let at = |millis: i64| t0.checked_add(SignedDuration::from_millis(millis)).unwrap();
+        let reading = |usage, millis| CpuReading {
             usage_core_nanos: usage,
-            at: at(secs),
+            at: at(millis),
         };
         assert_eq!(rates.update("c", reading(1_000_000_000, 0)), None);
-        // 0.5 s of CPU in 2 s: a quarter of a core.
         assert_eq!(rates.last("c"), None);
+        // 0.5 s of CPU in 2 s: a quarter of a core (no rate yet: made at once).
         assert_eq!(
-            rates.update("c", reading(1_500_000_000, 2)),
+            rates.update("c", reading(1_500_000_000, 2_000)),
             Some(250_000_000)
         );
         assert_eq!(rates.last("c"), Some(250_000_000));
-        assert_eq!(rates.update("c", reading(10, 3)), None);
-        assert_eq!(rates.update("c", reading(10, 3)), None, "not newer");
-        rates.forget_older_than_period(at(3 + 601));
-        assert_eq!(rates.update("c", reading(20, 605)), None, "forgotten");
+        // 40 ms later, nothing used: still the last rate, not 0.
+        assert_eq!(
+            rates.update("c", reading(1_500_000_000, 2_040)),
+            Some(250_000_000)
+        );
+        // A window after the reading the rate was made at: the new rate (1 s in 10 s).
+        assert_eq!(
+            rates.update("c", reading(2_500_000_000, 12_000)),
+            Some(100_000_000)
+        );
+        assert_eq!(rates.update("c", reading(10, 13_000)), None, "went back");
+        assert_eq!(rates.update("c", reading(10, 13_000)), None, "not newer");
+        rates.forget_older_than_period(at(13_000 + 601_000));
+        assert_eq!(rates.update("c", reading(20, 615_000)), None, "forgotten");
+    }
+
+    const PSI: &str = "some avg10=1.50 avg60=0.25 avg300=0.00 total=123456\n\
+        full avg10=0.75 avg60=0.00 avg300=0.00 total=6543\n";
+
+    /// runc's `statPSI`: both lines; a file without `full` (the CPU's before Linux 5.13) has
+    /// zeros there; a file that is not a pressure file is none.
+    #[test]
+    fn pressure_files_are_parsed_as_runc_does() {
+        let psi = parse_psi(PSI).unwrap();
+        assert_eq!(psi.some.total, 123_456);
+        assert_eq!((psi.some.avg10, psi.some.avg60), (1.5, 0.25));
+        assert_eq!((psi.full.total, psi.full.avg10), (6543, 0.75));
+        let no_full = parse_psi("some avg10=0.00 avg60=0.00 avg300=0.00 total=9\n").unwrap();
+        assert_eq!(no_full.some.total, 9);
+        assert_eq!(no_full.full, Default::default());
+        assert_eq!(parse_psi(""), None);
+        assert_eq!(parse_psi("some avg10=x total=1\n"), None);
+    }
+
+    /// upstream `cgroups.ParseCgroupFile`: a hybrid host's per-hierarchy paths (the session's
+    /// memory cgroup apart from its CPU one), and a v2 host's one path.
+    #[test]
+    fn a_process_cgroups_are_read_per_hierarchy() {
+        let hybrid = "9:name=systemd:/\n8:pids:/p\n4:memory:/session/1\n2:cpuacct:/\n\
+            1:cpu:/\n0::/u\n";
+        assert_eq!(
+            CgroupPaths::of_process(hybrid).unwrap(),
+            CgroupPaths {
+                cpu: "/".into(),
+                memory: "/session/1".into(),
+                pids: "/p".into(),
+                unified: Some("/u".into()),
+            }
+        );
+        let joint = "3:cpu,cpuacct:/a\n2:memory:/a\n";
+        let paths = CgroupPaths::of_process(joint).unwrap();
+        assert_eq!((paths.cpu.as_str(), paths.pids.as_str()), ("/a", "/a"));
+        assert_eq!(paths.unified, None);
+        assert_eq!(
+            CgroupPaths::of_process("0::/system.slice/x.service\n").unwrap(),
+            CgroupPaths::uniform("/system.slice/x.service")
+        );
+        assert_eq!(CgroupPaths::of_process("garbage"), None);
+    }
+
+    /// A fake hybrid tree: v1 `cpuacct`, `memory`, `pids` and the `unified` v2 hierarchy.
+    fn hybrid_tree(root: &Path) -> NodeReader {
+        let (cgroup, proc) = (root.join("cgroup"), root.join("proc"));
+        write(&cgroup, "unified/cgroup.controllers", "");
+        write(&cgroup, "cpuacct/cpuacct.usage", "1\n");
+        write(&proc, "meminfo", MEMINFO);
+        NodeReader::new(StatsRoots { cgroup, proc })
+    }
+
+    /// cAdvisor's figures of a v1 cgroup (runc's `fs` manager): `cpuacct.usage`, usage minus
+    /// `total_inactive_file`, `total_rss`, the cgroup's own `pgfault`; `availableBytes` is the
+    /// limit minus the working set; the processes of `cgroup.procs`; the pressures from the
+    /// hybrid setup's unified hierarchy.
+    #[test]
+    fn a_v1_cgroup_is_read_as_cadvisor_reads_it_with_the_unified_pressures() {
+        let dir = tempfile::tempdir().unwrap();
+        let reader = hybrid_tree(dir.path());
+        let cgroup = dir.path().join("cgroup");
+        let c = "k/pod1/abc";
+        write(&cgroup, &format!("cpuacct/{c}/cpuacct.usage"), "20000000\n");
+        write(
+            &cgroup,
+            &format!("memory/{c}/memory.usage_in_bytes"),
+            "3000000\n",
+        );
+        write(
+            &cgroup,
+            &format!("memory/{c}/memory.limit_in_bytes"),
+            "80000000\n",
+        );
+        write(
+            &cgroup,
+            &format!("memory/{c}/memory.stat"),
+            "rss 5\npgfault 300\npgmajfault 2\ntotal_rss 1000000\ntotal_inactive_file 500000\n\
+             total_pgfault 900\n",
+        );
+        write(&cgroup, &format!("pids/{c}/cgroup.procs"), "12\n13\n14\n");
+        for file in ["cpu.pressure", "memory.pressure", "io.pressure"] {
+            write(&cgroup, &format!("unified/{c}/{file}"), PSI);
+        }
+        let sample = reader
+            .read_cgroup(&CgroupPaths::uniform("/k/pod1/abc"))
+            .unwrap();
+        assert_eq!(sample.cpu_usage_core_nanos, 20_000_000);
+        assert_eq!(
+            sample.memory,
+            CgroupMemory {
+                usage: 3_000_000,
+                working_set: 2_500_000,
+                rss: 1_000_000,
+                page_faults: 300,
+                major_page_faults: 2,
+                limit: Some(80_000_000),
+            }
+        );
+        assert_eq!(sample.memory.available(), Some(77_500_000));
+        assert_eq!(sample.processes, 3);
+        let psi = parse_psi(PSI);
+        assert_eq!(
+            sample.pressure,
+            Pressures {
+                cpu: psi,
+                memory: psi,
+                io: psi
+            }
+        );
+        assert!(sample.created.is_some());
+        // Unlimited (the kernel's 2^63 rounded down to a page): no availableBytes.
+        write(
+            &cgroup,
+            &format!("memory/{c}/memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        );
+        let sample = reader
+            .read_cgroup(&CgroupPaths::uniform("/k/pod1/abc"))
+            .unwrap();
+        assert_eq!(sample.memory.available(), None);
+        // Without a unified hierarchy: no pressures.
+        std::fs::remove_file(cgroup.join("unified/cgroup.controllers")).unwrap();
+        let sample = reader
+            .read_cgroup(&CgroupPaths::uniform("/k/pod1/abc"))
+            .unwrap();
+        assert_eq!(sample.pressure, Pressures::default());
+        let err = reader
+            .read_cgroup(&CgroupPaths::uniform("/gone"))
+            .unwrap_err();
+        assert!(err.to_string().contains("gone"), "{err}");
+    }
+
+    /// runc's `fs2` manager: `cpu.stat`'s `usage_usec`, `memory.current`, `anon`, `memory.max`
+    /// (`max`: unlimited) and the cgroup's own pressure files.
+    #[test]
+    fn a_v2_cgroup_is_read_with_its_pressures() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cgroup, proc) = (dir.path().join("cgroup"), dir.path().join("proc"));
+        write(&cgroup, "cgroup.controllers", "cpu memory pids\n");
+        write(&cgroup, "kubelet/cpu.stat", "usage_usec 40000\n");
+        write(&cgroup, "kubelet/memory.current", "2000000\n");
+        write(&cgroup, "kubelet/memory.max", "max\n");
+        write(
+            &cgroup,
+            "kubelet/memory.stat",
+            "anon 1500000\ninactive_file 100000\npgfault 5000\npgmajfault 1\n",
+        );
+        write(&cgroup, "kubelet/cgroup.procs", "7\n");
+        write(&cgroup, "kubelet/memory.pressure", PSI);
+        let reader = NodeReader::new(StatsRoots { cgroup, proc });
+        let sample = reader
+            .read_cgroup(&CgroupPaths::uniform("/kubelet"))
+            .unwrap();
+        assert_eq!(sample.cpu_usage_core_nanos, 40_000_000);
+        assert_eq!(sample.memory.working_set, 1_900_000);
+        assert_eq!(sample.memory.rss, 1_500_000);
+        assert_eq!(sample.memory.page_faults, 5000);
+        assert_eq!(sample.memory.available(), None);
+        assert_eq!(sample.processes, 1);
+        assert_eq!(sample.pressure.memory, parse_psi(PSI));
+        assert_eq!(sample.pressure.cpu, None);
+    }
+
+    /// cAdvisor finds containers by their cgroups' names (`extractIDFromCgroupPath`): the
+    /// containers' (64 hex digits) and pods' (`pod<uid>`) directories anywhere in the tree.
+    #[test]
+    fn workload_cgroups_are_found_by_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let reader = hybrid_tree(dir.path());
+        let cgroup = dir.path().join("cgroup");
+        let id = "a".repeat(64);
+        let sandbox = "0123456789abcdef".repeat(4);
+        for path in [
+            format!("cpuacct/r/kubepods/burstable/poduid-1/{id}"),
+            format!("cpuacct/r/kubepods/burstable/poduid-1/{sandbox}"),
+            "cpuacct/r/kubepods/besteffort".to_owned(),
+            "cpuacct/system/not-a-container".to_owned(),
+        ] {
+            std::fs::create_dir_all(cgroup.join(path)).unwrap();
+        }
+        let found = reader.workload_cgroups();
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert_eq!(found["poduid-1"], "/r/kubepods/burstable/poduid-1");
+        assert_eq!(found[&id], format!("/r/kubepods/burstable/poduid-1/{id}"));
+        assert!(found.contains_key(&sandbox));
+        // The sandbox's first process, in the pids hierarchy.
+        write(
+            &cgroup,
+            &format!("pids/r/kubepods/burstable/poduid-1/{sandbox}/cgroup.procs"),
+            "4711\n4712\n",
+        );
+        assert_eq!(reader.first_process(&found[&sandbox]), Some(4711));
+    }
+
+    /// cAdvisor's network figures of `/proc/<pid>/net/dev`, without `lo` and `veth*`; the
+    /// node's pressures from `/proc/pressure`; a process's cgroups from `/proc/<pid>/cgroup`.
+    #[test]
+    fn procfs_gives_interfaces_node_pressures_and_process_cgroups() {
+        let dir = tempfile::tempdir().unwrap();
+        let reader = hybrid_tree(dir.path());
+        let proc = dir.path().join("proc");
+        write(
+            &proc,
+            "42/net/dev",
+            "Inter-|   Receive                                                |  Transmit\n \
+             face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+             lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  \
+             eth0:    1500      12    3    0    0     0          0         0      900       9    4    0    0     0       0          0\n\
+             veth12:    10       1    0    0    0     0          0         0       10       1    0    0    0     0       0          0\n",
+        );
+        write(&proc, "42/cgroup", "2:cpuacct:/a\n1:memory:/b\n0::/c\n");
+        write(&proc, "pressure/cpu", PSI);
+        write(&proc, "pressure/io", PSI);
+        assert_eq!(
+            reader.process_interfaces(42).unwrap(),
+            vec![InterfaceStats {
+                name: "eth0".into(),
+                rx_bytes: Some(1500),
+                rx_errors: Some(3),
+                tx_bytes: Some(900),
+                tx_errors: Some(4),
+            }]
+        );
+        let pressure = reader.node_pressure();
+        assert_eq!(pressure.cpu, parse_psi(PSI));
+        assert_eq!(pressure.memory, None);
+        assert_eq!(pressure.io, parse_psi(PSI));
+        let paths = reader.process_cgroups(42).unwrap();
+        assert_eq!((paths.cpu.as_str(), paths.memory.as_str()), ("/a", "/b"));
+        assert_eq!(paths.unified.as_deref(), Some("/c"));
+        assert!(reader.process_cgroups(43).is_err());
     }
 }

@@ -31,6 +31,9 @@ pub struct NodeStats {
     /// Memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// IO (its pressure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// Network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
@@ -56,6 +59,7 @@ impl Default for NodeStats {
             start_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
             cpu: None,
             memory: None,
+            io: None,
             network: None,
             fs: None,
             runtime: None,
@@ -117,6 +121,9 @@ pub struct PodStats {
     /// The pod cgroup's memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// The pod cgroup's IO (its pressure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// Network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
@@ -164,6 +171,9 @@ pub struct ContainerStats {
     /// Memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// IO (its pressure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// The writable layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<FsStats>,
@@ -220,6 +230,9 @@ pub struct CpuStats {
     /// CPU time used since creation, in core-nanoseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    /// CPU pressure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 /// upstream: `MemoryStats`.
@@ -246,6 +259,42 @@ pub struct MemoryStats {
     /// Major page faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+    /// Memory pressure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// upstream: `IOStats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IoStats {
+    /// When read.
+    pub time: Time,
+    /// IO pressure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// upstream: `PSIStats` (a `*.pressure` file of the cgroup tree or `/proc/pressure`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PsiStats {
+    /// All non-idle tasks stalled at once.
+    pub full: PsiData,
+    /// At least one task stalled.
+    pub some: PsiData,
+}
+
+/// upstream: `PSIData`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PsiData {
+    /// The stall time, in microseconds as the kernel counts it (upstream passes the kernel's
+    /// `total` on unchanged).
+    pub total: u64,
+    /// The share of the last 10 s stalled, in percent.
+    pub avg10: f64,
+    /// Of the last 60 s.
+    pub avg60: f64,
+    /// Of the last 300 s.
+    pub avg300: f64,
 }
 
 /// upstream: `SwapStats`.
@@ -355,6 +404,7 @@ mod tests {
                     rss_bytes: Some(1),
                     page_faults: None,
                     major_page_faults: None,
+                    psi: None,
                 }),
                 rlimit: Some(RlimitStats {
                     time: t.clone(),
@@ -377,6 +427,7 @@ mod tests {
                 containers: Vec::new(),
                 cpu: None,
                 memory: None,
+                io: None,
                 network: None,
                 volume_stats: vec![VolumeStats {
                     fs: fs.clone(),
@@ -407,6 +458,58 @@ mod tests {
                     "volume": [{"time": "2023-11-14T22:13:20Z", "usedBytes": 4096, "inodesUsed": 2, "name": "data"}],
                     "ephemeral-storage": fs_json,
                 }],
+            })
+        );
+    }
+
+    /// upstream's `psi` (`full`, `some`, each `total`, `avg10`, `avg60`, `avg300`) on CPU and
+    /// memory, and `io` with its `psi`, of a system container.
+    #[test]
+    fn pressure_json_has_upstreams_names() {
+        let t = Time(Timestamp::from_second(1_700_000_000).unwrap());
+        let psi = PsiStats {
+            full: PsiData {
+                total: 7,
+                avg10: 0.5,
+                avg60: 0.0,
+                avg300: 0.0,
+            },
+            some: PsiData {
+                total: 9,
+                avg10: 1.25,
+                avg60: 0.0,
+                avg300: 0.0,
+            },
+        };
+        let container = ContainerStats {
+            name: "kubelet".into(),
+            start_time: t.clone(),
+            cpu: Some(CpuStats {
+                time: t.clone(),
+                usage_nano_cores: Some(0),
+                usage_core_nano_seconds: Some(10),
+                psi: Some(psi),
+            }),
+            memory: None,
+            io: Some(IoStats {
+                time: t.clone(),
+                psi: Some(psi),
+            }),
+            rootfs: None,
+            logs: None,
+            swap: None,
+        };
+        let psi_json = serde_json::json!({
+            "full": {"total": 7, "avg10": 0.5, "avg60": 0.0, "avg300": 0.0},
+            "some": {"total": 9, "avg10": 1.25, "avg60": 0.0, "avg300": 0.0},
+        });
+        assert_eq!(
+            serde_json::to_value(&container).unwrap(),
+            serde_json::json!({
+                "name": "kubelet",
+                "startTime": "2023-11-14T22:13:20Z",
+                "cpu": {"time": "2023-11-14T22:13:20Z", "usageNanoCores": 0, "usageCoreNanoSeconds": 10, "psi": psi_json},
+                "io": {"time": "2023-11-14T22:13:20Z", "psi": psi_json},
             })
         );
     }

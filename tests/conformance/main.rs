@@ -678,6 +678,9 @@ fn start_node_agent(
 struct NodeCgroups {
     root: String,
     tree: rustlet_cri::cgroups::PodCgroupsConfig,
+    /// Whether some hierarchy had `/kubepods` before the run: if none had, the run made it
+    /// (the agent's QoS cgroups) and removes it after.
+    kubepods_before: bool,
 }
 
 impl NodeCgroups {
@@ -687,8 +690,17 @@ impl NodeCgroups {
             mount: "/sys/fs/cgroup".into(),
             root: "/".to_owned(),
         };
+        let kubepods_before = std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|hierarchy| hierarchy.path().join("kubepods").is_dir());
         match tree.ensure_cgroup(&root) {
-            Ok(_) => Some(Self { root, tree }),
+            Ok(_) => Some(Self {
+                root,
+                tree,
+                kubepods_before,
+            }),
             Err(e) => {
                 eprintln!("conformance: no system cgroups for the node ({e})");
                 None
@@ -798,6 +810,11 @@ impl NodeCgroups {
 impl Drop for NodeCgroups {
     fn drop(&mut self) {
         Self::remove_tree(&self.root);
+        // Nothing of the run stays on the host: the agent's `/kubepods` (upstream's kubelet
+        // keeps its own), when the run made it.
+        if !self.kubepods_before {
+            Self::remove_tree("/kubepods");
+        }
     }
 }
 

@@ -660,6 +660,11 @@ fn start_node_agent(
             "--enable-server",
             "--pod-manifest-path",
             manifests.to_str().unwrap(),
+            // The kubelet's healthz endpoint on 127.0.0.1:10248, as upstream's (the test
+            // harness turns it off elsewhere): specs check the kubelet's health there. The
+            // namespace is the run's own, so the port is free.
+            "--healthz-port",
+            "10248",
         ],
         &dir.join("agent.log"),
     )

@@ -25,12 +25,15 @@ use k8s_openapi::api::core::v1::{Container, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
-use rustlet_pods::lifecycle::{HookTarget, run_hook};
+use rustlet_pods::lifecycle::{
+    FAILED_POST_START_HOOK, FAILED_PRE_STOP_HOOK, HookTarget, POST_START_HOOK_ERROR, run_hook,
+};
 use rustlet_pods::runtime::{
     ContainerInstance, ContainerKind, ContainerLogInfo, ExecOutput, FsUsage, InstanceState,
     PodUsage, RunningContainerLog, Runtime, RuntimeError, RuntimePodStatus, Sandbox, Streams,
     full_name,
 };
+use rustlet_volume::events::{EventKind, EventRecorder};
 use rustlet_volume::objects::VolumeObjects;
 use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
@@ -239,6 +242,9 @@ pub struct CriRuntime {
     /// Services for the containers' environment ([`Self::set_services`]); without it a
     /// container gets no Service variables (upstream: a kubelet without an API server).
     services: std::sync::OnceLock<Arc<dyn ServiceSource>>,
+    /// Where the lifecycle hooks' failures are told ([`Self::set_event_recorder`]); without
+    /// it they are only logged.
+    recorder: std::sync::OnceLock<Arc<dyn EventRecorder>>,
     config: CriConfig,
     /// The runtime's name: the scheme of container IDs (`containerd://...`).
     scheme: String,
@@ -316,6 +322,7 @@ impl CriRuntime {
             client,
             objects,
             services: std::sync::OnceLock::new(),
+            recorder: std::sync::OnceLock::new(),
             config,
             scheme: version.name,
             state: Mutex::new(State::default()),
@@ -330,6 +337,20 @@ impl CriRuntime {
     /// changes nothing).
     pub fn set_services(&self, source: Arc<dyn ServiceSource>) {
         let _ = self.services.set(source);
+    }
+
+    /// Where the events of the lifecycle hooks go (upstream: the runtime manager's
+    /// `recorder`): `FailedPostStartHook`, the `Killing` that follows it, and
+    /// `FailedPreStopHook`. Once; a second call changes nothing.
+    pub fn set_event_recorder(&self, recorder: Arc<dyn EventRecorder>) {
+        let _ = self.recorder.set(recorder);
+    }
+
+    /// One event about `pod` (upstream: `recordContainerEvent`), when a recorder is set.
+    fn record(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) {
+        if let Some(recorder) = self.recorder.get() {
+            recorder.event(pod, kind, reason, message);
+        }
     }
 
     /// The client.
@@ -896,13 +917,15 @@ impl CriRuntime {
 
     /// Stops one container (upstream: `killContainer`): its `preStop` hook first when it has
     /// one and the grace period is not zero (upstream: `executePreStopHook`: the hook is waited
-    /// for at most the grace period, a failure is logged and the stop goes on), then its turn
+    /// for at most the grace period, a failure is logged and is a `FailedPreStopHook` event,
+    /// and the stop goes on), then its turn
     /// in the pod's [`TerminationOrdering`] within what is left, then `StopContainer` with what
     /// is left of the grace period, in whole seconds and at least upstream's
     /// `minimumGracePeriodInSeconds` (2 s). Deviation: without a hook or a wait the grace
     /// period is passed on as it came (upstream clamps it to 2 s too); a container whose stop
     /// failed counts as stopped for the ones that wait for it (upstream lets them wait out
-    /// their grace period).
+    /// their grace period); a hook cut off by the grace period is dropped, so a failure after
+    /// that is no event (upstream's goroutine runs on and may record one).
     async fn stop_container(&self, stop: StopContainer<'_>) -> Result<(), CriError> {
         let StopContainer {
             pod,
@@ -928,6 +951,14 @@ impl CriRuntime {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     warn!(container = %spec.name, error = %e, "PreStop hook failed");
+                    // upstream: the hook's message stays out of the event ("so that secrets
+                    // won't leak from the server").
+                    self.record(
+                        pod,
+                        EventKind::Warning,
+                        FAILED_PRE_STOP_HOOK,
+                        "PreStopHook failed",
+                    );
                 }
                 Err(_) => {
                     info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
@@ -1556,6 +1587,15 @@ impl Runtime for CriRuntime {
             };
             if let Err(e) = run_hook(self, target, handler).await {
                 warn!(container = %container.name, error = %e, "Failed to execute PostStartHook");
+                // upstream: the hook's message stays out of the event ("so that secrets won't
+                // leak from the server"); the kill's `Killing` event says why.
+                self.record(
+                    pod,
+                    EventKind::Warning,
+                    FAILED_POST_START_HOOK,
+                    "PostStartHook failed",
+                );
+                self.record(pod, EventKind::Normal, "Killing", FAILED_POST_START_HOOK);
                 let stop = StopContainer {
                     pod: Some(pod),
                     spec: Some(container),
@@ -1571,7 +1611,7 @@ impl Runtime for CriRuntime {
                 return Err(waiting(
                     pod,
                     &container.name,
-                    "PostStartHookError",
+                    POST_START_HOOK_ERROR,
                     e.to_string(),
                 ));
             }

@@ -16,6 +16,17 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use crate::prober::{HttpTarget, http_get};
 use crate::runtime::{Runtime, full_name};
 
+/// The waiting reason of a container whose `postStart` hook failed (upstream
+/// `ErrPostStartHook`); its message is the hook's ([`HookError`]).
+pub const POST_START_HOOK_ERROR: &str = "PostStartHookError";
+/// The reason of the Warning event of a failed `postStart` hook (upstream
+/// `events.FailedPostStartHook`, also the message of the `Killing` event of the kill that
+/// follows). The event's message is `PostStartHook failed`, never the hook's output.
+pub const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
+/// The reason of the Warning event of a failed `preStop` hook (upstream
+/// `events.FailedPreStopHook`); its message is `PreStopHook failed`.
+pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
+
 /// The user agent of an HTTP hook (upstream: `NewRequestForHTTPGetAction(.., "lifecycle")`).
 const USER_AGENT: &str = "kube-lifecycle/1.37";
 

@@ -39,6 +39,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions::{ContainerToKill, KillReason, ProbeFailures, compute_pod_actions};
 use crate::admission::{admission_rejection, rejected_status};
+use crate::lifecycle::POST_START_HOOK_ERROR;
 use crate::prober::{
     GrpcProber, OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask,
 };
@@ -707,6 +708,19 @@ impl ProbeFailures for ProbeView<'_> {
             return None;
         }
         self.results.get(id, kind)
+    }
+}
+
+/// The Warning event's reason of a container that could not start with this waiting reason
+/// (the message is the waiting message): `BackOff` for `ImagePullBackOff`, none for
+/// `PostStartHookError` (upstream: `startContainer` records `FailedPostStartHook` without the
+/// hook's output, which may hold secrets, and `SyncPod` nothing more; the runtime records it),
+/// else `Failed`.
+pub(crate) fn start_failure_event(reason: &str) -> Option<&'static str> {
+    match reason {
+        "ImagePullBackOff" => Some("BackOff"),
+        POST_START_HOOK_ERROR => None,
+        _ => Some("Failed"),
     }
 }
 
@@ -1413,12 +1427,9 @@ impl Worker {
             Err(RuntimeError::ContainerWaiting {
                 reason, message, ..
             }) => {
-                let event = if reason == "ImagePullBackOff" {
-                    "BackOff"
-                } else {
-                    "Failed"
-                };
-                self.event(pod, EventKind::Warning, event, &message);
+                if let Some(event) = start_failure_event(&reason) {
+                    self.event(pod, EventKind::Warning, event, &message);
+                }
                 warn!(container = %container.name, %reason, %message, "container not started");
                 return Ok(Err(WaitingReason { reason, message }));
             }

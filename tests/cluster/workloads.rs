@@ -189,6 +189,91 @@ fn cri_item_3_scale_down_terminates_gracefully_and_a_deleted_namespace_leaves_no
     );
 }
 
+/// Issue 27 (the conformance runs' audit log): a pod force-deleted (`--grace-period=0
+/// --force`, as many upstream specs delete theirs) is gone from the API server before its
+/// worker stops it and sets its last statuses; the agent then never reads it by name, which the
+/// Node authorizer refuses with 403 `no relationship found between node ... and this object`
+/// (upstream's status manager `syncPod` GETs it all the same). Its containers are stopped and
+/// the API server refused none of the agent's requests.
+#[test]
+fn a_force_deleted_pod_is_stopped_without_reading_it_from_the_api() {
+    let Some(node) = CriNode::start("cri-force-deleted", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    cluster.kubectl(&["create", "namespace", "forced"]);
+    cluster.apply(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: doomed
+  namespace: forced
+spec:
+  nodeName: node-a
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+"#,
+    );
+    cluster.wait_for("doomed Running", || {
+        let pod = cluster.try_get(&["-n", "forced", "pod", "doomed"]);
+        match pod {
+            Some(p) if p["status"]["phase"] == "Running" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    cluster.kubectl(&[
+        "-n",
+        "forced",
+        "delete",
+        "pod",
+        "doomed",
+        "--grace-period=0",
+        "--force",
+    ]);
+    cluster.wait_for("no container left running", || {
+        let (_, containers) = runtime_objects(&node);
+        let running: Vec<String> = containers
+            .into_iter()
+            .filter(|id| container_running(&node, id))
+            .collect();
+        if running.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{running:?}"))
+        }
+    });
+    // The statuses set while stopping it have had their sync.
+    std::thread::sleep(Duration::from_secs(3));
+    let refused = cluster.refused_requests_of_node("node-a");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+}
+
+/// Whether the container `id` runs (CRI `ContainerStatus`).
+fn container_running(node: &CriNode, id: &str) -> bool {
+    let endpoint = node.containerd.endpoint().to_owned();
+    let id = id.to_owned();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                .await
+                .unwrap();
+            client
+                .container_status(&id)
+                .await
+                .is_ok_and(|s| s.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
+        })
+}
+
 /// Three pods whose statuses differ in every part item 5 compares: an init container and two
 /// exec readiness probes, one that passes and one that never does (Guaranteed; the pod is not
 /// Ready, with upstream's reason), a container that exits 1 once and then runs (restart

@@ -255,6 +255,139 @@ spec:
     );
 }
 
+/// Issue 27 (the conformance runs' audit log): pods deleted right after their creation, each
+/// in a fresh namespace (as upstream's specs make theirs), gracefully or by force, while the
+/// agent prepares them: the API server refused none of the agent's requests made after a
+/// pod's deletion (a read of the pod, or of its service account's `kube-root-ca.crt`
+/// ConfigMap, which the Node authorizer refuses once the pod left its graph). Before the
+/// deletion, only the moment after the binding may be refused (`no relationship found`: the
+/// Node authorizer's graph follows the API server's watch a moment behind the agent's; the
+/// first list of the ConfigMap meets it, as upstream's kubelet's reflector does, started by
+/// `RegisterPod` in `SyncPod`), and the watch's retries of that list until the pod's volumes
+/// are torn down (upstream: `UnregisterPod` in `SyncTerminatedPod`, after the unmount).
+#[test]
+fn pods_deleted_at_once_leave_no_refused_request() {
+    let Some(node) = CriNode::start("cri-deleted-at-once", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    let names: Vec<String> = (0..8).map(|n| format!("brief-{n}")).collect();
+    for (n, ns) in names.iter().enumerate() {
+        cluster.kubectl(&["create", "namespace", ns]);
+        cluster.wait_for("the namespace's default service account", || {
+            cluster
+                .try_get(&["-n", ns, "serviceaccount", "default"])
+                .ok_or_else(|| "none yet".to_owned())
+        });
+        cluster.apply(&format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: brief
+  namespace: {ns}
+spec:
+  nodeName: node-a
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+"#
+        ));
+        // Half of them as soon as the agent wrote their first status (it is preparing them),
+        // the others at once.
+        if n % 4 < 2 {
+            cluster.wait_for("the agent's first status of the pod", || {
+                match cluster.try_get(&["-n", ns, "pod", "brief"]) {
+                    Some(p) if p["status"]["conditions"].is_array() => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            });
+        }
+        let mut delete = vec!["-n", ns.as_str(), "delete", "pod", "brief", "--wait=false"];
+        if n % 2 == 0 {
+            delete.extend(["--grace-period=0", "--force"]);
+        }
+        cluster.kubectl(&delete);
+    }
+    for ns in &names {
+        cluster.wait_for("the pod gone", || {
+            match cluster.try_get(&["-n", ns, "pod", "brief"]) {
+                None => Ok(()),
+                Some(p) => Err(format!("{}", p["status"])),
+            }
+        });
+    }
+    cluster.wait_for("no container or sandbox left", || {
+        let (sandboxes, containers) = runtime_objects(&node);
+        if sandboxes.is_empty() && containers.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "sandboxes {sandboxes:?}, containers {containers:?}"
+            ))
+        }
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let events = cluster.audit_events();
+    let at = |e: &Value| {
+        e["requestReceivedTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let refused: Vec<String> = cluster
+        .refused_requests_of("system:node:node-a")
+        .into_iter()
+        .filter(|r| !r.contains("no relationship found between node"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+    for ns in &names {
+        let in_ns = |e: &&Value| {
+            e["requestURI"]
+                .as_str()
+                .is_some_and(|u| u.starts_with(&format!("/api/v1/namespaces/{ns}/")))
+        };
+        let deleted = events
+            .iter()
+            .filter(in_ns)
+            .filter(|e| e["user"]["username"] == "kubernetes-admin" && e["verb"] == "delete")
+            .map(at)
+            .min()
+            .expect("the pod's deletion is audited");
+        let refusals = || {
+            events
+                .iter()
+                .filter(in_ns)
+                .filter(|e| e["user"]["username"] == "system:node:node-a")
+                .filter(|e| e["responseStatus"]["code"] == 403)
+        };
+        // A retry of a list refused before the deletion (the watch's back-off, until the pod's
+        // volumes are torn down, as upstream's reflector until `UnregisterPod`) is that moment's.
+        let refused_before: BTreeSet<&str> = refusals()
+            .filter(|e| at(e) <= deleted)
+            .filter_map(|e| e["requestURI"].as_str())
+            .collect();
+        let refused_after: Vec<String> = refusals()
+            .filter(|e| at(e) > deleted)
+            .filter(|e| {
+                !e["requestURI"]
+                    .as_str()
+                    .is_some_and(|u| refused_before.contains(u))
+            })
+            .map(|e| format!("{} {} {}", at(e), e["verb"], e["requestURI"]))
+            .collect();
+        assert!(
+            refused_after.is_empty(),
+            "refused after the pod's deletion at {deleted}: {refused_after:#?}"
+        );
+    }
+}
+
 /// Whether the container `id` runs (CRI `ContainerStatus`).
 fn container_running(node: &CriNode, id: &str) -> bool {
     let endpoint = node.containerd.endpoint().to_owned();

@@ -1668,11 +1668,13 @@ impl Runtime for CriRuntime {
         let raw = id.split_once("://").map_or(id, |(_, raw)| raw);
         match self.client.exec_sync(raw, cmd.to_vec(), timeout).await {
             Ok(r) => {
+                let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
                 let mut output = String::from_utf8_lossy(&r.stdout).into_owned();
-                output.push_str(&String::from_utf8_lossy(&r.stderr));
+                output.push_str(&stderr);
                 Ok(ExecOutput {
                     exit_code: r.exit_code,
                     output,
+                    stderr,
                     timed_out: false,
                 })
             }
@@ -1682,6 +1684,7 @@ impl Runtime for CriRuntime {
             }) => Ok(ExecOutput {
                 exit_code: -1,
                 output: String::new(),
+                stderr: String::new(),
                 timed_out: true,
             }),
             Err(e) => Err(RuntimeError::Exec {

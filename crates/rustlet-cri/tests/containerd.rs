@@ -1088,7 +1088,7 @@ async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_g
         &runtime,
         "failing",
         serde_json::json!({
-            "postStart": {"exec": {"command": ["/bin/sh", "-c", "echo failing; exit 3"]}},
+            "postStart": {"exec": {"command": ["/bin/sh", "-c", "echo failing; echo broken >&2; exit 3"]}},
             "preStop": {"sleep": {"seconds": 1000}}
         }),
     )
@@ -1111,7 +1111,15 @@ async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_g
             reason, message, ..
         } => {
             assert_eq!(reason, "PostStartHookError");
-            assert!(message.contains("failing"), "{message}");
+            // upstream's `handlerRunner.Run` message, word for word: the CRI client's exit
+            // error names the stderr, the message is stdout then stderr.
+            assert_eq!(
+                message,
+                "Exec lifecycle hook ([/bin/sh -c echo failing; echo broken >&2; exit 3]) for \
+                 Container \"c\" in Pod \"failing_default(uid-failing)\" failed - error: command \
+                 '/bin/sh -c echo failing; echo broken >&2; exit 3' exited with 3: broken\n, \
+                 message: \"failing\\nbroken\\n\""
+            );
         }
         other => panic!("{other:?}"),
     }

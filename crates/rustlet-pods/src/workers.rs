@@ -45,7 +45,7 @@ use crate::prober::{
 };
 use crate::runtime::{
     ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, container_hash,
-    ephemeral_container, full_name,
+    ephemeral_container, format_pod, full_name,
 };
 use crate::status::{
     ContainerProbes, StatusInput, WaitingReason, active_deadline, generate_api_status,
@@ -724,16 +724,6 @@ pub(crate) fn start_failure_event(reason: &str) -> Option<&'static str> {
     }
 }
 
-/// Upstream `format.Pod`: `<name>_<namespace>(<uid>)`.
-fn pod_format(pod: &Pod) -> String {
-    format!(
-        "{}_{}({})",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.uid.as_deref().unwrap_or_default()
-    )
-}
-
 /// A duration as Go's `time.Duration.String` writes it (`10s`, `1m20s`, `5m0s`, `1.5s`).
 fn go_duration(d: Duration) -> String {
     let total = d.as_secs();
@@ -1356,7 +1346,7 @@ impl Worker {
                 "BackOff",
                 &format!(
                     "Back-off restarting failed container {name} in pod {}",
-                    pod_format(pod)
+                    format_pod(pod)
                 ),
             );
             let remaining = backing_off
@@ -1370,7 +1360,7 @@ impl Worker {
                     message: format!(
                         "back-off {} restarting failed container={name} pod={}",
                         go_duration(backing_off.delay),
-                        pod_format(pod)
+                        format_pod(pod)
                     ),
                 },
                 due: Instant::now() + remaining,

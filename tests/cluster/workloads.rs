@@ -189,6 +189,224 @@ fn cri_item_3_scale_down_terminates_gracefully_and_a_deleted_namespace_leaves_no
     );
 }
 
+/// Issue 27 (the conformance runs' audit log): a pod force-deleted (`--grace-period=0
+/// --force`, as many upstream specs delete theirs) is gone from the API server before its
+/// worker stops it and sets its last statuses; the agent then never reads it by name, which the
+/// Node authorizer refuses with 403 `no relationship found between node ... and this object`
+/// (upstream's status manager `syncPod` GETs it all the same). Its containers are stopped and
+/// the API server refused none of the agent's requests.
+#[test]
+fn a_force_deleted_pod_is_stopped_without_reading_it_from_the_api() {
+    let Some(node) = CriNode::start("cri-force-deleted", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    cluster.kubectl(&["create", "namespace", "forced"]);
+    cluster.apply(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: doomed
+  namespace: forced
+spec:
+  nodeName: node-a
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+"#,
+    );
+    cluster.wait_for("doomed Running", || {
+        let pod = cluster.try_get(&["-n", "forced", "pod", "doomed"]);
+        match pod {
+            Some(p) if p["status"]["phase"] == "Running" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    cluster.kubectl(&[
+        "-n",
+        "forced",
+        "delete",
+        "pod",
+        "doomed",
+        "--grace-period=0",
+        "--force",
+    ]);
+    cluster.wait_for("no container left running", || {
+        let (_, containers) = runtime_objects(&node);
+        let running: Vec<String> = containers
+            .into_iter()
+            .filter(|id| container_running(&node, id))
+            .collect();
+        if running.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{running:?}"))
+        }
+    });
+    // The statuses set while stopping it have had their sync.
+    std::thread::sleep(Duration::from_secs(3));
+    let refused = cluster.refused_requests_of_node("node-a");
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+}
+
+/// Issue 27 (the conformance runs' audit log): pods deleted right after their creation, each
+/// in a fresh namespace (as upstream's specs make theirs), gracefully or by force, while the
+/// agent prepares them: the API server refused none of the agent's requests made after a
+/// pod's deletion (a read of the pod, or of its service account's `kube-root-ca.crt`
+/// ConfigMap, which the Node authorizer refuses once the pod left its graph). Before the
+/// deletion, only the moment after the binding may be refused (`no relationship found`: the
+/// Node authorizer's graph follows the API server's watch a moment behind the agent's; the
+/// first list of the ConfigMap meets it, as upstream's kubelet's reflector does, started by
+/// `RegisterPod` in `SyncPod`), and the watch's retries of that list until the pod's volumes
+/// are torn down (upstream: `UnregisterPod` in `SyncTerminatedPod`, after the unmount).
+#[test]
+fn pods_deleted_at_once_leave_no_refused_request() {
+    let Some(node) = CriNode::start("cri-deleted-at-once", "node-a") else {
+        return;
+    };
+    let cluster = &node.cluster;
+    wait_ready(cluster, "node-a", "True");
+    let names: Vec<String> = (0..8).map(|n| format!("brief-{n}")).collect();
+    for (n, ns) in names.iter().enumerate() {
+        cluster.kubectl(&["create", "namespace", ns]);
+        cluster.wait_for("the namespace's default service account", || {
+            cluster
+                .try_get(&["-n", ns, "serviceaccount", "default"])
+                .ok_or_else(|| "none yet".to_owned())
+        });
+        cluster.apply(&format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: brief
+  namespace: {ns}
+spec:
+  nodeName: node-a
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: main
+    image: localhost/busybox:1
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]
+"#
+        ));
+        // Half of them as soon as the agent wrote their first status (it is preparing them),
+        // the others at once.
+        if n % 4 < 2 {
+            cluster.wait_for("the agent's first status of the pod", || {
+                match cluster.try_get(&["-n", ns, "pod", "brief"]) {
+                    Some(p) if p["status"]["conditions"].is_array() => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            });
+        }
+        let mut delete = vec!["-n", ns.as_str(), "delete", "pod", "brief", "--wait=false"];
+        if n % 2 == 0 {
+            delete.extend(["--grace-period=0", "--force"]);
+        }
+        cluster.kubectl(&delete);
+    }
+    for ns in &names {
+        cluster.wait_for("the pod gone", || {
+            match cluster.try_get(&["-n", ns, "pod", "brief"]) {
+                None => Ok(()),
+                Some(p) => Err(format!("{}", p["status"])),
+            }
+        });
+    }
+    cluster.wait_for("no container or sandbox left", || {
+        let (sandboxes, containers) = runtime_objects(&node);
+        if sandboxes.is_empty() && containers.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "sandboxes {sandboxes:?}, containers {containers:?}"
+            ))
+        }
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let events = cluster.audit_events();
+    let at = |e: &Value| {
+        e["requestReceivedTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let refused: Vec<String> = cluster
+        .refused_requests_of("system:node:node-a")
+        .into_iter()
+        .filter(|r| !r.contains("no relationship found between node"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused requests of the agent: {refused:#?}"
+    );
+    for ns in &names {
+        let in_ns = |e: &&Value| {
+            e["requestURI"]
+                .as_str()
+                .is_some_and(|u| u.starts_with(&format!("/api/v1/namespaces/{ns}/")))
+        };
+        let deleted = events
+            .iter()
+            .filter(in_ns)
+            .filter(|e| e["user"]["username"] == "kubernetes-admin" && e["verb"] == "delete")
+            .map(at)
+            .min()
+            .expect("the pod's deletion is audited");
+        let refusals = || {
+            events
+                .iter()
+                .filter(in_ns)
+                .filter(|e| e["user"]["username"] == "system:node:node-a")
+                .filter(|e| e["responseStatus"]["code"] == 403)
+        };
+        // A retry of a list refused before the deletion (the watch's back-off, until the pod's
+        // volumes are torn down, as upstream's reflector until `UnregisterPod`) is that moment's.
+        let refused_before: BTreeSet<&str> = refusals()
+            .filter(|e| at(e) <= deleted)
+            .filter_map(|e| e["requestURI"].as_str())
+            .collect();
+        let refused_after: Vec<String> = refusals()
+            .filter(|e| at(e) > deleted)
+            .filter(|e| {
+                !e["requestURI"]
+                    .as_str()
+                    .is_some_and(|u| refused_before.contains(u))
+            })
+            .map(|e| format!("{} {} {}", at(e), e["verb"], e["requestURI"]))
+            .collect();
+        assert!(
+            refused_after.is_empty(),
+            "refused after the pod's deletion at {deleted}: {refused_after:#?}"
+        );
+    }
+}
+
+/// Whether the container `id` runs (CRI `ContainerStatus`).
+fn container_running(node: &CriNode, id: &str) -> bool {
+    let endpoint = node.containerd.endpoint().to_owned();
+    let id = id.to_owned();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let client = CriClient::connect(&endpoint, Duration::from_secs(30))
+                .await
+                .unwrap();
+            client
+                .container_status(&id)
+                .await
+                .is_ok_and(|s| s.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
+        })
+}
+
 /// Three pods whose statuses differ in every part item 5 compares: an init container and two
 /// exec readiness probes, one that passes and one that never does (Guaranteed; the pod is not
 /// Ready, with upstream's reason), a container that exits 1 once and then runs (restart

@@ -25,12 +25,15 @@ use k8s_openapi::api::core::v1::{Container, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
-use rustlet_pods::lifecycle::{HookTarget, run_hook};
+use rustlet_pods::lifecycle::{
+    FAILED_POST_START_HOOK, FAILED_PRE_STOP_HOOK, HookTarget, POST_START_HOOK_ERROR, run_hook,
+};
 use rustlet_pods::runtime::{
     ContainerInstance, ContainerKind, ContainerLogInfo, ExecOutput, FsUsage, InstanceState,
     PodUsage, RunningContainerLog, Runtime, RuntimeError, RuntimePodStatus, Sandbox, Streams,
     full_name,
 };
+use rustlet_volume::events::{EventKind, EventRecorder};
 use rustlet_volume::objects::VolumeObjects;
 use rustlet_volume::plugins::downward::NodeAllocatable;
 use rustlet_volume::subpath::ContainerMount;
@@ -240,6 +243,9 @@ pub struct CriRuntime {
     /// Services for the containers' environment ([`Self::set_services`]); without it a
     /// container gets no Service variables (upstream: a kubelet without an API server).
     services: std::sync::OnceLock<Arc<dyn ServiceSource>>,
+    /// Where the lifecycle hooks' failures are told ([`Self::set_event_recorder`]); without
+    /// it they are only logged.
+    recorder: std::sync::OnceLock<Arc<dyn EventRecorder>>,
     config: CriConfig,
     /// The runtime's name: the scheme of container IDs (`containerd://...`).
     scheme: String,
@@ -317,6 +323,7 @@ impl CriRuntime {
             client,
             objects,
             services: std::sync::OnceLock::new(),
+            recorder: std::sync::OnceLock::new(),
             config,
             scheme: version.name,
             state: Mutex::new(State::default()),
@@ -331,6 +338,20 @@ impl CriRuntime {
     /// changes nothing).
     pub fn set_services(&self, source: Arc<dyn ServiceSource>) {
         let _ = self.services.set(source);
+    }
+
+    /// Where the events of the lifecycle hooks go (upstream: the runtime manager's
+    /// `recorder`): `FailedPostStartHook`, the `Killing` that follows it, and
+    /// `FailedPreStopHook`. Once; a second call changes nothing.
+    pub fn set_event_recorder(&self, recorder: Arc<dyn EventRecorder>) {
+        let _ = self.recorder.set(recorder);
+    }
+
+    /// One event about `pod` (upstream: `recordContainerEvent`), when a recorder is set.
+    fn record(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) {
+        if let Some(recorder) = self.recorder.get() {
+            recorder.event(pod, kind, reason, message);
+        }
     }
 
     /// The client.
@@ -901,7 +922,8 @@ impl CriRuntime {
 
     /// Stops one container (upstream: `killContainer`): its `preStop` hook first when it has
     /// one and the grace period is not zero (upstream: `executePreStopHook`: the hook is waited
-    /// for at most the grace period, a failure is logged and the stop goes on; a hook still
+    /// for at most the grace period, a failure is logged and is a `FailedPreStopHook` event,
+    /// and the stop goes on; a hook still
     /// running then is left to run, as upstream's goroutine, until it ends: an exec hook ends
     /// when the container is killed. Deviation: it is ended at the latest the runtime's
     /// request timeout after the grace period, and an exec hook's `ExecSync` call that timeout
@@ -932,7 +954,8 @@ impl CriRuntime {
             // The hook runs in a task of its own, which the end of the grace period leaves
             // running (upstream's goroutine): cancelling its `ExecSync` would make containerd
             // kill the hook's process at once, while upstream's goes on until the container is
-            // killed (`minimumGracePeriodInSeconds` later at least).
+            // killed (`minimumGracePeriodInSeconds` later at least). Its failure is logged and
+            // is an event whenever it comes, as upstream's goroutine records it.
             // Bounded all the same: an `httpGet` hook has no timeout of its own.
             let bound = grace + self.config.request_timeout;
             let hook = self.me.upgrade().map(|runtime| {
@@ -945,23 +968,32 @@ impl CriRuntime {
                         instance_id: &instance_id,
                         pod_ip: &pod_ip,
                     };
-                    tokio::time::timeout(bound, run_hook(runtime.as_ref(), target, &handler)).await
+                    let result =
+                        tokio::time::timeout(bound, run_hook(runtime.as_ref(), target, &handler))
+                            .await;
+                    if let Ok(Err(e)) = &result {
+                        warn!(container = %spec.name, error = %e, "PreStop hook failed");
+                        // upstream: the hook's message stays out of the event ("so that
+                        // secrets won't leak from the server").
+                        runtime.record(
+                            &pod,
+                            EventKind::Warning,
+                            FAILED_PRE_STOP_HOOK,
+                            "PreStopHook failed",
+                        );
+                    }
                 })
             });
             // (No runtime to run it: the agent is being dropped.)
             if let Some(hook) = hook {
-                let failure = match tokio::time::timeout(grace, hook).await {
-                    Ok(Ok(Ok(Ok(())))) => None,
-                    Ok(Ok(Ok(Err(e)))) => Some(e.to_string()),
-                    Ok(Err(e)) => Some(e.to_string()),
-                    // (The bound is past the grace period: the wait ends first.)
-                    Ok(Ok(Err(_))) | Err(_) => {
-                        info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
-                        None
+                match tokio::time::timeout(grace, hook).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        warn!(container = %spec.name, error = %e, "PreStop hook's task failed");
                     }
-                };
-                if let Some(error) = failure {
-                    warn!(container = %spec.name, %error, "PreStop hook failed");
+                    Err(_) => {
+                        info!(container = %spec.name, ?grace, "PreStop hook not completed in grace period");
+                    }
                 }
             }
             let elapsed = Duration::from_secs(start.elapsed().as_secs());
@@ -1594,6 +1626,15 @@ impl Runtime for CriRuntime {
             };
             if let Err(e) = run_hook(self, target, handler).await {
                 warn!(container = %container.name, error = %e, "Failed to execute PostStartHook");
+                // upstream: the hook's message stays out of the event ("so that secrets won't
+                // leak from the server"); the kill's `Killing` event says why.
+                self.record(
+                    pod,
+                    EventKind::Warning,
+                    FAILED_POST_START_HOOK,
+                    "PostStartHook failed",
+                );
+                self.record(pod, EventKind::Normal, "Killing", FAILED_POST_START_HOOK);
                 let stop = StopContainer {
                     pod: Some(pod),
                     spec: Some(container),
@@ -1609,7 +1650,7 @@ impl Runtime for CriRuntime {
                 return Err(waiting(
                     pod,
                     &container.name,
-                    "PostStartHookError",
+                    POST_START_HOOK_ERROR,
                     e.to_string(),
                 ));
             }
@@ -1666,11 +1707,13 @@ impl Runtime for CriRuntime {
         let raw = id.split_once("://").map_or(id, |(_, raw)| raw);
         match self.client.exec_sync(raw, cmd.to_vec(), timeout).await {
             Ok(r) => {
+                let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
                 let mut output = String::from_utf8_lossy(&r.stdout).into_owned();
-                output.push_str(&String::from_utf8_lossy(&r.stderr));
+                output.push_str(&stderr);
                 Ok(ExecOutput {
                     exit_code: r.exit_code,
                     output,
+                    stderr,
                     timed_out: false,
                 })
             }
@@ -1680,6 +1723,7 @@ impl Runtime for CriRuntime {
             }) => Ok(ExecOutput {
                 exit_code: -1,
                 output: String::new(),
+                stderr: String::new(),
                 timed_out: true,
             }),
             Err(e) => Err(RuntimeError::Exec {

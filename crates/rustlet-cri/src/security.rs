@@ -136,17 +136,6 @@ fn pod_security(pod: &Pod) -> Option<&PodSecurityContext> {
     pod.spec.as_ref()?.security_context.as_ref()
 }
 
-/// `name_namespace(uid)` (upstream `format.Pod`).
-fn pod_desc(pod: &Pod) -> String {
-    let m = &pod.metadata;
-    format!(
-        "{}_{}({})",
-        m.name.as_deref().unwrap_or_default(),
-        m.namespace.as_deref().unwrap_or_default(),
-        m.uid.as_deref().unwrap_or_default()
-    )
-}
-
 /// The container's security context with the pod's fields it does not set (upstream
 /// `securitycontext.DetermineEffectiveSecurityContext`): from the pod, `seLinuxOptions`,
 /// `runAsUser`, `runAsGroup` and `runAsNonRoot`; every field the container sets wins.
@@ -215,7 +204,10 @@ pub fn verify_run_as_non_root(
     if effective.run_as_non_root != Some(true) {
         return Ok(());
     }
-    let (pod, container) = (pod_desc(pod), container.name.clone());
+    let (pod, container) = (
+        rustlet_pods::runtime::format_pod(pod),
+        container.name.clone(),
+    );
     match (effective.run_as_user, image_user) {
         (Some(0), _) => Err(SecurityContextError::RunAsUserIsRoot { pod, container }),
         (Some(_), _) => Ok(()),

@@ -1037,10 +1037,37 @@ async fn poststart_and_prestop_exec_hooks_run_in_the_container() {
     );
 }
 
+/// The events a runtime recorded: `(kind, reason, message)`.
+#[derive(Default)]
+struct Recorded(std::sync::Mutex<Vec<(rustlet_volume::events::EventKind, String, String)>>);
+
+impl Recorded {
+    fn events(&self) -> Vec<(rustlet_volume::events::EventKind, String, String)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl rustlet_volume::events::EventRecorder for Recorded {
+    fn event(
+        &self,
+        _pod: &k8s_openapi::api::core::v1::Pod,
+        kind: rustlet_volume::events::EventKind,
+        reason: &str,
+        message: &str,
+    ) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((kind, reason.to_owned(), message.to_owned()));
+    }
+}
+
 /// Issue 27 (node features), upstream `startContainer` (`FailedPostStartHook`): a failed
-/// `postStart` hook kills the container and is its `PostStartHookError`; upstream "Lifecycle
-/// Sleep Hook" (`executePreStopHook`): a `preStop` hook that outlives the grace period does not
-/// hold the container's stop (the sleep here is 1000 s).
+/// `postStart` hook is a `FailedPostStartHook` Warning event (`PostStartHook failed`, not the
+/// hook's output) and a `Killing` event, kills the container and is its `PostStartHookError`
+/// with the hook's output; upstream "Lifecycle Sleep Hook" (`executePreStopHook`): a `preStop`
+/// hook that outlives the grace period does not hold the container's stop (the sleep here is
+/// 1000 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_grace_period() {
     use rustlet_cri::{CriConfig, CriRuntime};
@@ -1055,11 +1082,13 @@ async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_g
     let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
         .await
         .unwrap();
+    let recorded = std::sync::Arc::new(Recorded::default());
+    runtime.set_event_recorder(recorded.clone());
     let pod = hooked_pod(
         &runtime,
         "failing",
         serde_json::json!({
-            "postStart": {"exec": {"command": ["/bin/sh", "-c", "echo failing; exit 3"]}},
+            "postStart": {"exec": {"command": ["/bin/sh", "-c", "echo failing; echo broken >&2; exit 3"]}},
             "preStop": {"sleep": {"seconds": 1000}}
         }),
     )
@@ -1082,10 +1111,92 @@ async fn a_failed_poststart_hook_kills_the_container_and_prestop_ends_with_the_g
             reason, message, ..
         } => {
             assert_eq!(reason, "PostStartHookError");
-            assert!(message.contains("failing"), "{message}");
+            // upstream's `handlerRunner.Run` message, word for word: the CRI client's exit
+            // error names the stderr, the message is stdout then stderr.
+            assert_eq!(
+                message,
+                "Exec lifecycle hook ([/bin/sh -c echo failing; echo broken >&2; exit 3]) for \
+                 Container \"c\" in Pod \"failing_default(uid-failing)\" failed - error: command \
+                 '/bin/sh -c echo failing; echo broken >&2; exit 3' exited with 3: broken\n, \
+                 message: \"failing\\nbroken\\n\""
+            );
         }
         other => panic!("{other:?}"),
     }
+    let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
+    assert!(
+        matches!(status.containers[0].state, InstanceState::Exited { .. }),
+        "{status:?}"
+    );
+    use rustlet_volume::events::EventKind;
+    assert_eq!(
+        recorded.events(),
+        vec![
+            (
+                EventKind::Warning,
+                "FailedPostStartHook".to_owned(),
+                "PostStartHook failed".to_owned()
+            ),
+            (
+                EventKind::Normal,
+                "Killing".to_owned(),
+                "FailedPostStartHook".to_owned()
+            ),
+        ]
+    );
+}
+
+/// Issue 27 (node features), upstream `executePreStopHook` (`FailedPreStopHook`): a `preStop`
+/// hook that fails is a `FailedPreStopHook` Warning event (`PreStopHook failed`, not the
+/// hook's output), and the container is stopped all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_prestop_hook_is_a_failed_prestop_hook_event_and_the_container_stops() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+    use rustlet_volume::events::EventKind;
+
+    let Some(containerd) = PrivateContainerd::start("a_failed_prestop_hook").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let hooks = scratch(&containerd, "hooks");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let recorded = std::sync::Arc::new(Recorded::default());
+    runtime.set_event_recorder(recorded.clone());
+    let pod = hooked_pod(
+        &runtime,
+        "prestop-fails",
+        serde_json::json!({
+            "preStop": {"exec": {"command": ["/bin/sh", "-c", "echo secret-output; exit 7"]}}
+        }),
+    )
+    .await;
+    let container = pod.spec.as_ref().unwrap().containers[0].clone();
+    runtime
+        .start_container(
+            &pod,
+            &container,
+            ContainerKind::Regular,
+            &hooks_mount(&hooks),
+        )
+        .await
+        .unwrap();
+    assert_eq!(recorded.events(), vec![]);
+    runtime
+        .kill_pod(&pod, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        recorded.events(),
+        vec![(
+            EventKind::Warning,
+            "FailedPreStopHook".to_owned(),
+            "PreStopHook failed".to_owned()
+        )]
+    );
     let status = runtime.pod_status(&rustlet_core::PodUid::of(&pod)).await;
     assert!(
         matches!(status.containers[0].state, InstanceState::Exited { .. }),

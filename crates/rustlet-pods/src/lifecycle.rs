@@ -14,7 +14,18 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
 use crate::prober::{HttpTarget, http_get};
-use crate::runtime::{Runtime, full_name};
+use crate::runtime::{Runtime, format_pod};
+
+/// The waiting reason of a container whose `postStart` hook failed (upstream
+/// `ErrPostStartHook`); its message is the hook's ([`HookError`]).
+pub const POST_START_HOOK_ERROR: &str = "PostStartHookError";
+/// The reason of the Warning event of a failed `postStart` hook (upstream
+/// `events.FailedPostStartHook`, also the message of the `Killing` event of the kill that
+/// follows). The event's message is `PostStartHook failed`, never the hook's output.
+pub const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
+/// The reason of the Warning event of a failed `preStop` hook (upstream
+/// `events.FailedPreStopHook`); its message is `PreStopHook failed`.
+pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 
 /// The user agent of an HTTP hook (upstream: `NewRequestForHTTPGetAction(.., "lifecycle")`).
 const USER_AGENT: &str = "kube-lifecycle/1.37";
@@ -38,14 +49,15 @@ pub struct HookTarget<'a> {
 pub enum HookError {
     /// The command exited non-zero, or could not run.
     #[error(
-        "Exec lifecycle hook ({command:?}) for Container {container:?} in Pod {pod:?} failed - error: {error}, message: {output:?}"
+        "Exec lifecycle hook ({}) for Container {container:?} in Pod {pod:?} failed - error: {error}, message: {output:?}",
+        go_list(command)
     )]
     Exec {
         /// The hook's command.
         command: Vec<String>,
         /// The container.
         container: String,
-        /// The pod's full name.
+        /// The pod (upstream `format.Pod`: `<name>_<namespace>(<uid>)`).
         pod: String,
         /// Why.
         error: String,
@@ -61,7 +73,7 @@ pub enum HookError {
         path: String,
         /// The container.
         container: String,
-        /// The pod's full name.
+        /// The pod (upstream `format.Pod`).
         pod: String,
         /// Why.
         error: String,
@@ -71,9 +83,14 @@ pub enum HookError {
     Invalid {
         /// The container.
         container: String,
-        /// The pod's full name.
+        /// The pod (upstream `format.Pod`).
         pod: String,
     },
+}
+
+/// A list as Go's `%v` writes a `[]string`: `[ls -a]`.
+fn go_list(items: &[String]) -> String {
+    format!("[{}]", items.join(" "))
 }
 
 /// Runs `handler` once (upstream: `handlerRunner.Run`). An `httpGet` succeeds on any HTTP
@@ -91,7 +108,7 @@ pub async fn run_hook(
         let exec_error = |error: String, output: String| HookError::Exec {
             command: command.clone(),
             container: container.clone(),
-            pod: full_name(target.pod),
+            pod: format_pod(target.pod),
             error,
             output,
         };
@@ -99,12 +116,19 @@ pub async fn run_hook(
             .exec_sync(target.instance_id, &command, Duration::ZERO)
             .await
         {
-            Ok(out) if out.exit_code == 0 && !out.timed_out => Ok(()),
+            Ok(out) if out.timed_out => Err(exec_error(
+                // upstream: `ErrCommandTimedOut` (here after the client's call timeout).
+                format!("command timed out: {:?} timed out", command.join(" ")),
+                out.output,
+            )),
+            Ok(out) if out.exit_code == 0 => Ok(()),
+            // upstream: the CRI client's `CodeExitError` (`remote_runtime.go` execSyncV1).
             Ok(out) => Err(exec_error(
                 format!(
-                    "command '{}' exited with {}",
+                    "command '{}' exited with {}: {}",
                     command.join(" "),
-                    out.exit_code
+                    out.exit_code,
+                    out.stderr
                 ),
                 out.output,
             )),
@@ -115,7 +139,7 @@ pub async fn run_hook(
         let http_error = |error: String| HookError::Http {
             path: http.path.clone().unwrap_or_default(),
             container: container.clone(),
-            pod: full_name(target.pod),
+            pod: format_pod(target.pod),
             error,
         };
         let request = HttpTarget::of(http, target.container, target.pod_ip).map_err(http_error)?;
@@ -132,7 +156,7 @@ pub async fn run_hook(
     }
     Err(HookError::Invalid {
         container,
-        pod: full_name(target.pod),
+        pod: format_pod(target.pod),
     })
 }
 
@@ -197,9 +221,11 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push((id.to_owned(), cmd.to_vec()));
+            // All it prints goes to stderr.
             Ok(ExecOutput {
                 exit_code: self.exit_code,
                 output: "printed".into(),
+                stderr: "printed".into(),
                 timed_out: false,
             })
         }
@@ -274,8 +300,24 @@ mod tests {
         assert!(
             error
                 .to_string()
-                .starts_with(r#"Exec lifecycle hook (["false"]) for Container "c" in Pod"#),
+                .starts_with(r#"Exec lifecycle hook ([false]) for Container "c" in Pod"#),
             "{error}"
+        );
+    }
+
+    /// upstream: TestRunHandlerExecFailure: the message of a failed exec hook is upstream's,
+    /// word for word (the command as Go's `%v` of a list, the pod as `format.Pod`, the CRI
+    /// client's exit error with the stderr, and the combined output).
+    #[tokio::test]
+    async fn run_handler_exec_failure_has_upstreams_message() {
+        let (pod, container) = (pod(), container());
+        let failing = execs(2);
+        let error = run_hook(&failing, target(&pod, &container), &exec(&["ls", "--a"]))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            r#"Exec lifecycle hook ([ls --a]) for Container "c" in Pod "p_ns(u1)" failed - error: command 'ls --a' exited with 2: printed, message: "printed""#
         );
     }
 

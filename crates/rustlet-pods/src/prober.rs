@@ -909,6 +909,7 @@ mod tests {
             Ok(ExecOutput {
                 exit_code,
                 output: format!("exit {exit_code}"),
+                stderr: String::new(),
                 timed_out: false,
             })
         }

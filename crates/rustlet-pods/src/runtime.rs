@@ -21,6 +21,16 @@ pub fn full_name(pod: &Pod) -> String {
     )
 }
 
+/// Upstream `format.Pod`: `<name>_<namespace>(<uid>)`, how upstream's messages name a pod.
+pub fn format_pod(pod: &Pod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
 /// The hash of a spec container that its instances carry (upstream `HashContainer`, C19): a
 /// running instance whose hash differs from its spec's is restarted (C11), and the crash-loop
 /// back-off is keyed by it (C15).
@@ -179,6 +189,8 @@ pub struct ExecOutput {
     pub exit_code: i32,
     /// Its stdout then stderr, as text.
     pub output: String,
+    /// Its stderr alone, as text (upstream's error of a non-zero exit names it).
+    pub stderr: String,
     /// It outlived its timeout and was stopped (`exit_code` is then meaningless).
     pub timed_out: bool,
 }

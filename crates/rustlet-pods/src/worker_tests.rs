@@ -1169,3 +1169,19 @@ async fn sysctls_should_not_launch_unsafe_but_not_explicitly_enabled_sysctls_on_
         "{runtime:#?}"
     );
 }
+
+/// Upstream `startContainer`'s step 4 (`FailedPostStartHook`) and `SyncPod`'s start failure: a
+/// container whose `postStart` hook failed gets no `Failed` event from the worker (the runtime
+/// records `FailedPostStartHook` with a fixed message; the waiting message, which holds the
+/// hook's output, never goes into an event); an image pull back-off is `BackOff`, other start
+/// failures are `Failed`.
+#[test]
+fn a_failed_poststart_hook_is_no_failed_event_with_the_hooks_output() {
+    use crate::lifecycle::POST_START_HOOK_ERROR;
+    use crate::workers::start_failure_event;
+    assert_eq!(start_failure_event(POST_START_HOOK_ERROR), None);
+    assert_eq!(start_failure_event("ImagePullBackOff"), Some("BackOff"));
+    assert_eq!(start_failure_event("ErrImagePull"), Some("Failed"));
+    assert_eq!(start_failure_event("CreateContainerError"), Some("Failed"));
+    assert_eq!(start_failure_event("RunContainerError"), Some("Failed"));
+}

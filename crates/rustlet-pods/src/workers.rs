@@ -39,12 +39,13 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions::{ContainerToKill, KillReason, ProbeFailures, compute_pod_actions};
 use crate::admission::{AdmitHandlers, rejected_status};
+use crate::lifecycle::POST_START_HOOK_ERROR;
 use crate::prober::{
     GrpcProber, OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask,
 };
 use crate::runtime::{
     ContainerKind, InstanceState, Runtime, RuntimeError, RuntimePodStatus, container_hash,
-    ephemeral_container, full_name,
+    ephemeral_container, format_pod, full_name,
 };
 use crate::status::{
     ContainerProbes, StatusInput, WaitingReason, active_deadline, generate_api_status,
@@ -785,14 +786,17 @@ impl ProbeFailures for ProbeView<'_> {
     }
 }
 
-/// Upstream `format.Pod`: `<name>_<namespace>(<uid>)`.
-fn pod_format(pod: &Pod) -> String {
-    format!(
-        "{}_{}({})",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.uid.as_deref().unwrap_or_default()
-    )
+/// The Warning event's reason of a container that could not start with this waiting reason
+/// (the message is the waiting message): `BackOff` for `ImagePullBackOff`, none for
+/// `PostStartHookError` (upstream: `startContainer` records `FailedPostStartHook` without the
+/// hook's output, which may hold secrets, and `SyncPod` nothing more; the runtime records it),
+/// else `Failed`.
+pub(crate) fn start_failure_event(reason: &str) -> Option<&'static str> {
+    match reason {
+        "ImagePullBackOff" => Some("BackOff"),
+        POST_START_HOOK_ERROR => None,
+        _ => Some("Failed"),
+    }
 }
 
 /// A duration as Go's `time.Duration.String` writes it (`10s`, `1m20s`, `5m0s`, `1.5s`).
@@ -1444,7 +1448,7 @@ impl Worker {
                 "BackOff",
                 &format!(
                     "Back-off restarting failed container {name} in pod {}",
-                    pod_format(pod)
+                    format_pod(pod)
                 ),
             );
             let remaining = backing_off
@@ -1458,7 +1462,7 @@ impl Worker {
                     message: format!(
                         "back-off {} restarting failed container={name} pod={}",
                         go_duration(backing_off.delay),
-                        pod_format(pod)
+                        format_pod(pod)
                     ),
                 },
                 due: Instant::now() + remaining,
@@ -1515,12 +1519,9 @@ impl Worker {
             Err(RuntimeError::ContainerWaiting {
                 reason, message, ..
             }) => {
-                let event = if reason == "ImagePullBackOff" {
-                    "BackOff"
-                } else {
-                    "Failed"
-                };
-                self.event(pod, EventKind::Warning, event, &message);
+                if let Some(event) = start_failure_event(&reason) {
+                    self.event(pod, EventKind::Warning, event, &message);
+                }
                 warn!(container = %container.name, %reason, %message, "container not started");
                 return Ok(Err(WaitingReason { reason, message }));
             }

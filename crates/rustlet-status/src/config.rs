@@ -8,8 +8,10 @@ use rustlet_core::FeatureGates;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReadStrategy {
     /// From the pod manager's watch-fed copy, patching with its `resourceVersion` as an
-    /// optimistic-concurrency precondition; on 409 (or with no usable copy) fall back to
-    /// GET-merge-PATCH. One API call per change in the common case.
+    /// optimistic-concurrency precondition; on 409 (or with a stale copy) fall back to
+    /// GET-merge-PATCH. One API call per change in the common case. A pod the watch no longer
+    /// has was deleted: it is not read (the Node authorizer refuses that read; upstream's
+    /// shape makes it).
     #[default]
     WatchCache,
     /// Upstream's shape: a quorum GET before every PATCH. Two calls per change.

@@ -775,12 +775,18 @@ impl SyncContext {
     }
 
     /// The pod manager's watch-fed copy of the API pod, when it is the object we write to and
-    /// is not older than our last write to it.
-    fn cached_api_pod(&self, work: &Work) -> Option<Pod> {
+    /// is not older than our last write to it; [`WatchCopy::Gone`] when the watch no longer
+    /// has the pod (or the static pod's mirror): it was deleted from the API server.
+    fn cached_api_pod(&self, work: &Work) -> WatchCopy {
         let pods = &self.shared.pods;
-        let mut pod = pods.pod_by_uid(&work.cache_uid)?;
+        let Some(mut pod) = pods.pod_by_uid(&work.cache_uid) else {
+            return WatchCopy::Gone;
+        };
         if is_static_pod(&pod) {
-            pod = pods.mirror_pod_of(&pod)?;
+            let Some(mirror) = pods.mirror_pod_of(&pod) else {
+                return WatchCopy::Gone;
+            };
+            pod = mirror;
         }
         let rv = pod.metadata.resource_version.as_deref().unwrap_or_default();
         let usable = pod.metadata.uid.as_deref() == Some(work.status_uid.as_str())
@@ -791,9 +797,20 @@ impl SyncContext {
                 .is_some_and(|written| is_older(rv, written));
         if !usable {
             debug!(copy = rv, written = ?work.written_rv, "watch copy unusable or older than our last write: reading the pod");
+            return WatchCopy::Stale;
         }
-        usable.then(|| (*pod).clone())
+        WatchCopy::Usable(Box::new((*pod).clone()))
     }
+}
+
+/// What the pod manager's watch has of the API pod a sync writes to.
+enum WatchCopy {
+    /// A copy to merge into and to patch with its resourceVersion as precondition.
+    Usable(Box<Pod>),
+    /// A copy older than our last write, or not the object we write to: read the pod.
+    Stale,
+    /// No copy: the watch saw the pod deleted (or never had it).
+    Gone,
 }
 
 /// Upstream `syncPod` (R34-R39), plus the watch-cache read with a resourceVersion precondition.
@@ -804,7 +821,18 @@ pub(crate) async fn sync_pod(ctx: &SyncContext, work: &Work) -> SyncOutcome {
     let span = info_span!("sync_pod", pod = %format!("{}/{}", status.pod_namespace, status.pod_name), uid = %cache_uid, version = status.version);
     async move {
         let cached = match ctx.config.read_strategy {
-            ReadStrategy::WatchCache => ctx.cached_api_pod(work),
+            ReadStrategy::WatchCache => match ctx.cached_api_pod(work) {
+                WatchCopy::Usable(pod) => Some(*pod),
+                WatchCopy::Stale => None,
+                WatchCopy::Gone => {
+                    // Deviation: upstream's syncPod GETs the pod by name all the same, which
+                    // the Node authorizer refuses (403 `no relationship found`) once the pod is
+                    // gone from its graph; nothing can be written to a deleted pod (the patch
+                    // carries its UID), and RemoveOrphanedStatuses drops the entry.
+                    debug!("Pod is not in the pod manager: deleted from the server");
+                    return SyncOutcome::NotFound;
+                }
+            },
             ReadStrategy::AlwaysGet => None,
         };
         let (mut api_pod, mut from_cache) = match cached {

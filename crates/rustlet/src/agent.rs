@@ -338,6 +338,8 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             )
             .await
             .context("--runtime cri")?;
+            // The lifecycle hooks' failures are events on the pod.
+            cri.set_event_recorder(api.events.clone());
             (cri.clone() as Arc<dyn Runtime>, Some(cri))
         }
     };

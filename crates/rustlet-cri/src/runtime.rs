@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -247,6 +248,19 @@ pub struct CriRuntime {
     me: Weak<CriRuntime>,
     /// Pods a relist saw change by themselves (upstream's PLEG events).
     events: tokio::sync::broadcast::Sender<PodUid>,
+    /// Whether the default handler supports recursive read-only mounts, as the last `Status`
+    /// said (no until one did).
+    supports_rro: AtomicBool,
+}
+
+/// Upstream `runtimeClassSupportsRecursiveReadOnlyMounts` for a pod without a runtime class:
+/// the handler named `""` (the default) says it supports recursive read-only mounts.
+fn default_handler_supports_rro(handlers: &[cri::RuntimeHandler]) -> bool {
+    handlers
+        .iter()
+        .find(|h| h.name.is_empty())
+        .and_then(|h| h.features.as_ref())
+        .is_some_and(|f| f.recursive_read_only_mounts)
 }
 
 fn ts(ns: i64) -> Timestamp {
@@ -322,6 +336,7 @@ impl CriRuntime {
             state: Mutex::new(State::default()),
             me: me.clone(),
             events: tokio::sync::broadcast::channel(1024).0,
+            supports_rro: AtomicBool::new(false),
         });
         this.relist().await?;
         Ok(this)
@@ -1226,17 +1241,20 @@ impl Runtime for CriRuntime {
             })
     }
 
-    /// CRI `Status`'s conditions (upstream `containerRuntime.Status`).
+    /// CRI `Status`'s conditions (upstream `containerRuntime.Status`); its handlers' features
+    /// are kept (upstream `runtimeState.setRuntimeHandlers`).
     async fn status(&self) -> Result<Vec<RuntimeCondition>, RuntimeError> {
-        let conditions = self
-            .client
-            .status()
-            .await
-            .map_err(|e| RuntimeError::Query {
-                runtime: self.scheme.clone(),
-                operation: "status".into(),
-                message: e.to_string(),
-            })?;
+        let (conditions, handlers) =
+            self.client
+                .status()
+                .await
+                .map_err(|e| RuntimeError::Query {
+                    runtime: self.scheme.clone(),
+                    operation: "status".into(),
+                    message: e.to_string(),
+                })?;
+        self.supports_rro
+            .store(default_handler_supports_rro(&handlers), Ordering::Relaxed);
         Ok(conditions
             .into_iter()
             .map(|c| RuntimeCondition {
@@ -1466,6 +1484,8 @@ impl Runtime for CriRuntime {
                 container_path: ETC_HOSTS_PATH.into(),
                 host_path,
                 read_only: false,
+                recursive_read_only: false,
+                propagation: Default::default(),
             });
         }
         // upstream: makeMounts: a new file per instance, bound at `terminationMessagePath`.
@@ -1651,6 +1671,10 @@ impl Runtime for CriRuntime {
             // Housekeeping removes it once the worker forgot the pod.
             warn!(%uid, error = %e, "removing the pod's containers failed");
         }
+    }
+
+    fn supports_recursive_read_only_mounts(&self) -> bool {
+        self.supports_rro.load(Ordering::Relaxed)
     }
 
     fn runs_probes(&self) -> bool {

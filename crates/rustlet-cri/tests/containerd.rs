@@ -975,6 +975,8 @@ fn hooks_mount(hooks: &std::path::Path) -> Vec<rustlet_volume::subpath::Containe
         container_path: "/hooks".into(),
         host_path: hooks.to_owned(),
         read_only: false,
+        recursive_read_only: false,
+        propagation: Default::default(),
     }]
 }
 

@@ -453,6 +453,13 @@ pub trait Runtime: Send + Sync {
         ])
     }
 
+    /// Whether the runtime's default handler supports recursive read-only mounts (upstream
+    /// `runtimeClassSupportsRecursiveReadOnlyMounts`: the CRI `Status`'s handler features,
+    /// as last read). Default: no.
+    fn supports_recursive_read_only_mounts(&self) -> bool {
+        false
+    }
+
     /// Creates the pod's sandbox if it has no ready one; returns it.
     async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError>;
 

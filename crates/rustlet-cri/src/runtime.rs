@@ -1996,6 +1996,28 @@ impl Runtime for CriRuntime {
 mod tests {
     use super::*;
 
+    /// Issue 27 (node features), upstream `runtimeClassSupportsRecursiveReadOnlyMounts` for a
+    /// pod without a runtime class: only the default handler's (`""`) feature counts; a runtime
+    /// that reports no handlers (containerd 1.6) does not support recursive read-only mounts.
+    #[test]
+    fn the_default_handlers_features_say_whether_recursive_read_only_mounts_work() {
+        let handler = |name: &str, rro: Option<bool>| cri::RuntimeHandler {
+            name: name.into(),
+            features: rro.map(|recursive_read_only_mounts| cri::RuntimeHandlerFeatures {
+                recursive_read_only_mounts,
+                ..Default::default()
+            }),
+        };
+        assert!(!default_handler_supports_rro(&[]));
+        assert!(default_handler_supports_rro(&[handler("", Some(true))]));
+        assert!(!default_handler_supports_rro(&[handler("", Some(false))]));
+        assert!(!default_handler_supports_rro(&[handler("", None)]));
+        assert!(!default_handler_supports_rro(&[
+            handler("runc", Some(true)),
+            handler("", Some(false)),
+        ]));
+    }
+
     fn container(id: &str, sandbox: &str, name: &str, exited: bool) -> ContainerRecord {
         let state = if exited {
             InstanceState::Exited {

@@ -276,25 +276,6 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             None,
         ),
         RuntimeKind::Cri => {
-            // upstream `setupDataDirs`: the root directory is a shared mount, so that a
-            // container's `Bidirectional` mount below a volume reaches the volume's directory
-            // (the runtime refuses such a mount from a source that is not shared) and the
-            // pod's other containers.
-            let root = config.root_dir.clone();
-            tokio::task::spawn_blocking(move || {
-                let root = std::fs::canonicalize(&root)?;
-                rustlet_mount::LinuxMounter::new()
-                    .make_rshared(&root)
-                    .map_err(std::io::Error::other)
-            })
-            .await
-            .context("making --root-dir a shared mount")?
-            .with_context(|| {
-                format!(
-                    "making --root-dir {} a shared mount",
-                    config.root_dir.display()
-                )
-            })?;
             let cri = CriRuntime::connect(
                 CriConfig {
                     node_ip: config.node_ip.clone(),
@@ -311,6 +292,25 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             )
             .await
             .context("--runtime cri")?;
+            // upstream `setupDataDirs` (after the runtime answered, as in upstream's `Run`): the
+            // root directory is a shared mount, so that a container's `Bidirectional` mount
+            // below a volume reaches the volume's directory (the runtime refuses such a mount
+            // from a source that is not shared) and the pod's other containers.
+            let root = config.root_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                let root = std::fs::canonicalize(&root)?;
+                rustlet_mount::LinuxMounter::new()
+                    .make_rshared(&root)
+                    .map_err(std::io::Error::other)
+            })
+            .await
+            .context("making --root-dir a shared mount")?
+            .with_context(|| {
+                format!(
+                    "making --root-dir {} a shared mount",
+                    config.root_dir.display()
+                )
+            })?;
             (cri.clone() as Arc<dyn Runtime>, Some(cri))
         }
     };

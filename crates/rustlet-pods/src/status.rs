@@ -197,7 +197,7 @@ fn state_of(instance: &ContainerInstance, old: Option<&ContainerStatus>) -> Cont
 /// them (the CRI does not know the volumes' names); a read-only mount's `recursiveReadOnly`
 /// is `Enabled` when it is resolved to be, else `Disabled` (also when it cannot be resolved:
 /// the container then waits with `CreateContainerConfigError`).
-pub fn volume_mount_statuses(
+fn volume_mount_statuses(
     spec: &Container,
     runtime_supports_rro: bool,
 ) -> Option<Vec<VolumeMountStatus>> {

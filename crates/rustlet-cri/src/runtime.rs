@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    Container, NodeRuntimeHandler, NodeRuntimeHandlerFeatures, Pod, Service,
+};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
@@ -251,6 +253,26 @@ pub struct CriRuntime {
     /// Whether the default handler supports recursive read-only mounts, as the last `Status`
     /// said (no until one did).
     supports_rro: AtomicBool,
+    /// The handlers the last `Status` named, as the node reports them.
+    handlers: Mutex<Vec<NodeRuntimeHandler>>,
+}
+
+/// Upstream `toKubeContainerRuntimeHandlers` and the `RuntimeHandlers` node status setter:
+/// each handler with both features said (a feature the runtime leaves out is `false`).
+fn node_runtime_handlers(handlers: &[cri::RuntimeHandler]) -> Vec<NodeRuntimeHandler> {
+    handlers
+        .iter()
+        .map(|h| {
+            let features = h.features.unwrap_or_default();
+            NodeRuntimeHandler {
+                name: Some(h.name.clone()),
+                features: Some(NodeRuntimeHandlerFeatures {
+                    recursive_read_only_mounts: Some(features.recursive_read_only_mounts),
+                    user_namespaces: Some(features.user_namespaces),
+                }),
+            }
+        })
+        .collect()
 }
 
 /// Upstream `runtimeClassSupportsRecursiveReadOnlyMounts` for a pod without a runtime class:
@@ -337,6 +359,7 @@ impl CriRuntime {
             me: me.clone(),
             events: tokio::sync::broadcast::channel(1024).0,
             supports_rro: AtomicBool::new(false),
+            handlers: Mutex::new(Vec::new()),
         });
         this.relist().await?;
         Ok(this)
@@ -1255,6 +1278,10 @@ impl Runtime for CriRuntime {
                 })?;
         self.supports_rro
             .store(default_handler_supports_rro(&handlers), Ordering::Relaxed);
+        *self
+            .handlers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = node_runtime_handlers(&handlers);
         Ok(conditions
             .into_iter()
             .map(|c| RuntimeCondition {
@@ -1677,6 +1704,13 @@ impl Runtime for CriRuntime {
         self.supports_rro.load(Ordering::Relaxed)
     }
 
+    fn runtime_handlers(&self) -> Vec<NodeRuntimeHandler> {
+        self.handlers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     fn runs_probes(&self) -> bool {
         true
     }
@@ -2016,6 +2050,24 @@ mod tests {
             handler("runc", Some(true)),
             handler("", Some(false)),
         ]));
+        // The node's `status.runtimeHandlers` (upstream `toKubeRuntimeStatus`): a handler
+        // without features supports neither.
+        let node = node_runtime_handlers(&[handler("", Some(true)), handler("kata", None)]);
+        let said = |h: &NodeRuntimeHandler| {
+            let f = h.features.clone().unwrap();
+            (
+                h.name.clone().unwrap(),
+                f.recursive_read_only_mounts,
+                f.user_namespaces,
+            )
+        };
+        assert_eq!(
+            node.iter().map(said).collect::<Vec<_>>(),
+            [
+                (String::new(), Some(true), Some(false)),
+                ("kata".to_owned(), Some(false), Some(false)),
+            ]
+        );
     }
 
     fn container(id: &str, sandbox: &str, name: &str, exited: bool) -> ContainerRecord {

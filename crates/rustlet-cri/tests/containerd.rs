@@ -2084,9 +2084,11 @@ async fn bidirectional_propagation_reaches_the_volume_directory_and_the_next_con
     let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
         .await
         .unwrap();
+    runtime.status().await.unwrap();
     assert!(
-        !runtime.supports_recursive_read_only_mounts(),
-        "containerd 1.6 reports no handler features"
+        runtime.runtime_handlers().is_empty() && !runtime.supports_recursive_read_only_mounts(),
+        "containerd 1.6 names no handlers: {:?}",
+        runtime.runtime_handlers()
     );
     let volume = root.join("pods/uid-propagation/volumes/kubernetes.io~empty-dir/mnt");
     std::fs::create_dir_all(&volume).unwrap();

@@ -460,6 +460,13 @@ pub trait Runtime: Send + Sync {
         false
     }
 
+    /// The runtime's handlers and their features, as its last [`Runtime::status`] said
+    /// (upstream `runtimeState.runtimeHandlers`, the node's `status.runtimeHandlers`).
+    /// Default: none (the runtime does not tell).
+    fn runtime_handlers(&self) -> Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler> {
+        Vec::new()
+    }
+
     /// Creates the pod's sandbox if it has no ready one; returns it.
     async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError>;
 

@@ -203,6 +203,10 @@ impl NodeRuntime for RuntimeForNode {
     async fn status(&self) -> Result<Vec<RuntimeCondition>, String> {
         self.0.status().await.map_err(|e| e.to_string())
     }
+
+    fn runtime_handlers(&self) -> Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler> {
+        self.0.runtime_handlers()
+    }
 }
 
 /// Spawns a long-running task; if it ends while the agent runs, health says so.

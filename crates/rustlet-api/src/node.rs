@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeRuntimeHandler, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
@@ -133,6 +133,10 @@ pub trait NodeRuntime: Send + Sync {
     async fn version(&self) -> Result<String, String>;
     /// Its conditions (CRI `Status`: `RuntimeReady`, `NetworkReady`).
     async fn status(&self) -> Result<Vec<RuntimeCondition>, String>;
+    /// Its handlers and their features, as its last `status` said. Default: none.
+    fn runtime_handlers(&self) -> Vec<NodeRuntimeHandler> {
+        Vec::new()
+    }
 }
 
 /// A runtime nobody asked: ready, version unknown (for a registrar without a runtime).
@@ -335,6 +339,7 @@ impl NodeRegistrar {
                 kubelet_version: KUBELET_VERSION,
                 kubelet_port: self.config.kubelet_port,
                 ready_errors: &errors,
+                runtime_handlers: &self.runtime.runtime_handlers(),
             },
         );
         for event in events {

@@ -228,14 +228,20 @@ impl CriClient {
     }
 
     /// `Status`: the runtime's conditions (`RuntimeReady`, `NetworkReady`), as the node status
-    /// reads them (upstream `updateRuntimeUp`).
-    pub async fn status(&self) -> Result<Vec<cri::RuntimeCondition>, CriError> {
+    /// reads them (upstream `updateRuntimeUp`), and its handlers with their features (none
+    /// from a runtime older than CRI 1.30's, such as containerd 1.6).
+    pub async fn status(
+        &self,
+    ) -> Result<(Vec<cri::RuntimeCondition>, Vec<cri::RuntimeHandler>), CriError> {
         let mut rt = self.runtime.clone();
         let request = cri::StatusRequest { verbose: false };
         let r = self
             .call("Status", self.timeout, rt.status(request))
             .await?;
-        Ok(r.status.map(|s| s.conditions).unwrap_or_default())
+        Ok((
+            r.status.map(|s| s.conditions).unwrap_or_default(),
+            r.runtime_handlers,
+        ))
     }
 
     /// `RunPodSandbox`: the new sandbox's ID.

@@ -12,7 +12,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use rustlet_pods::runtime::ContainerKind;
 use rustlet_volume::plugins::downward::{NodeAllocatable, resource_field_value};
-use rustlet_volume::subpath::ContainerMount;
+use rustlet_volume::subpath::{ContainerMount, MountPropagation};
 
 use crate::resources::{NodeResources, linux_container_resources};
 use crate::security::{
@@ -482,7 +482,8 @@ pub fn container_config(
                 container_path: m.container_path.clone(),
                 host_path: m.host_path.display().to_string(),
                 readonly: m.read_only,
-                propagation: cri::MountPropagation::PropagationPrivate as i32,
+                recursive_read_only: m.recursive_read_only,
+                propagation: cri_propagation(m.propagation) as i32,
                 ..Default::default()
             })
             .chain(
@@ -510,6 +511,16 @@ pub fn container_config(
         }),
         ..Default::default()
     })
+}
+
+/// Upstream `translateMountPropagation`: `None` is private, `HostToContainer` rslave,
+/// `Bidirectional` rshared.
+fn cri_propagation(propagation: MountPropagation) -> cri::MountPropagation {
+    match propagation {
+        MountPropagation::Private => cri::MountPropagation::PropagationPrivate,
+        MountPropagation::HostToContainer => cri::MountPropagation::PropagationHostToContainer,
+        MountPropagation::Bidirectional => cri::MountPropagation::PropagationBidirectional,
+    }
 }
 
 /// Upstream's `expansion.Expand`: `$(NAME)` becomes NAME's value when defined (left as it is
@@ -985,6 +996,8 @@ mod tests {
             container_path: "/data".into(),
             host_path: PathBuf::from("/r/pods/uid-1/volumes/x/data"),
             read_only: true,
+            recursive_read_only: false,
+            propagation: MountPropagation::Private,
         }];
         let env = [("GREETING".to_owned(), "hi".to_owned())];
         let config = container_config(
@@ -1021,6 +1034,95 @@ mod tests {
         // Without runAsUser anywhere: the image's user.
         let security = config.linux.unwrap().security_context.unwrap();
         assert_eq!(security.run_as_user, Some(cri::Int64Value { value: 0 }));
+    }
+
+    /// Issue 27 (node features), upstream `translateMountPropagation` and
+    /// `makeMountsFromVolumes` ("[sig-node] Mount recursive read-only [LinuxOnly]"): each CRI
+    /// mount carries its propagation (`Bidirectional` rshared, `HostToContainer` rslave, else
+    /// private) and whether it is recursively read-only.
+    #[test]
+    fn translate_mount_propagation_and_recursive_read_only_reach_the_cri_mounts() {
+        let container = Container {
+            name: "mount".into(),
+            ..Default::default()
+        };
+        let mount = |path: &str, propagation, recursive_read_only| ContainerMount {
+            name: "mnt".into(),
+            container_path: path.into(),
+            host_path: PathBuf::from("/r/pods/uid-1/volumes/kubernetes.io~empty-dir/mnt"),
+            read_only: recursive_read_only,
+            recursive_read_only,
+            propagation,
+        };
+        let mounts = [
+            mount("/shared", MountPropagation::Bidirectional, false),
+            mount("/slave", MountPropagation::HostToContainer, false),
+            mount("/private", MountPropagation::Private, false),
+            mount("/rro", MountPropagation::Private, true),
+        ];
+        let config = container_config(
+            &pod(false),
+            &container,
+            &ContainerInputs {
+                kind: ContainerKind::Init,
+                attempt: 0,
+                image_ref: "sha256:abc",
+                mounts: &mounts,
+                env: &[],
+                security: ContainerSecurityInputs {
+                    image_user: &ImageUser::Uid(0),
+                    seccomp_profile_root: Path::new("/r/seccomp"),
+                    namespace_target: None,
+                },
+                termination_log: None,
+                node: crate::resources::NodeResources {
+                    memory_capacity: 1 << 30,
+                    cgroup_v2_unified: false,
+                },
+            },
+        )
+        .unwrap();
+        let got: Vec<_> = config
+            .mounts
+            .iter()
+            .map(|m| {
+                (
+                    m.container_path.as_str(),
+                    cri::MountPropagation::try_from(m.propagation).unwrap(),
+                    m.readonly,
+                    m.recursive_read_only,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "/shared",
+                    cri::MountPropagation::PropagationBidirectional,
+                    false,
+                    false
+                ),
+                (
+                    "/slave",
+                    cri::MountPropagation::PropagationHostToContainer,
+                    false,
+                    false
+                ),
+                (
+                    "/private",
+                    cri::MountPropagation::PropagationPrivate,
+                    false,
+                    false
+                ),
+                (
+                    "/rro",
+                    cri::MountPropagation::PropagationPrivate,
+                    true,
+                    true
+                ),
+            ]
+        );
     }
 
     /// Issue 27 (node features), upstream `makeMounts` and `newContainerAnnotations`: the

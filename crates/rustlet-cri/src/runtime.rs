@@ -16,12 +16,15 @@
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    Container, NodeRuntimeHandler, NodeRuntimeHandlerFeatures, Pod, Service,
+};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
@@ -253,6 +256,39 @@ pub struct CriRuntime {
     me: Weak<CriRuntime>,
     /// Pods a relist saw change by themselves (upstream's PLEG events).
     events: tokio::sync::broadcast::Sender<PodUid>,
+    /// Whether the default handler supports recursive read-only mounts, as the last `Status`
+    /// said (no until one did).
+    supports_rro: AtomicBool,
+    /// The handlers the last `Status` named, as the node reports them.
+    handlers: Mutex<Vec<NodeRuntimeHandler>>,
+}
+
+/// Upstream `toKubeContainerRuntimeHandlers` and the `RuntimeHandlers` node status setter:
+/// each handler with both features said (a feature the runtime leaves out is `false`).
+fn node_runtime_handlers(handlers: &[cri::RuntimeHandler]) -> Vec<NodeRuntimeHandler> {
+    handlers
+        .iter()
+        .map(|h| {
+            let features = h.features.unwrap_or_default();
+            NodeRuntimeHandler {
+                name: Some(h.name.clone()),
+                features: Some(NodeRuntimeHandlerFeatures {
+                    recursive_read_only_mounts: Some(features.recursive_read_only_mounts),
+                    user_namespaces: Some(features.user_namespaces),
+                }),
+            }
+        })
+        .collect()
+}
+
+/// Upstream `runtimeClassSupportsRecursiveReadOnlyMounts` for a pod without a runtime class:
+/// the handler named `""` (the default) says it supports recursive read-only mounts.
+fn default_handler_supports_rro(handlers: &[cri::RuntimeHandler]) -> bool {
+    handlers
+        .iter()
+        .find(|h| h.name.is_empty())
+        .and_then(|h| h.features.as_ref())
+        .is_some_and(|f| f.recursive_read_only_mounts)
 }
 
 fn ts(ns: i64) -> Timestamp {
@@ -329,6 +365,8 @@ impl CriRuntime {
             state: Mutex::new(State::default()),
             me: me.clone(),
             events: tokio::sync::broadcast::channel(1024).0,
+            supports_rro: AtomicBool::new(false),
+            handlers: Mutex::new(Vec::new()),
         });
         this.relist().await?;
         Ok(this)
@@ -1258,17 +1296,24 @@ impl Runtime for CriRuntime {
             })
     }
 
-    /// CRI `Status`'s conditions (upstream `containerRuntime.Status`).
+    /// CRI `Status`'s conditions (upstream `containerRuntime.Status`); its handlers' features
+    /// are kept (upstream `runtimeState.setRuntimeHandlers`).
     async fn status(&self) -> Result<Vec<RuntimeCondition>, RuntimeError> {
-        let conditions = self
-            .client
-            .status()
-            .await
-            .map_err(|e| RuntimeError::Query {
-                runtime: self.scheme.clone(),
-                operation: "status".into(),
-                message: e.to_string(),
-            })?;
+        let (conditions, handlers) =
+            self.client
+                .status()
+                .await
+                .map_err(|e| RuntimeError::Query {
+                    runtime: self.scheme.clone(),
+                    operation: "status".into(),
+                    message: e.to_string(),
+                })?;
+        self.supports_rro
+            .store(default_handler_supports_rro(&handlers), Ordering::Relaxed);
+        *self
+            .handlers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = node_runtime_handlers(&handlers);
         Ok(conditions
             .into_iter()
             .map(|c| RuntimeCondition {
@@ -1498,6 +1543,8 @@ impl Runtime for CriRuntime {
                 container_path: ETC_HOSTS_PATH.into(),
                 host_path,
                 read_only: false,
+                recursive_read_only: false,
+                propagation: Default::default(),
             });
         }
         // upstream: makeMounts: a new file per instance, bound at `terminationMessagePath`.
@@ -1692,6 +1739,17 @@ impl Runtime for CriRuntime {
             // Housekeeping removes it once the worker forgot the pod.
             warn!(%uid, error = %e, "removing the pod's containers failed");
         }
+    }
+
+    fn supports_recursive_read_only_mounts(&self) -> bool {
+        self.supports_rro.load(Ordering::Relaxed)
+    }
+
+    fn runtime_handlers(&self) -> Vec<NodeRuntimeHandler> {
+        self.handlers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn runs_probes(&self) -> bool {
@@ -2015,6 +2073,46 @@ impl Runtime for CriRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27 (node features), upstream `runtimeClassSupportsRecursiveReadOnlyMounts` for a
+    /// pod without a runtime class: only the default handler's (`""`) feature counts; a runtime
+    /// that reports no handlers (containerd 1.6) does not support recursive read-only mounts.
+    #[test]
+    fn the_default_handlers_features_say_whether_recursive_read_only_mounts_work() {
+        let handler = |name: &str, rro: Option<bool>| cri::RuntimeHandler {
+            name: name.into(),
+            features: rro.map(|recursive_read_only_mounts| cri::RuntimeHandlerFeatures {
+                recursive_read_only_mounts,
+                ..Default::default()
+            }),
+        };
+        assert!(!default_handler_supports_rro(&[]));
+        assert!(default_handler_supports_rro(&[handler("", Some(true))]));
+        assert!(!default_handler_supports_rro(&[handler("", Some(false))]));
+        assert!(!default_handler_supports_rro(&[handler("", None)]));
+        assert!(!default_handler_supports_rro(&[
+            handler("runc", Some(true)),
+            handler("", Some(false)),
+        ]));
+        // The node's `status.runtimeHandlers` (upstream `toKubeRuntimeStatus`): a handler
+        // without features supports neither.
+        let node = node_runtime_handlers(&[handler("", Some(true)), handler("kata", None)]);
+        let said = |h: &NodeRuntimeHandler| {
+            let f = h.features.clone().unwrap();
+            (
+                h.name.clone().unwrap(),
+                f.recursive_read_only_mounts,
+                f.user_namespaces,
+            )
+        };
+        assert_eq!(
+            node.iter().map(said).collect::<Vec<_>>(),
+            [
+                (String::new(), Some(true), Some(false)),
+                ("kata".to_owned(), Some(false), Some(false)),
+            ]
+        );
+    }
 
     fn container(id: &str, sandbox: &str, name: &str, exited: bool) -> ContainerRecord {
         let state = if exited {

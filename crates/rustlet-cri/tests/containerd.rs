@@ -975,6 +975,8 @@ fn hooks_mount(hooks: &std::path::Path) -> Vec<rustlet_volume::subpath::Containe
         container_path: "/hooks".into(),
         host_path: hooks.to_owned(),
         read_only: false,
+        recursive_read_only: false,
+        propagation: Default::default(),
     }]
 }
 
@@ -2136,4 +2138,113 @@ async fn a_pull_of_a_test_image_is_served_by_the_local_registry() {
         .pull_image(name, sandbox_config, Duration::from_secs(30))
         .await;
     assert!(gone.is_err(), "pulled with the registry gone: {gone:?}");
+}
+
+/// Starts `name` of `pod` with `mounts` and waits (real time, bounded) until it exited;
+/// returns its exit code.
+async fn run_container_to_exit(
+    runtime: &rustlet_cri::CriRuntime,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    name: &str,
+    mounts: &[rustlet_volume::subpath::ContainerMount],
+) -> Result<i32, String> {
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::{ContainerKind, InstanceState};
+    let spec = pod.spec.as_ref().unwrap();
+    let container = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == name)
+        .unwrap();
+    runtime
+        .start_container(pod, container, ContainerKind::Init, mounts)
+        .await
+        .map_err(|e| e.to_string())?;
+    let uid = rustlet_core::PodUid::of(pod);
+    for _ in 0..1000 {
+        runtime.relist().await.unwrap();
+        let status = runtime.pod_status(&uid).await;
+        let (newest, _) = status.instances(name);
+        if let Some(InstanceState::Exited { exit_code, .. }) = newest.map(|i| &i.state) {
+            return Ok(*exit_code);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{name} did not exit");
+}
+
+/// Issue 27 (node features), upstream `translateMountPropagation` and `MakeRShared`
+/// ("[sig-node] Mount recursive read-only [LinuxOnly] ... should accept non-recursive
+/// read-only mounts"): a privileged container's tmpfs mounted below a `Bidirectional` volume
+/// mount appears in the volume's directory on the host and, under a non-recursive read-only
+/// mount of the volume in the next container, stays writable. containerd refuses the
+/// `Bidirectional` mount while the root directory is not a shared mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bidirectional_propagation_reaches_the_volume_directory_and_the_next_container() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_volume::subpath::{ContainerMount, MountPropagation};
+
+    let Some(containerd) =
+        PrivateContainerd::start("bidirectional_propagation_reaches_the_volume_directory").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    runtime.status().await.unwrap();
+    assert!(
+        runtime.runtime_handlers().is_empty() && !runtime.supports_recursive_read_only_mounts(),
+        "containerd 1.6 names no handlers: {:?}",
+        runtime.runtime_handlers()
+    );
+    let volume = root.join("pods/uid-propagation/volumes/kubernetes.io~empty-dir/mnt");
+    std::fs::create_dir_all(&volume).unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "propagation", "namespace": "default", "uid": "uid-propagation"},
+        "spec": {
+            "hostNetwork": true,
+            "initContainers": [
+                {"name": "mount", "image": BUSYBOX_IMAGE,
+                 "command": ["sh", "-euxc", "mkdir -p /mnt/tmpfs && mount -t tmpfs none /mnt/tmpfs"],
+                 "securityContext": {"privileged": true}},
+                {"name": "test", "image": BUSYBOX_IMAGE,
+                 "command": ["sh", "-euxc", "touch /mnt-ro/tmpfs/foo"]}
+            ],
+            "containers": [{"name": "completion", "image": BUSYBOX_IMAGE}]
+        }
+    }))
+    .unwrap();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let mount = |path: &str, read_only, propagation| ContainerMount {
+        name: "mnt".into(),
+        container_path: path.into(),
+        host_path: volume.clone(),
+        read_only,
+        recursive_read_only: false,
+        propagation,
+    };
+    let bidirectional = [mount("/mnt", false, MountPropagation::Bidirectional)];
+
+    // The root directory on a private mount: containerd refuses a Bidirectional mount.
+    let err = run_container_to_exit(&runtime, &pod, "mount", &bidirectional)
+        .await
+        .unwrap_err();
+    assert!(err.contains("not a shared mount"), "{err}");
+
+    let mounter = rustlet_mount::LinuxMounter::new();
+    mounter.make_rshared(&root).unwrap();
+    let code = run_container_to_exit(&runtime, &pod, "mount", &bidirectional).await;
+    assert_eq!(code, Ok(0), "{}", containerd.log());
+    assert!(
+        mounter.is_tmpfs_mount_point(&volume.join("tmpfs")).unwrap(),
+        "the container's tmpfs is in the volume's directory on the host"
+    );
+    let read_only = [mount("/mnt-ro", true, MountPropagation::Private)];
+    let code = run_container_to_exit(&runtime, &pod, "test", &read_only).await;
+    assert_eq!(code, Ok(0), "the tmpfs below a read-only mount is writable");
+    assert!(volume.join("tmpfs/foo").exists());
 }

@@ -1,8 +1,9 @@
 //! rustlet-mount: a careful Linux mount library.
 //!
-//! Mount, bind, read-only bind, tmpfs and unmount through direct `mount(2)`/`umount2(2)`
-//! calls (sys-mount, nix); the mount table from `/proc/self/mountinfo`; mount-point checks;
-//! path operations beneath a root; and a removal that never crosses a mount point. It mirrors
+//! Mount, bind, read-only bind, tmpfs, unmount and making a directory an `rshared` mount
+//! (upstream `MakeRShared`) through direct `mount(2)`/`umount2(2)` calls (sys-mount, nix); the
+//! mount table from `/proc/self/mountinfo`; mount-point checks; path operations beneath a
+//! root; and a removal that never crosses a mount point. It mirrors
 //! upstream `k8s.io/mount-utils` and `pkg/volume/util/subpath`, without exec-ing `mount(8)`.
 //!
 //! # Guarantees

@@ -322,6 +322,38 @@ impl LinuxMounter {
         mountinfo::read(self.mountinfo_path())
     }
 
+    /// Upstream `MakeRShared` (`DoMakeRShared`): makes `path` a shared mount, recursively, so
+    /// that a mount made below it in a container with `Bidirectional` propagation appears
+    /// here, and one made here appears in a container with `HostToContainer`. Nothing when
+    /// the mount `path` is on is shared already; else `path` is bound on itself and that bind
+    /// made `rshared` (the mount `path` is on, and anything above it, stay as they are).
+    pub fn make_rshared(&self, path: &Path) -> Result<()> {
+        if self.is_shared(path)? {
+            return Ok(());
+        }
+        self.bind_with_flags(path, path, false, MountFlags::empty())?;
+        use nix::mount::{MsFlags, mount};
+        mount(
+            None::<&str>,
+            path,
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .map_err(|e| mount_err("none", path, "none", e.into()))
+    }
+
+    /// Upstream `isShared`: whether the mount `path` is on (the mount table's longest mount
+    /// point that contains it) is a shared one (`shared:N`).
+    pub fn is_shared(&self, path: &Path) -> Result<bool> {
+        let mounts = self.list()?;
+        let on = mounts
+            .iter()
+            .filter(|m| path.starts_with(&m.mount_point))
+            .max_by_key(|m| m.mount_point.as_os_str().len());
+        Ok(on.is_some_and(|m| m.optional_fields.iter().any(|f| f.starts_with("shared:"))))
+    }
+
     /// Upstream `GetMountRefs`: the other mount points that show the same filesystem directory
     /// as the mount at `path` (same device and root), e.g. the global mount behind a pod bind.
     pub fn mount_refs(&self, path: &Path) -> Result<Vec<PathBuf>> {

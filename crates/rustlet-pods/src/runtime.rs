@@ -467,6 +467,20 @@ pub trait Runtime: Send + Sync {
         ])
     }
 
+    /// Whether the runtime's default handler supports recursive read-only mounts (upstream
+    /// `runtimeClassSupportsRecursiveReadOnlyMounts`: the CRI `Status`'s handler features,
+    /// as last read). Default: no.
+    fn supports_recursive_read_only_mounts(&self) -> bool {
+        false
+    }
+
+    /// The runtime's handlers and their features, as its last [`Runtime::status`] said
+    /// (upstream `runtimeState.runtimeHandlers`, the node's `status.runtimeHandlers`).
+    /// Default: none (the runtime does not tell).
+    fn runtime_handlers(&self) -> Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler> {
+        Vec::new()
+    }
+
     /// Creates the pod's sandbox if it has no ready one; returns it.
     async fn run_pod_sandbox(&self, pod: &Pod) -> Result<Sandbox, RuntimeError>;
 

@@ -470,6 +470,7 @@ fn a_sidecars_startup_and_readiness_probes_gate_initialized_and_ready() {
             gates: &gates,
             probes,
             evict: None,
+            runtime_supports_rro: false,
         })
     };
     let condition = |s: &PodStatus, type_: &str| {

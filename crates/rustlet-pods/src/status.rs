@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use rustlet_core::FeatureGates;
@@ -30,6 +31,7 @@ use rustlet_core::pod::{
     pod_condition_by_kubelet,
 };
 use rustlet_core::restart::container_should_restart;
+use rustlet_volume::subpath::resolve_recursive_read_only;
 
 use crate::runtime::{
     ContainerInstance, ContainerKind, InstanceState, RuntimePodStatus, ephemeral_container,
@@ -68,6 +70,9 @@ pub struct StatusInput<'a> {
     /// An internal module's request that the pod fail (upstream: a `PodSyncHandler`'s
     /// `ShouldEvict`; here the active deadline, [`past_active_deadline`]).
     pub evict: Option<Eviction>,
+    /// Whether the runtime supports recursive read-only mounts (upstream
+    /// `runtimeClassSupportsRecursiveReadOnlyMounts`), for the containers' `volumeMounts`.
+    pub runtime_supports_rro: bool,
 }
 
 /// Why the pod fails on the node (upstream: `lifecycle.ShouldEvictResponse`).
@@ -188,6 +193,44 @@ fn state_of(instance: &ContainerInstance, old: Option<&ContainerStatus>) -> Cont
     }
 }
 
+/// Upstream `convertToAPIContainerStatuses`: the container's `volumeMounts` as the spec asks
+/// them (the CRI does not know the volumes' names); a read-only mount's `recursiveReadOnly`
+/// is `Enabled` when it is resolved to be, else `Disabled` (also when it cannot be resolved:
+/// the container then waits with `CreateContainerConfigError`).
+fn volume_mount_statuses(
+    spec: &Container,
+    runtime_supports_rro: bool,
+) -> Option<Vec<VolumeMountStatus>> {
+    let mounts = spec.volume_mounts.as_deref().filter(|m| !m.is_empty())?;
+    Some(
+        mounts
+            .iter()
+            .map(|mount| {
+                let read_only = mount.read_only.unwrap_or(false);
+                let recursive_read_only = read_only.then(|| {
+                    match resolve_recursive_read_only(mount, runtime_supports_rro) {
+                        Ok(true) => "Enabled",
+                        Ok(false) => "Disabled",
+                        Err(err) => {
+                            tracing::error!(error = %err, "failed to resolve recursive read-only mode");
+                            "Disabled"
+                        }
+                    }
+                    .to_owned()
+                });
+                VolumeMountStatus {
+                    name: mount.name.clone(),
+                    mount_path: mount.mount_path.clone(),
+                    // Go's `omitempty`: a writable mount says nothing.
+                    read_only: read_only.then_some(true),
+                    recursive_read_only,
+                    ..Default::default()
+                }
+            })
+            .collect(),
+    )
+}
+
 /// S9-S12 for one spec container.
 fn container_status(
     input: &StatusInput<'_>,
@@ -223,6 +266,7 @@ fn container_status(
             }),
             restart_count: old.map_or(0, |o| o.restart_count),
             last_state: old.and_then(|o| o.last_state.clone()),
+            volume_mounts: volume_mount_statuses(spec, input.runtime_supports_rro),
             ..Default::default()
         },
     };

@@ -178,6 +178,7 @@ fn input<'a>(
         gates,
         probes: &NO_PROBES,
         evict: None,
+        runtime_supports_rro: false,
     }
 }
 
@@ -403,6 +404,8 @@ async fn a_container_whose_mount_source_is_missing_does_not_start() {
         container_path: "/data".into(),
         host_path: dir.path().to_owned(),
         read_only: false,
+        recursive_read_only: false,
+        propagation: Default::default(),
     };
     let missing = ContainerMount {
         host_path: dir.path().join("gone"),
@@ -927,4 +930,75 @@ fn ephemeral_container_statuses_follow_their_instances_and_count_in_no_condition
     let plain = pod("Always", &[], &["a"]);
     let status = generate_api_status(&input(&plain, &runtime, &old, &none, &gates));
     assert_eq!(status.ephemeral_container_statuses, None);
+}
+
+/// Issue 27 (node features), upstream `convertToAPIContainerStatuses` as "[sig-node] Mount
+/// recursive read-only [LinuxOnly] ... should accept non-recursive read-only mounts" (and
+/// "... should accept recursive read-only mounts") check it: each of the spec's mounts with
+/// its name and path; a read-only one's `recursiveReadOnly` is `Enabled` only when it is
+/// resolved to be, a writable one has none.
+#[test]
+fn container_statuses_report_volume_mounts_with_recursive_read_only() {
+    use k8s_openapi::api::core::v1::VolumeMount;
+    let mount = |path: &str, read_only: bool, rro: Option<&str>| VolumeMount {
+        name: "mnt".into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        recursive_read_only: rro.map(str::to_owned),
+        ..Default::default()
+    };
+    let mut p = pod("Never", &[], &["test"]);
+    p.spec.as_mut().unwrap().containers[0].volume_mounts = Some(vec![
+        mount("/mnt-rro", true, Some("Enabled")),
+        mount("/mnt-rro-if-possible", true, Some("IfPossible")),
+        mount("/mnt-rro-disabled", true, Some("Disabled")),
+        mount("/mnt-ro", true, None),
+        mount("/mnt-rw", false, None),
+    ]);
+    let (gates, runtime, old, none) = (
+        FeatureGates::default(),
+        RuntimePodStatus::default(),
+        PodStatus::default(),
+        HashMap::new(),
+    );
+    let mounts = |supported: bool| {
+        let api = generate_api_status(&StatusInput {
+            runtime_supports_rro: supported,
+            ..input(&p, &runtime, &old, &none, &gates)
+        });
+        api.container_statuses.unwrap()[0]
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|m| {
+                assert_eq!(m.name, "mnt");
+                (m.mount_path, m.read_only, m.recursive_read_only)
+            })
+            .collect::<Vec<_>>()
+    };
+    let row = |path: &str, read_only: Option<bool>, rro: Option<&str>| {
+        (path.to_owned(), read_only, rro.map(str::to_owned))
+    };
+    assert_eq!(
+        mounts(false),
+        [
+            // `Enabled` cannot be resolved here: reported `Disabled` (the container waits).
+            row("/mnt-rro", Some(true), Some("Disabled")),
+            row("/mnt-rro-if-possible", Some(true), Some("Disabled")),
+            row("/mnt-rro-disabled", Some(true), Some("Disabled")),
+            row("/mnt-ro", Some(true), Some("Disabled")),
+            row("/mnt-rw", None, None),
+        ]
+    );
+    assert_eq!(
+        mounts(true),
+        [
+            row("/mnt-rro", Some(true), Some("Enabled")),
+            row("/mnt-rro-if-possible", Some(true), Some("Enabled")),
+            row("/mnt-rro-disabled", Some(true), Some("Disabled")),
+            row("/mnt-ro", Some(true), Some("Disabled")),
+            row("/mnt-rw", None, None),
+        ]
+    );
 }

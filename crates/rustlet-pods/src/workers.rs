@@ -1105,6 +1105,7 @@ impl Worker {
             gates: &self.shared.config.gates,
             probes: &probes,
             evict,
+            runtime_supports_rro: self.shared.runtime.supports_recursive_read_only_mounts(),
         });
         self.shared.status.set_pod_status(pod, status.clone());
         status
@@ -1488,7 +1489,11 @@ impl Worker {
     ) -> Result<Vec<ContainerMount>, WaitingReason> {
         self.shared
             .volumes
-            .container_mounts(pod, container)
+            .container_mounts(
+                pod,
+                container,
+                self.shared.runtime.supports_recursive_read_only_mounts(),
+            )
             .await
             .map_err(|err| {
                 self.event(pod, EventKind::Warning, "Failed", &format!("Error: {err}"));

@@ -624,7 +624,9 @@ impl VolumeManager {
     }
 
     /// Upstream `makeMounts`: the mounts of `container`, its subPaths prepared safely (see
-    /// [`crate::subpath`]). A runtime calls it before it creates the container.
+    /// [`crate::subpath`]), their propagation and recursive read-only mode resolved
+    /// (`runtime_supports_rro`: whether the runtime supports recursive read-only mounts). A
+    /// runtime calls it before it creates the container.
     ///
     /// The preparation (`stat`, `mkdir` beneath the volume, the pinned bind mount) runs on the
     /// blocking pool: a hung filesystem holds one pool thread, never the async runtime that
@@ -633,6 +635,7 @@ impl VolumeManager {
         &self,
         pod: &Pod,
         container: &k8s_openapi::api::core::v1::Container,
+        runtime_supports_rro: bool,
     ) -> Result<Vec<ContainerMount>, ContainerMountError> {
         let volumes = self.get_mounted_volumes_for_pod(&pod_name_of(pod));
         let pod_dir = self.host.pod_dir(&PodUid::of(pod))?;
@@ -644,6 +647,7 @@ impl VolumeManager {
                 &|name| volumes.get(name).map(|v| (v.path.clone(), v.read_only)),
                 &pod_dir,
                 &*mounter,
+                runtime_supports_rro,
             )
         });
         match work.await {

@@ -5,10 +5,13 @@
 //! `pods/<uid>/volume-subpaths/<volume>/<container>/<index>` (the mount crate's
 //! `prepare_subpath`), so a symlink swapped in by a container can never redirect it
 //! (CVE-2017-1002101, CVE-2021-25741). The unmount of a volume cleans its subpath binds first.
+//! Each mount's propagation (`translateMountPropagation`; `Bidirectional` only for a
+//! privileged container) and recursive read-only mode (`resolveRecursiveReadOnly`) are
+//! resolved here too.
 
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::{Container, VolumeMount};
 use rustlet_mount::safe_path::plain_components;
 use rustlet_mount::{MountPointCheck, Subpath, create_dir_all_beneath};
 
@@ -27,6 +30,98 @@ pub struct ContainerMount {
     pub host_path: PathBuf,
     /// Mounted read-only.
     pub read_only: bool,
+    /// Mounted recursively read-only (upstream `RecursiveReadOnly`, [`resolve_recursive_read_only`]).
+    pub recursive_read_only: bool,
+    /// How mounts propagate between the host and the container.
+    pub propagation: MountPropagation,
+}
+
+/// A mount's propagation (upstream `translateMountPropagation`: the CRI's three modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MountPropagation {
+    /// No propagation either way (`None`, or unset).
+    #[default]
+    Private,
+    /// Mounts made on the host below the volume appear in the container (`rslave`).
+    HostToContainer,
+    /// Both ways (`rshared`): mounts the container makes below the volume appear on the host
+    /// (in the volume's directory) and in the pod's other containers.
+    Bidirectional,
+}
+
+impl MountPropagation {
+    /// The spec's `mountPropagation` (upstream `translateMountPropagation`).
+    pub fn of(mode: Option<&str>) -> Result<Self, String> {
+        match mode {
+            None | Some("None") => Ok(Self::Private),
+            Some("HostToContainer") => Ok(Self::HostToContainer),
+            Some("Bidirectional") => Ok(Self::Bidirectional),
+            Some(other) => Err(other.to_owned()),
+        }
+    }
+}
+
+/// Why a mount's recursive read-only mode cannot be honoured (upstream
+/// `resolveRecursiveReadOnly`'s errors, word for word).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecursiveReadOnlyError {
+    /// Recursive read-only on a writable mount.
+    #[error("volume {0:?} requested recursive read-only mode, but it is not read-only")]
+    NotReadOnly(String),
+    /// Recursive read-only with propagation.
+    #[error(
+        "volume {volume:?} requested recursive read-only mode, but it is not compatible with propagation {propagation:?}"
+    )]
+    Propagation {
+        /// The volume.
+        volume: String,
+        /// The mount's `mountPropagation`.
+        propagation: String,
+    },
+    /// `Enabled` on a runtime (handler) without the feature.
+    #[error(
+        "volume {0:?} requested recursive read-only mode, but it is not supported by the runtime"
+    )]
+    Unsupported(String),
+    /// Neither `Enabled`, `IfPossible` nor `Disabled`.
+    #[error("unknown recursive read-only mode {0:?}")]
+    UnknownMode(String),
+}
+
+/// Upstream `resolveRecursiveReadOnly`: whether `mount` is made recursively read-only, on a
+/// runtime that does (`runtime_supports_rro`) or does not support it.
+pub fn resolve_recursive_read_only(
+    mount: &VolumeMount,
+    runtime_supports_rro: bool,
+) -> Result<bool, RecursiveReadOnlyError> {
+    let mode = match mount.recursive_read_only.as_deref() {
+        None | Some("Disabled") => return Ok(false),
+        Some(mode) => mode,
+    };
+    if !mount.read_only.unwrap_or(false) {
+        return Err(RecursiveReadOnlyError::NotReadOnly(mount.name.clone()));
+    }
+    if let Some(propagation) = mount.mount_propagation.as_deref().filter(|p| *p != "None") {
+        return Err(RecursiveReadOnlyError::Propagation {
+            volume: mount.name.clone(),
+            propagation: propagation.to_owned(),
+        });
+    }
+    match mode {
+        "IfPossible" => Ok(runtime_supports_rro),
+        "Enabled" if runtime_supports_rro => Ok(true),
+        "Enabled" => Err(RecursiveReadOnlyError::Unsupported(mount.name.clone())),
+        other => Err(RecursiveReadOnlyError::UnknownMode(other.to_owned())),
+    }
+}
+
+/// Whether the container runs privileged (`securityContext.privileged`).
+fn privileged(container: &Container) -> bool {
+    container
+        .security_context
+        .as_ref()
+        .and_then(|s| s.privileged)
+        .unwrap_or(false)
 }
 
 /// Why a container's mounts cannot be made (the container then waits with
@@ -64,6 +159,24 @@ pub enum ContainerMountError {
         /// The container.
         container: String,
     },
+    /// The mount's `mountPropagation` is none of the API's modes.
+    #[error("invalid MountPropagation mode: {0:?}")]
+    InvalidPropagation(String),
+    /// `Bidirectional` propagation from a container that is not privileged (the API server's
+    /// validation refuses it; a pod from a file is refused here, so that no such container
+    /// ever propagates a mount to the host).
+    #[error(
+        "volume {mount:?} of container {container:?}: Bidirectional mount propagation is available only to privileged containers"
+    )]
+    BidirectionalUnprivileged {
+        /// The volumeMount's name.
+        mount: String,
+        /// The container.
+        container: String,
+    },
+    /// The recursive read-only mode cannot be honoured.
+    #[error("failed to resolve recursive read-only mode: {0}")]
+    RecursiveReadOnly(#[from] RecursiveReadOnlyError),
     /// The missing subpath directory could not be created.
     #[error(
         "failed to create subPath directory for volumeMount {mount:?} of container {container:?}"
@@ -129,12 +242,14 @@ pub fn subpath_target(pod_dir: &Path, volume: &str, container: &str, index: usiz
 }
 
 /// The mounts of one container (upstream `makeMounts`): `volumes` maps a pod volume's name to
-/// its mounted directory and whether it must be mounted read-only.
+/// its mounted directory and whether it must be mounted read-only; `runtime_supports_rro`:
+/// whether the runtime supports recursive read-only mounts.
 pub fn make_mounts(
     container: &Container,
     volumes: &dyn Fn(&str) -> Option<(PathBuf, bool)>,
     pod_dir: &Path,
     mounter: &dyn Mounter,
+    runtime_supports_rro: bool,
 ) -> Result<Vec<ContainerMount>, ContainerMountError> {
     let mut out = Vec::new();
     for (index, mount) in container.volume_mounts.iter().flatten().enumerate() {
@@ -143,6 +258,16 @@ pub fn make_mounts(
                 volume: mount.name.clone(),
                 container: container.name.clone(),
             })?;
+        // Resolved before a subPath is bound, so that a refused mount leaves nothing behind.
+        let propagation = MountPropagation::of(mount.mount_propagation.as_deref())
+            .map_err(ContainerMountError::InvalidPropagation)?;
+        if propagation == MountPropagation::Bidirectional && !privileged(container) {
+            return Err(ContainerMountError::BidirectionalUnprivileged {
+                mount: mount.name.clone(),
+                container: container.name.clone(),
+            });
+        }
+        let recursive_read_only = resolve_recursive_read_only(mount, runtime_supports_rro)?;
         let sub_path = match (&mount.sub_path, &mount.sub_path_expr) {
             (Some(p), _) if !p.is_empty() => Some(p.clone()),
             (_, Some(e)) if !e.is_empty() => Some(expand_subpath_expr(e, container)),
@@ -193,6 +318,8 @@ pub fn make_mounts(
             container_path: mount.mount_path.clone(),
             host_path,
             read_only: mount.read_only.unwrap_or(false) || must_mount_ro,
+            recursive_read_only,
+            propagation,
         });
     }
     Ok(out)

@@ -207,6 +207,10 @@ impl NodeRuntime for RuntimeForNode {
     async fn status(&self) -> Result<Vec<RuntimeCondition>, String> {
         self.0.status().await.map_err(|e| e.to_string())
     }
+
+    fn runtime_handlers(&self) -> Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler> {
+        self.0.runtime_handlers()
+    }
 }
 
 /// The pod workers' lifecycle table as the mirror pods' view of the static pods (W9, W30).
@@ -340,6 +344,25 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             .context("--runtime cri")?;
             // The lifecycle hooks' failures are events on the pod.
             cri.set_event_recorder(api.events.clone());
+            // upstream `setupDataDirs` (after the runtime answered, as in upstream's `Run`): the
+            // root directory is a shared mount, so that a container's `Bidirectional` mount
+            // below a volume reaches the volume's directory (the runtime refuses such a mount
+            // from a source that is not shared) and the pod's other containers.
+            let root = config.root_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                let root = std::fs::canonicalize(&root)?;
+                rustlet_mount::LinuxMounter::new()
+                    .make_rshared(&root)
+                    .map_err(std::io::Error::other)
+            })
+            .await
+            .context("making --root-dir a shared mount")?
+            .with_context(|| {
+                format!(
+                    "making --root-dir {} a shared mount",
+                    config.root_dir.display()
+                )
+            })?;
             (cri.clone() as Arc<dyn Runtime>, Some(cri))
         }
     };

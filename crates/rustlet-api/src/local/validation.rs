@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration, Volume};
+use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rustlet_core::quantity::{is_quantity, quantity_cmp};
 use serde_json::Value;
@@ -323,6 +323,62 @@ fn validate_resources(field: &str, container: &Container, errors: &mut FieldErro
     }
 }
 
+/// Upstream `validateMountPropagation`: one of the three modes; `Bidirectional` only for a
+/// privileged container.
+fn validate_mount_propagation(
+    field: &str,
+    container: &Container,
+    mount: &VolumeMount,
+    errors: &mut FieldErrors,
+) {
+    let Some(mode) = mount.mount_propagation.as_deref() else {
+        return;
+    };
+    let field = format!("{field}.mountPropagation");
+    if !matches!(mode, "Bidirectional" | "HostToContainer" | "None") {
+        errors.not_supported(&field, mode, &["Bidirectional", "HostToContainer", "None"]);
+    }
+    let privileged = container
+        .security_context
+        .as_ref()
+        .and_then(|s| s.privileged)
+        .unwrap_or(false);
+    if mode == "Bidirectional" && !privileged {
+        errors.forbidden(
+            &field,
+            "Bidirectional mount propagation is available only to privileged containers",
+        );
+    }
+}
+
+/// Upstream `validateMountRecursiveReadOnly`: `Enabled` and `IfPossible` only on a read-only
+/// mount without propagation.
+fn validate_mount_recursive_read_only(field: &str, mount: &VolumeMount, errors: &mut FieldErrors) {
+    let Some(mode) = mount.recursive_read_only.as_deref() else {
+        return;
+    };
+    let field = format!("{field}.recursiveReadOnly");
+    match mode {
+        "Disabled" => {}
+        "Enabled" | "IfPossible" => {
+            if !mount.read_only.unwrap_or(false) {
+                errors.forbidden(&field, "may only be specified when readOnly is true");
+            }
+            if mount
+                .mount_propagation
+                .as_deref()
+                .is_some_and(|p| p != "None")
+            {
+                errors.forbidden(
+                    &field,
+                    "may only be specified when mountPropagation is None or not specified",
+                );
+            }
+        }
+        other => errors.not_supported(&field, other, &["Disabled", "Enabled", "IfPossible"]),
+    }
+}
+
 fn validate_port(field: &str, port: i32, errors: &mut FieldErrors) {
     if !(1..=65535).contains(&port) {
         errors.invalid(
@@ -372,6 +428,9 @@ fn validate_container(field: &str, container: &Container, errors: &mut FieldErro
         } else if !mount_points.insert(mount.mount_path.as_str()) {
             errors.invalid(&mount_field, &quoted(&mount.mount_path), "must be unique");
         }
+        // Upstream names these two fields without the mount's index.
+        validate_mount_propagation(&format!("{field}.volumeMounts"), container, mount, errors);
+        validate_mount_recursive_read_only(&format!("{field}.volumeMounts"), mount, errors);
     }
     validate_resources(field, container, errors);
 }

@@ -40,6 +40,7 @@ struct Run {
     now: Timestamp,
     pressure: Pressure,
     errors: Vec<String>,
+    handlers: Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler>,
 }
 
 fn run(status: &mut NodeStatus, r: &Run) -> Vec<NodeEvent> {
@@ -59,6 +60,7 @@ fn run(status: &mut NodeStatus, r: &Run) -> Vec<NodeEvent> {
             kubelet_version: "v1.37.2",
             kubelet_port: 10250,
             ready_errors: &r.errors,
+            runtime_handlers: &r.handlers,
         },
     )
 }
@@ -68,6 +70,7 @@ fn ok_at(second: i64) -> Run {
         now: at(second),
         pressure: Pressure::default(),
         errors: Vec::new(),
+        handlers: Vec::new(),
     }
 }
 
@@ -216,6 +219,7 @@ fn test_ready_condition() {
             now: at(10),
             pressure: Pressure::default(),
             errors: errors.clone(),
+            handlers: Vec::new(),
         },
     );
     assert_eq!(events, ["NodeNotReady"]);
@@ -233,6 +237,7 @@ fn test_ready_condition() {
             now: at(20),
             pressure: Pressure::default(),
             errors: errors[..1].to_vec(),
+            handlers: Vec::new(),
         },
     );
     let ready = condition(&status, "Ready");
@@ -270,6 +275,7 @@ fn a_missing_capacity_makes_the_node_not_ready() {
             kubelet_version: "v1.37.2",
             kubelet_port: 10250,
             ready_errors: &[],
+            runtime_handlers: &[],
         },
     );
     let ready = condition(&status, "Ready");
@@ -302,6 +308,7 @@ fn test_pressure_conditions() {
             now: at(10),
             pressure: all,
             errors: Vec::new(),
+            handlers: Vec::new(),
         },
     );
     assert_eq!(
@@ -331,6 +338,7 @@ fn test_pressure_conditions() {
                 now: at(20),
                 pressure: all,
                 errors: Vec::new(),
+                handlers: Vec::new(),
             },
         )
         .is_empty()
@@ -620,4 +628,33 @@ fn the_node_status_patch_merges_conditions_and_replaces_addresses() {
     assert_eq!(applied, serde_json::to_value(&new).unwrap());
     // Nothing changed, nothing to send.
     assert_eq!(node_status_patch(&new, &new), None);
+}
+
+/// Issue 27 (node features), upstream `RuntimeHandlers` setter (read by "[sig-node] Mount
+/// recursive read-only [LinuxOnly]"'s `supportsRRO`): the runtime's handlers with their
+/// features; none when it names none (containerd 1.6), as upstream's empty list is omitted.
+#[test]
+fn runtime_handlers_are_the_runtimes_with_their_features() {
+    use k8s_openapi::api::core::v1::{NodeRuntimeHandler, NodeRuntimeHandlerFeatures};
+    let mut status = NodeStatus::default();
+    run(&mut status, &ok_at(0));
+    assert_eq!(status.runtime_handlers, None);
+    let handler = NodeRuntimeHandler {
+        name: Some(String::new()),
+        features: Some(NodeRuntimeHandlerFeatures {
+            recursive_read_only_mounts: Some(true),
+            user_namespaces: Some(false),
+        }),
+    };
+    let with = Run {
+        handlers: vec![handler.clone()],
+        ..ok_at(10)
+    };
+    run(&mut status, &with);
+    assert_eq!(status.runtime_handlers, Some(vec![handler]));
+    run(&mut status, &ok_at(20));
+    assert_eq!(
+        status.runtime_handlers, None,
+        "gone when the runtime names none"
+    );
 }

@@ -429,3 +429,36 @@ fn errors_name_the_operation_path_and_errno() {
     assert_eq!(err.errno(), Some(Errno::ENOENT));
     assert!(err.is_not_found() && !err.is_retryable());
 }
+
+/// Issue 27 (node features), upstream `MakeRShared` (kubelet `setupDataDirs`): a directory on
+/// a private mount becomes a shared bind of itself, so that a mount made below it appears in a
+/// peer (as a container's `Bidirectional` mount of a volume does); a second call changes
+/// nothing.
+#[test]
+fn make_rshared_makes_a_private_directory_a_shared_mount() {
+    let Some(t) = privileged_dir("make_rshared_makes_a_private_directory_a_shared_mount") else {
+        return;
+    };
+    let root = t.mkdir("root");
+    let volume = t.mkdir("root/volume");
+    assert!(
+        !t.mounter.is_shared(&root).unwrap(),
+        "private to begin with"
+    );
+    t.mounter.make_rshared(&root).unwrap();
+    assert!(t.mounter.is_shared(&root).unwrap());
+    assert!(t.mounter.is_shared(&volume).unwrap(), "below it too");
+    let mounts = t.mounter.list().unwrap().len();
+    t.mounter.make_rshared(&root).unwrap();
+    assert_eq!(t.mounter.list().unwrap().len(), mounts, "already shared");
+
+    // A peer of the volume (a container's rshared bind) sees what is mounted below it.
+    let peer = t.mkdir("peer");
+    t.mounter
+        .bind(&volume, &peer, BindAccess::ReadWrite)
+        .unwrap();
+    let tmpfs = volume.join("tmpfs");
+    std::fs::create_dir(&tmpfs).unwrap();
+    t.mounter.tmpfs(&tmpfs, TmpfsOptions::default()).unwrap();
+    assert!(t.mounter.is_tmpfs_mount_point(&peer.join("tmpfs")).unwrap());
+}

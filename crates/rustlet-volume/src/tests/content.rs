@@ -219,7 +219,7 @@ async fn config_map_and_secret_contents_modes_and_items() {
     let container = &pod.spec.as_ref().unwrap().containers[0];
     let mounts = agent
         .manager
-        .container_mounts(&pod, container)
+        .container_mounts(&pod, container, false)
         .await
         .unwrap();
     assert_eq!(mounts.len(), 3);
@@ -1080,7 +1080,7 @@ async fn item14_a_hung_subpath_preparation_does_not_delay_another_pod() {
         let (manager, pod) = (agent.manager.clone(), slow.clone());
         tokio::spawn(async move {
             let container = &pod.spec.as_ref().unwrap().containers[0];
-            manager.container_mounts(&pod, container).await
+            manager.container_mounts(&pod, container, false).await
         })
     };
     assert_eq!(
@@ -1092,7 +1092,7 @@ async fn item14_a_hung_subpath_preparation_does_not_delay_another_pod() {
     let container = &other.spec.as_ref().unwrap().containers[0];
     let mounts = agent
         .manager
-        .container_mounts(&other, container)
+        .container_mounts(&other, container, false)
         .await
         .unwrap();
     assert_eq!(mounts.len(), 1);

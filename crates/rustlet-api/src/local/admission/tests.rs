@@ -137,6 +137,46 @@ fn hostile_paths_in_a_pod_are_refused() {
     }
 }
 
+/// Issue 27 (node features), upstream `validateMountPropagation` and
+/// `validateMountRecursiveReadOnly` ("[sig-node] Mount recursive read-only [LinuxOnly] ...
+/// should reject invalid recursive read-only mounts" reads the API server's message): a pod
+/// from a file is refused as the API server refuses it, so that an unprivileged container
+/// never propagates a mount to the host.
+#[test]
+fn mount_propagation_and_recursive_read_only_are_validated_as_upstream_does() {
+    let message = invalid(admit_pod(json!({
+        "containers": [
+            {"name": "c", "image": "busybox", "volumeMounts": [
+                {"name": "mnt", "mountPath": "/a", "recursiveReadOnly": "Enabled"},
+                {"name": "mnt", "mountPath": "/b", "mountPropagation": "Bidirectional"},
+                {"name": "mnt", "mountPath": "/c", "mountPropagation": "Sideways"},
+                {"name": "mnt", "mountPath": "/d", "readOnly": true,
+                 "recursiveReadOnly": "IfPossible", "mountPropagation": "HostToContainer"},
+                {"name": "mnt", "mountPath": "/e", "readOnly": true, "recursiveReadOnly": "Always"}
+            ]},
+            {"name": "p", "image": "busybox", "securityContext": {"privileged": true},
+             "volumeMounts": [
+                {"name": "mnt", "mountPath": "/mnt", "mountPropagation": "Bidirectional"},
+                {"name": "mnt", "mountPath": "/ro", "readOnly": true, "recursiveReadOnly": "Enabled"}
+            ]}
+        ],
+        "volumes": [{"name": "mnt", "emptyDir": {}}]
+    })));
+    for expected in [
+        "spec.containers[0].volumeMounts.recursiveReadOnly: Forbidden: may only be specified when readOnly is true",
+        "spec.containers[0].volumeMounts.mountPropagation: Forbidden: Bidirectional mount propagation is available only to privileged containers",
+        "spec.containers[0].volumeMounts.mountPropagation: Unsupported value: \"Sideways\": supported values: \"Bidirectional\", \"HostToContainer\", \"None\"",
+        "spec.containers[0].volumeMounts.recursiveReadOnly: Forbidden: may only be specified when mountPropagation is None or not specified",
+        "spec.containers[0].volumeMounts.recursiveReadOnly: Unsupported value: \"Always\": supported values: \"Disabled\", \"Enabled\", \"IfPossible\"",
+    ] {
+        assert!(
+            message.contains(expected),
+            "missing {expected:?} in {message}"
+        );
+    }
+    assert!(!message.contains("spec.containers[1]"), "{message}");
+}
+
 #[test]
 fn config_map_and_secret_keys_are_checked_as_upstream_does() {
     let reference = ObjectRef::new(Kind::ConfigMap, "ns", "c");

@@ -212,6 +212,22 @@ struct PodRecord {
     touched: u64,
 }
 
+impl PodRecord {
+    /// A sandbox this runtime just made, as the newest. A relist that ran between the CRI call
+    /// and this may have listed it already: it is there once.
+    fn add_sandbox(&mut self, record: SandboxRecord) {
+        self.sandboxes.retain(|s| s.id != record.id);
+        self.sandboxes.insert(0, record);
+    }
+
+    /// A container this runtime just started, as the newest; there once, as
+    /// [`Self::add_sandbox`] (twice, it was its own `lastState`).
+    fn add_container(&mut self, record: ContainerRecord) {
+        self.containers.retain(|c| c.id != record.id);
+        self.containers.insert(0, record);
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct PullBackoff {
     delay: Duration,
@@ -1383,7 +1399,7 @@ impl Runtime for CriRuntime {
             host_network: record.host_network,
             ip: record.ip.clone(),
         };
-        self.update(&uid, |p| p.sandboxes.insert(0, record));
+        self.update(&uid, |p| p.add_sandbox(record));
         Ok(sandbox)
     }
 
@@ -1654,7 +1670,7 @@ impl Runtime for CriRuntime {
         {
             self.link_container_log(record.log_path.clone(), link).await;
         }
-        self.update(&uid, |p| p.containers.insert(0, record));
+        self.update(&uid, |p| p.add_container(record));
         // upstream: startContainer's step 4, the postStart hook; its failure kills the
         // container (its `preStop` runs first, as in upstream's `killContainer`) and is the
         // container's `PostStartHookError`.
@@ -2073,6 +2089,53 @@ impl Runtime for CriRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A relist that listed a container between its `StartContainer` and the runtime's own
+    /// record of it (seen once under load in `cri_probes_flip_readiness_both_ways_and_a_failed_liveness_probe_restarts`:
+    /// the restarted container was its own `lastState`, `running`): the container is in the
+    /// pod's record once, the newest; so is a sandbox.
+    #[test]
+    fn a_started_container_a_relist_already_listed_is_recorded_once() {
+        let container = |id: &str, attempt: i32| ContainerRecord {
+            id: id.into(),
+            sandbox_id: "s".into(),
+            cri_state: cri::ContainerState::ContainerRunning as i32,
+            instance: ContainerInstance {
+                id: format!("containerd://{id}"),
+                name: "app".into(),
+                kind: ContainerKind::Regular,
+                image: "busybox".into(),
+                image_id: String::new(),
+                attempt,
+                state: InstanceState::Running {
+                    started_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                },
+                sandbox_id: "s".into(),
+                hash: None,
+            },
+            created_at: i64::from(attempt),
+            log_path: PathBuf::new(),
+            log_symlink: None,
+        };
+        let mut record = PodRecord::default();
+        record.add_container(container("old", 0));
+        // The relist's copy of the new container, then the start's own.
+        record.add_container(container("new", 1));
+        record.add_container(container("new", 1));
+        let ids: Vec<&str> = record.containers.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["new", "old"]);
+        let sandbox = |id: &str| SandboxRecord {
+            id: id.into(),
+            attempt: 0,
+            ready: true,
+            host_network: false,
+            ip: None,
+            created_at: 0,
+        };
+        record.add_sandbox(sandbox("s"));
+        record.add_sandbox(sandbox("s"));
+        assert_eq!(record.sandboxes.len(), 1);
+    }
 
     /// Issue 27 (node features), upstream `runtimeClassSupportsRecursiveReadOnlyMounts` for a
     /// pod without a runtime class: only the default handler's (`""`) feature counts; a runtime

@@ -170,7 +170,12 @@ fn cri_item_3_scale_down_terminates_gracefully_and_a_deleted_namespace_leaves_no
                 .iter()
                 .flat_map(|d| entries(&root.join(d)).into_iter().map(move |e| format!("{d}/{e}")))
                 .collect();
-            let mounts = mounts_under(&root);
+            // The root directory's own mount stays: the agent makes it a shared mount at start
+            // (upstream's `setupDataDirs`), for as long as it runs.
+            let mounts: Vec<String> = mounts_under(&root)
+                .into_iter()
+                .filter(|m| std::path::Path::new(m) != root.as_path())
+                .collect();
             let (sandboxes, containers) = runtime_objects(&node);
             if dirs.is_empty() && mounts.is_empty() && sandboxes.is_empty() && containers.is_empty()
             {

@@ -948,6 +948,29 @@ mod tests {
         }
     }
 
+    /// The inputs of a regular container's first attempt as root, with nothing mounted, on a
+    /// cgroup v1 node of 1 GiB; a test changes what it is about.
+    fn test_inputs() -> ContainerInputs<'static> {
+        static ROOT: ImageUser = ImageUser::Uid(0);
+        ContainerInputs {
+            kind: ContainerKind::Regular,
+            attempt: 0,
+            image_ref: "sha256:abc",
+            mounts: &[],
+            env: &[],
+            security: ContainerSecurityInputs {
+                image_user: &ROOT,
+                seccomp_profile_root: Path::new("/r/seccomp"),
+                namespace_target: None,
+            },
+            termination_log: None,
+            node: crate::resources::NodeResources {
+                memory_capacity: 1 << 30,
+                cgroup_v2_unified: false,
+            },
+        }
+    }
+
     #[test]
     fn a_sandbox_carries_the_pod_uid_and_a_host_network_one_no_hostname() {
         let config =
@@ -1006,19 +1029,9 @@ mod tests {
             &ContainerInputs {
                 kind: ContainerKind::Init,
                 attempt: 3,
-                image_ref: "sha256:abc",
                 mounts: &mounts,
                 env: &env,
-                security: ContainerSecurityInputs {
-                    image_user: &ImageUser::Uid(0),
-                    seccomp_profile_root: Path::new("/r/seccomp"),
-                    namespace_target: None,
-                },
-                termination_log: None,
-                node: crate::resources::NodeResources {
-                    memory_capacity: 1 << 30,
-                    cgroup_v2_unified: false,
-                },
+                ..test_inputs()
             },
         )
         .unwrap();
@@ -1065,20 +1078,8 @@ mod tests {
             &container,
             &ContainerInputs {
                 kind: ContainerKind::Init,
-                attempt: 0,
-                image_ref: "sha256:abc",
                 mounts: &mounts,
-                env: &[],
-                security: ContainerSecurityInputs {
-                    image_user: &ImageUser::Uid(0),
-                    seccomp_profile_root: Path::new("/r/seccomp"),
-                    namespace_target: None,
-                },
-                termination_log: None,
-                node: crate::resources::NodeResources {
-                    memory_capacity: 1 << 30,
-                    cgroup_v2_unified: false,
-                },
+                ..test_inputs()
             },
         )
         .unwrap();
@@ -1142,21 +1143,8 @@ mod tests {
                 &pod(false),
                 container,
                 &ContainerInputs {
-                    kind: ContainerKind::Regular,
-                    attempt: 0,
-                    image_ref: "sha256:abc",
-                    mounts: &[],
-                    env: &[],
-                    security: ContainerSecurityInputs {
-                        image_user: &ImageUser::Uid(0),
-                        seccomp_profile_root: Path::new("/r/seccomp"),
-                        namespace_target: None,
-                    },
                     termination_log: Some(log),
-                    node: crate::resources::NodeResources {
-                        memory_capacity: 1 << 30,
-                        cgroup_v2_unified: false,
-                    },
+                    ..test_inputs()
                 },
             )
             .unwrap()
@@ -1718,21 +1706,11 @@ mod tests {
             ..Default::default()
         };
         let inputs = |user| ContainerInputs {
-            kind: ContainerKind::Regular,
-            attempt: 0,
-            image_ref: "sha256:abc",
-            mounts: &[],
-            env: &[],
             security: ContainerSecurityInputs {
                 image_user: user,
-                seccomp_profile_root: Path::new("/r/seccomp"),
-                namespace_target: None,
+                ..test_inputs().security
             },
-            termination_log: None,
-            node: crate::resources::NodeResources {
-                memory_capacity: 1 << 30,
-                cgroup_v2_unified: false,
-            },
+            ..test_inputs()
         };
         let err = container_config(&pod, &container, &inputs(&ImageUser::Uid(0))).unwrap_err();
         assert_eq!(
@@ -1755,28 +1733,8 @@ mod tests {
         }))
         .unwrap();
         pod.spec.as_mut().unwrap().containers = vec![container.clone()];
-        let config = container_config(
-            &pod,
-            &container,
-            &ContainerInputs {
-                kind: ContainerKind::Regular,
-                attempt: 0,
-                image_ref: "sha256:abc",
-                mounts: &[],
-                env: &[],
-                security: ContainerSecurityInputs {
-                    image_user: &ImageUser::Uid(0),
-                    seccomp_profile_root: Path::new("/r/seccomp"),
-                    namespace_target: None,
-                },
-                termination_log: None,
-                node: crate::resources::NodeResources {
-                    memory_capacity: 1 << 30,
-                    cgroup_v2_unified: false,
-                },
-            },
-        )
-        .unwrap();
+        let config =
+            container_config(&pod, &container, &ContainerInputs { ..test_inputs() }).unwrap();
         let resources = config.linux.unwrap().resources.unwrap();
         assert_eq!(resources.cpu_shares, 512);
         assert_eq!(resources.cpu_quota, 50_000);

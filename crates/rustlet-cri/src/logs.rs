@@ -105,6 +105,39 @@ pub fn container_logs_directory(
     Ok(pod_directory.join(path_component("container name", container)?))
 }
 
+/// The restart count a container's next instance takes when the runtime knows none of its
+/// instances (after a reboot cleared it, or the garbage collector removed them all): one past
+/// the highest `<n>.log` or `<n>.log.<anything>` file in its log directory, 0 when there is
+/// none or no directory, so a new instance never appends to (or is removed with) an old one's
+/// log (upstream: `calcRestartCountByLogDir`). Names that are not such files are ignored.
+pub fn restart_count_from_log_dir(container_dir: &Path) -> io::Result<u32> {
+    let entries = match std::fs::read_dir(container_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut next = 0u32;
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            continue;
+        }
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let digits = name.len() - name.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let rest = &name[digits..];
+        if digits == 0 || !(rest == ".log" || rest.starts_with(".log.")) {
+            continue;
+        }
+        // A number too large for a restart count is not a file this agent wrote.
+        let Ok(count) = name[..digits].parse::<u32>() else {
+            continue;
+        };
+        next = next.max(count.saturating_add(1));
+    }
+    Ok(next)
+}
+
 /// `<containers_dir>/<pod>_<namespace>_<container>-<containerID>.log`, the name cut to 255
 /// bytes (upstream: `legacyLogSymlink`, `logSymlink`). `container_id` is the runtime's ID,
 /// without its scheme.
@@ -318,6 +351,51 @@ mod tests {
     }
 
     /// upstream: `TestLogSymlink`: `<pod>_<ns>_<container>-<id>.log`, cut to 255 bytes.
+    #[test]
+    fn test_calc_restart_count_by_log_dir() {
+        for (files, want) in [
+            (&[][..], 0),
+            (&["0.log"][..], 1),
+            (&["0.log", "1.log", "2.log"][..], 3),
+            (&["2.log", "1.log.rotated", "0.log.gz"][..], 3),
+            (&["a.log.rotated", "b.log.rotated", "12log.rotated"][..], 0),
+            (&["145.log.log.rotated"][..], 146),
+            (
+                &["92233720368547758089223372036854775808.log.rotated"][..],
+                0,
+            ),
+            (
+                &[
+                    "9223372036854775808.log.rotated",
+                    "23.log",
+                    "23a.log",
+                    "1aaa.log.rotated",
+                    "2.log",
+                    "3.log.rotated",
+                ][..],
+                24,
+            ),
+            (&["rotated.23.log"][..], 0),
+            (&["mylog42.log"][..], 0),
+            (&["-42.log"][..], 0),
+            (&["6.log", "6.log.rotated", "6.log.rotated.rotated"][..], 7),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            for f in files {
+                std::fs::write(dir.path().join(f), "a log line").unwrap();
+            }
+            // A directory of such a name is not a log.
+            std::fs::create_dir(dir.path().join("40.log")).unwrap();
+            assert_eq!(
+                restart_count_from_log_dir(dir.path()).unwrap(),
+                want,
+                "{files:?}"
+            );
+        }
+        let missing = tempfile::tempdir().unwrap().path().join("gone");
+        assert_eq!(restart_count_from_log_dir(&missing).unwrap(), 0);
+    }
+
     #[test]
     fn test_log_symlink() {
         let link = container_log_symlink(Path::new("/var/log/containers"), "ns", "pod", "c", "abc")

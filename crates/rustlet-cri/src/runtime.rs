@@ -1424,9 +1424,12 @@ impl Runtime for CriRuntime {
                     .flat_map(|p| &p.containers)
                     .filter(|c| c.instance.name == container.name)
             };
-            let attempt = of_name()
-                .next()
-                .map_or(0, |c| u32::try_from(c.instance.attempt).unwrap_or(0) + 1);
+            // `None`: no instance known (the log directory decides, below).
+            let attempt = of_name().next().map(|c| {
+                u32::try_from(c.instance.attempt)
+                    .unwrap_or(0)
+                    .saturating_add(1)
+            });
             // Instances created and never started (an agent that died between the two) are
             // removed before a new one is made.
             let never_started: Vec<String> = of_name()
@@ -1471,6 +1474,28 @@ impl Runtime for CriRuntime {
         let config_error =
             |message: String| waiting(pod, name, "CreateContainerConfigError", message);
         let log_dir = self.log_dir(pod).map_err(|e| config_error(e.to_string()))?;
+        let attempt = match attempt {
+            Some(attempt) => attempt,
+            None => {
+                let dir = logs::container_logs_directory(&log_dir, name)
+                    .map_err(|e| config_error(e.to_string()))?;
+                let counted =
+                    tokio::task::spawn_blocking(move || logs::restart_count_from_log_dir(&dir))
+                        .await;
+                match counted {
+                    Ok(Ok(attempt)) => attempt,
+                    // upstream: logged, and the count starts at 0.
+                    Ok(Err(e)) => {
+                        warn!(container = name, error = %e, "cannot count the restarts from the log directory");
+                        0
+                    }
+                    Err(e) => {
+                        warn!(container = name, error = %e, "cannot count the restarts from the log directory");
+                        0
+                    }
+                }
+            }
+        };
         let mut sandbox_cfg =
             sandbox_config(pod, sandbox.attempt, &log_dir, &self.config.cluster_domain)
                 .map_err(|e| config_error(e.to_string()))?;

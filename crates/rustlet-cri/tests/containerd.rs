@@ -868,6 +868,69 @@ async fn the_kubelets_log_layout_and_symlinks_come_and_go_with_the_containers() 
     assert!(!pod_dir.exists());
 }
 
+/// upstream `calcRestartCountByLogDir`: a container the runtime knows no instance of (its
+/// state cleared by a reboot, or every instance removed) takes its restart count from the log
+/// directory its earlier instances left, so it neither appends to an old log nor has its log
+/// removed with an old instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_unknown_to_the_runtime_continues_the_log_directorys_restart_count() {
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::ContainerKind;
+
+    let Some(containerd) =
+        PrivateContainerd::start("a_container_unknown_continues_the_restart_count").await
+    else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let pod_logs = scratch(&containerd, "var-log-pods");
+    let runtime = CriRuntime::connect(
+        CriConfig {
+            pod_logs_dir: pod_logs.clone(),
+            ..CriConfig::new(containerd.endpoint(), &root)
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-1", "namespace": "team-a", "uid": "uid-count"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{"name": "main", "image": BUSYBOX_IMAGE,
+                "command": ["/bin/sh", "-c", "echo new; sleep 1000"]}]
+        }
+    }))
+    .unwrap();
+    // What two earlier instances left (the second's log rotated once).
+    let dir = pod_logs.join("team-a_web-1_uid-count/main");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("0.log"), "old 0\n").unwrap();
+    std::fs::write(dir.join("1.log.20261204-000000"), "old 1\n").unwrap();
+    runtime.run_pod_sandbox(&pod).await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    runtime
+        .start_container(&pod, container, ContainerKind::Regular, &[])
+        .await
+        .unwrap();
+    let uid = rustlet_core::PodUid::of(&pod);
+    let id = runtime.pod_status(&uid).await.containers[0].id.clone();
+    assert_eq!(
+        runtime.container_log(&id).await.unwrap().path,
+        dir.join("2.log")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("0.log")).unwrap(),
+        "old 0\n"
+    );
+    runtime
+        .kill_pod(&pod, Duration::from_secs(0))
+        .await
+        .unwrap();
+    runtime.remove_pod(&uid).await;
+}
+
 /// Issue 26 item 5: `/stats/summary`'s pods come from CRI: the running pod with its sandbox's
 /// time, its running container with CPU time and a working set from `ListContainerStats`, the
 /// pod's figures from `ListPodSandboxStats` (or its containers'), and the image filesystem

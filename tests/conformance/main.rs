@@ -399,6 +399,8 @@ fn run_cluster(opts: &Options) {
             node.containerd.dir().join("containerd.log"),
             "containerd.log",
         ),
+        // Every request's answer (a spec's "bad status" is an error the API server answered).
+        (node.cluster.inner.dir().join("logs/audit.log"), "audit.log"),
     ] {
         let _ = std::fs::copy(&log, report.join(name));
     }

@@ -220,7 +220,12 @@ async fn metrics(State(server): State<Server>) -> Response<Body> {
 
 /// A plain-text answer (upstream's `response.WriteError`/`http.Error`: the status, the text).
 fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
-    let mut response = Response::new(Body::from(body.into()));
+    let body = body.into();
+    if status.is_client_error() || status.is_server_error() {
+        // Why (the request line is logged by the server).
+        tracing::info!(status = status.as_u16(), reason = %body.trim_end(), "kubelet server answer");
+    }
+    let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -438,8 +443,9 @@ async fn container_logs(
         LogOptions::new(&opts, k8s_openapi::jiff::Timestamp::now()),
     );
     stream_body(move |mut out| async move {
-        if let Err(error) = reader.read_logs(source.running.as_ref(), &mut out).await {
-            tracing::debug!(%error, "serving a container log");
+        match reader.read_logs(source.running.as_ref(), &mut out).await {
+            Ok(stats) => tracing::debug!(bytes = stats.bytes_written, "served a container log"),
+            Err(error) => tracing::debug!(%error, "serving a container log"),
         }
     })
 }

@@ -625,10 +625,16 @@ where
         let acceptor = acceptor.clone();
         let service = service.clone();
         tokio::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(tls) => tls,
-                Err(error) => {
+            // A client that never finishes its handshake holds a task no longer than an idle
+            // connection would (upstream: the server's read deadline covers the handshake).
+            let tls = match tokio::time::timeout(idle_timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(error)) => {
                     tracing::debug!(%remote, %error, "TLS handshake on the kubelet server");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%remote, "TLS handshake on the kubelet server timed out");
                     return;
                 }
             };
@@ -643,7 +649,15 @@ where
                 hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                     let mut request = request.map(Body::new);
                     request.extensions_mut().insert(peer.clone());
-                    service.clone().oneshot(request)
+                    let (method, path) =
+                        (request.method().clone(), request.uri().path().to_owned());
+                    let started = tokio::time::Instant::now();
+                    let response = service.clone().oneshot(request);
+                    async move {
+                        let response = response.await?;
+                        log_request(remote, &method, &path, response.status(), started.elapsed());
+                        Ok::<_, Infallible>(response)
+                    }
                 });
             if let Err(error) = hyper::server::conn::http1::Builder::new()
                 .max_buf_size(MAX_HEADER_BYTES)
@@ -656,6 +670,23 @@ where
                 tracing::debug!(%remote, %error, "serving a kubelet server connection");
             }
         });
+    }
+}
+
+/// One line per request (upstream: `httplog`, at verbosity 3; its errors reach the log):
+/// an error answer at info, the others at debug. The path only: a query may carry a command.
+fn log_request(
+    remote: std::net::SocketAddr,
+    method: &http::Method,
+    path: &str,
+    status: http::StatusCode,
+    elapsed: Duration,
+) {
+    let status = status.as_u16();
+    if status >= 400 {
+        tracing::info!(%remote, %method, path, status, ?elapsed, "kubelet server request refused or failed");
+    } else {
+        tracing::debug!(%remote, %method, path, status, ?elapsed, "kubelet server request");
     }
 }
 
@@ -955,6 +986,30 @@ mod tests {
         let read = tokio::time::timeout(Duration::from_secs(60), tls.read_to_end(&mut rest)).await;
         assert!(read.is_ok(), "the server closes the idle connection");
         assert!(rest.is_empty(), "nothing was asked, nothing answered");
+        server.abort();
+    }
+
+    /// A client that connects and never sends its TLS hello holds the connection no longer
+    /// than the idle timeout (upstream: the server's read deadline bounds the handshake).
+    #[tokio::test]
+    async fn a_connection_that_never_handshakes_is_closed_after_the_idle_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let serving = ServingCertificate::resolve(&settings(dir.path())).unwrap();
+        let options = ServeOptions {
+            tls: server_config(serving, None).unwrap(),
+            idle_timeout: Duration::from_millis(200),
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }));
+        let server = tokio::spawn(serve(listener, options, app, std::future::pending()));
+
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut rest = Vec::new();
+        // The minute is a safety net against a hang, not a measure.
+        let read = tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "the server closes a connection that never handshakes");
+        assert!(rest.is_empty(), "nothing was sent");
         server.abort();
     }
 }

@@ -617,7 +617,8 @@ fn build_binaries(root: &Path) -> Result<PathBuf> {
     for (name, package, kind) in BINARIES {
         let step = Instant::now();
         let out = staging.join(name);
-        // The lowest priority and one compile at a time: the machine's cores are shared.
+        // The lowest priority (`ci` builds this beside its checks and the test build), two
+        // compiles at a time as the control plane's.
         let mut cmd = Command::new("nice");
         cmd.args(["-n", "19"]).arg(&go);
         match kind {
@@ -626,7 +627,7 @@ fn build_binaries(root: &Path) -> Result<PathBuf> {
             BuildKind::TestBinary => cmd.args(["test", "-c", "-vet=off"]),
         };
         let status = cmd
-            .args(["-p", "1", "-trimpath", "-ldflags"])
+            .args(["-p", "2", "-trimpath", "-ldflags"])
             .arg(&ldflags)
             .arg("-o")
             .arg(&out)

@@ -1,7 +1,12 @@
 //! `cargo xtask`: the project's dev tasks, in Rust so they run wherever cargo does.
 //!
 //! * `cargo xtask ci`: rustfmt check, clippy with `-D warnings`, tidy, rustdoc with `-D warnings`,
-//!   then `test` with upstream's conformance subset beside it, then `examples`. This is the README's test command and what `.ci/run` calls.
+//!   the test build, then `test` with upstream's conformance subset beside it, then `examples`;
+//!   `tooling` runs in the background from the start. This is the README's test command and
+//!   what `.ci/run` calls.
+//! * `cargo xtask tooling`: builds (once per pinned version, cached outside the repository)
+//!   what the tests run besides the workspace: the control plane, metrics-server, mainline
+//!   busybox and, as root, the conformance suites.
 //! * `cargo xtask examples`: runs every example program of the library crates
 //!   (`crates/<crate>/examples/`); one that needs root says so and exits with success.
 //! * `cargo xtask test`: every test of the workspace. As root it runs the whole `cargo test`
@@ -34,6 +39,7 @@ mod tidy;
 
 use xtask::{busybox, cluster, conformance, metrics_server, workspace_root};
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -45,6 +51,7 @@ fn main() -> Result<()> {
     let root = workspace_root();
     match task.as_str() {
         "ci" => ci(&root),
+        "tooling" => tooling(&root),
         "test" => test(&root, Conformance::Skip),
         "tidy" => tidy_report(&root).and_then(|()| public_api_report(&root)),
         "public-api" => write_public_api(&root),
@@ -83,6 +90,41 @@ fn run_with_env(root: &Path, env: &[(&str, &str)], program: &str, args: &[&str])
 }
 
 fn ci(root: &Path) -> Result<()> {
+    // The test tooling (Go builds and busybox, tens of minutes on a clean machine, nothing on
+    // a warm one) is built in the background from the start: the checks and the test build
+    // below leave cores idle (a serial crate, a link) that the Go build fills.
+    let xtask = std::env::current_exe().context("the xtask binary")?;
+    let xtask = xtask
+        .to_str()
+        .context("the xtask binary's path is not UTF-8")?
+        .to_owned();
+    std::fs::create_dir_all(target_dir(root))
+        .with_context(|| format!("creating {}", target_dir(root).display()))?;
+    let tooling = Background::start(
+        root,
+        "the test tooling's build",
+        &[&xtask, "tooling"],
+        "xtask-tooling.log",
+    )?;
+    if let Err(e) = checks_and_test_build(root) {
+        tooling.abort();
+        return Err(e);
+    }
+    tooling.finish()?;
+    let conformance = if is_root() {
+        Conformance::Subset
+    } else if std::env::var("RUSTLET_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        bail!("the conformance subset needs root (RUSTLET_REQUIRE_PRIVILEGED=1)");
+    } else {
+        eprintln!("xtask: not root: the conformance subset is skipped");
+        Conformance::Skip
+    };
+    test(root, conformance)?;
+    examples(root)
+}
+
+/// `ci`'s checks (format, clippy, tidy, API docs and records), then the test binaries' build.
+fn checks_and_test_build(root: &Path) -> Result<()> {
     run(root, "cargo", &["fmt", "--all", "--", "--check"])?;
     run(
         root,
@@ -99,30 +141,35 @@ fn ci(root: &Path) -> Result<()> {
     )?;
     tidy_report(root)?;
     public_api_report(root)?;
-    // The real control plane of the `cluster` tests (tests/cluster): built once per pinned
-    // version into a cache outside the repository; a warm machine builds nothing.
+    let cargo_test = ["test", "--workspace", "--all-features", "--no-run"];
+    run(root, "cargo", &cargo_test)?;
+    // The conformance runner is a test target of its own (`test = false`).
+    run(
+        root,
+        "cargo",
+        &[&cargo_test[..], &["--test", "conformance"]].concat(),
+    )
+}
+
+/// `cargo xtask tooling`: what the tests run besides the workspace, each built once per pinned
+/// version into a cache outside the repository (a warm machine builds nothing).
+fn tooling(root: &Path) -> Result<()> {
+    // The real control plane of the `cluster` tests (tests/cluster).
     let bin = cluster::build(root)?;
     eprintln!("xtask: the control plane's binaries: {}", bin.display());
-    // metrics-server for the `kubectl top` test, cached the same way.
+    // metrics-server for the `kubectl top` test.
     let metrics_server = metrics_server::build(root)?;
     eprintln!("xtask: metrics-server: {}", metrics_server.display());
     // Mainline busybox of the conformance images, whose own tests run with xtask's.
     let busybox = busybox::build()?;
     eprintln!("xtask: busybox: {}", busybox.display());
-    // Upstream's node conformance subset (issue 27): the test binaries, cached the same way.
-    // It runs as root only (a private containerd and mount namespace).
-    let conformance = if is_root() {
+    // Upstream's node conformance subset (issue 27): the test binaries. It runs as root only (a
+    // private containerd and mount namespace).
+    if is_root() {
         let bin = conformance::build(root)?;
         eprintln!("xtask: the conformance suites: {}", bin.display());
-        Conformance::Subset
-    } else if std::env::var("RUSTLET_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-        bail!("the conformance subset needs root (RUSTLET_REQUIRE_PRIVILEGED=1)");
-    } else {
-        eprintln!("xtask: not root: the conformance subset is skipped");
-        Conformance::Skip
-    };
-    test(root, conformance)?;
-    examples(root)
+    }
+    Ok(())
 }
 
 /// The example programs of the library crates, `(package, example)`, in name order.
@@ -364,14 +411,33 @@ impl Background {
             log.display(),
             argv.join(" ")
         );
+        // A group of its own, so `abort` reaches its children too.
         let child = Command::new(argv[0])
             .args(&argv[1..])
+            .process_group(0)
             .current_dir(root)
             .stdout(file.try_clone()?)
             .stderr(file)
             .spawn()
             .with_context(|| format!("starting {}", argv[0]))?;
         Ok(Background { name, child, log })
+    }
+
+    /// Stops the command and everything it started (its process group), and shows its last
+    /// lines.
+    fn abort(mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        // The command itself in any case.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let output = std::fs::read_to_string(&self.log).unwrap_or_default();
+        eprintln!(
+            "xtask: {} stopped; its output ({}):\n{}",
+            self.name,
+            self.log.display(),
+            shown_output(&output, false)
+        );
     }
 
     /// Waits for the command and shows its output: all of it when it failed or is short,
@@ -725,5 +791,45 @@ mod slow_test_tests {
             "{} has no test {name}",
             path.display()
         );
+    }
+}
+
+#[cfg(test)]
+mod background_tests {
+    use super::*;
+
+    /// `ci` stops the tooling's build when a check fails: the command and what it started go
+    /// (a Go build is a grandchild of `xtask tooling`).
+    #[test]
+    fn an_aborted_background_command_takes_its_children_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // The marker names this test's own sleep only.
+        let marker = format!("{}", 4000 + std::process::id() % 1000);
+        let script = format!("sleep {marker} & wait");
+        // The log goes to the target dir (`<root>/target` unless CARGO_TARGET_DIR says).
+        std::fs::create_dir_all(target_dir(dir.path())).unwrap();
+        let log = format!("xtask-test-background-{marker}.log");
+        let job = Background::start(dir.path(), "a sleeper", &["sh", "-c", &script], &log).unwrap();
+        let running = || {
+            Command::new("pgrep")
+                .args(["-f", &format!("^sleep {marker}$")])
+                .status()
+                .unwrap()
+                .success()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !running() {
+            assert!(std::time::Instant::now() < deadline, "the sleep started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        job.abort();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while running() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the grandchild is gone"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }

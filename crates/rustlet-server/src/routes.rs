@@ -460,7 +460,14 @@ impl Drop for AbortOnDrop {
 }
 
 /// A chunked body fed by `write`: each write reaches the client as soon as it is made
-/// (upstream: `flushwriter.Wrap`).
+/// (upstream: `flushwriter.Wrap`), and the body's end never travels with its last data.
+///
+/// The end waits one turn of the runtime after `write` is done, so the server flushes the last
+/// chunk before it writes the terminating one (as Go's server does: the handler's last flush,
+/// then the end when the handler returns). Sent together, they reach a Go client in one TLS
+/// record, and its chunked reader returns the last bytes *with* `io.EOF`: the API server's
+/// WebSocket copy of `pods/log` (`wsstream`'s `messageCopy`) drops the bytes of such a read,
+/// and `kubectl logs` over WebSockets showed nothing for a short log.
 fn stream_body<F, Fut>(write: F) -> Response<Body>
 where
     F: FnOnce(tokio::io::DuplexStream) -> Fut,
@@ -472,7 +479,11 @@ where
     let stream = futures::stream::unfold((read, task), |(mut read, task)| async move {
         let mut buf = vec![0u8; PIPE_BYTES];
         match read.read(&mut buf).await {
-            Ok(0) => None,
+            Ok(0) => {
+                // Pending once: the server flushes what it has before the end is written.
+                tokio::task::yield_now().await;
+                None
+            }
             Ok(n) => {
                 buf.truncate(n);
                 Some((Ok::<_, std::io::Error>(buf), (read, task)))

@@ -1008,7 +1008,10 @@ mod tests {
         let mut rest = Vec::new();
         // The minute is a safety net against a hang, not a measure.
         let read = tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut rest)).await;
-        assert!(read.is_ok(), "the server closes a connection that never handshakes");
+        assert!(
+            read.is_ok(),
+            "the server closes a connection that never handshakes"
+        );
         assert!(rest.is_empty(), "nothing was sent");
         server.abort();
     }

@@ -690,3 +690,29 @@ async fn stats_routes_report_a_failed_summary_as_upstream() {
         (StatusCode::OK, String::new())
     );
 }
+
+/// A log's last bytes and the body's end are never ready together: a Go client would read
+/// both in one TLS record and get the bytes with `io.EOF`, which the API server's WebSocket
+/// copy of `pods/log` drops (the `Pods should support retrieving logs from the container over
+/// websockets` spec saw an empty log).
+#[tokio::test]
+async fn a_streamed_bodys_end_is_not_ready_with_its_last_data() {
+    use tokio::io::AsyncWriteExt as _;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let response = stream_body(move |mut out| async move {
+        out.write_all(b"container is alive\n").await.unwrap();
+        drop(out);
+        let _ = done_tx.send(());
+    });
+    let mut body = response.into_body();
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "container is alive\n");
+    // The writer is done and its pipe closed: the end is all that is left.
+    done_rx.await.unwrap();
+    let mut end = std::pin::pin!(body.frame());
+    assert!(
+        futures::poll!(end.as_mut()).is_pending(),
+        "the end waits a turn after the last data"
+    );
+    assert!(end.await.is_none(), "then the body ends");
+}

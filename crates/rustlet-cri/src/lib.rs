@@ -40,6 +40,7 @@
 pub mod cgroups;
 pub mod client;
 pub mod config;
+pub mod deviceplugin;
 pub mod grpc_probe;
 pub mod logs;
 mod ordering;

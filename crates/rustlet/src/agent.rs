@@ -16,7 +16,7 @@ use rustlet_api::local::events::LocalEventRecorder;
 use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::{Store, StoreConfig};
 use rustlet_api::node::machine::{HostMachine, Machine as _};
-use rustlet_api::node::{NodeConfig, NodeRegistrar, NodeRuntime};
+use rustlet_api::node::{DevicePlugins, NodeConfig, NodeRegistrar, NodeRuntime};
 use rustlet_api::static_pods::{MirrorPods, StaticPodSource, StaticPodWorkers};
 use rustlet_api::{
     ApiObjects, Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries,
@@ -25,6 +25,7 @@ use rustlet_api::{
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
 use rustlet_cri::cgroups::PodCgroupsConfig;
+use rustlet_cri::deviceplugin::DeviceManager;
 use rustlet_cri::{CriConfig, CriRuntime};
 use rustlet_pods::admission::AdmitHandlers;
 use rustlet_pods::apparmor::AppArmorHost;
@@ -188,6 +189,15 @@ async fn connect(config: &AgentConfig, registry: &mut Registry) -> Result<Api> {
         client: Some(client),
         intake: None,
     })
+}
+
+/// The device manager as the node status asks it (`rustlet-api` cannot name `rustlet-cri`).
+struct DevicePluginsForNode(DeviceManager);
+
+impl DevicePlugins for DevicePluginsForNode {
+    fn resources(&self) -> rustlet_core::node_status::DevicePluginResources {
+        self.0.resources()
+    }
 }
 
 /// The pod workers' runtime as the node status asks it (`rustlet-api` cannot name
@@ -367,9 +377,25 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         }
     };
 
+    // Cluster mode: the device plugins register on `<devicePluginsDir>/kubelet.sock`, and
+    // the node status reports their resources (local mode has no node status).
+    let device_manager = match &api.registrar {
+        Some(_) => {
+            let manager = DeviceManager::new(&config.device_plugins_dir);
+            manager.start(cancel.clone()).await.with_context(|| {
+                format!("devicePluginsDir {}", config.device_plugins_dir.display())
+            })?;
+            Some(manager)
+        }
+        None => None,
+    };
     // The node status asks the runtime for its version and conditions.
     let registrar = api.registrar.take().map(|r| {
         let r = r.with_runtime(Arc::new(RuntimeForNode(runtime.clone())));
+        let r = match &device_manager {
+            Some(manager) => r.with_device_plugins(Arc::new(DevicePluginsForNode(manager.clone()))),
+            None => r,
+        };
         Arc::new(match &nodes {
             Some(nodes) => r.with_node_cache(nodes.clone()),
             None => r,

@@ -13,7 +13,7 @@
 //! to pods no worker knows. Exited containers beyond the newest two of a name (the second is
 //! `lastState`) and dead sandboxes of a pod that has a newer one are garbage-collected.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,9 +50,10 @@ use crate::config::service_env;
 use crate::config::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, ETC_HOSTS_PATH,
     EnvSources, HostsSource, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodAddresses,
-    PullPolicy, container_config, container_env, hosts_file_content, mounts_hosts_file,
-    pod_hostname_and_domain, sandbox_config,
+    PullPolicy, add_devices, container_config, container_env, hosts_file_content,
+    mounts_hosts_file, pod_hostname_and_domain, sandbox_config,
 };
+use crate::deviceplugin::{ContainerDevices, DeviceManager};
 use crate::logs::{self, LogLayoutError};
 use crate::ordering::TerminationOrdering;
 use crate::resources::NodeResources;
@@ -265,6 +266,9 @@ pub struct CriRuntime {
     /// Where the lifecycle hooks' failures are told ([`Self::set_event_recorder`]); without
     /// it they are only logged.
     recorder: std::sync::OnceLock<Arc<dyn EventRecorder>>,
+    /// The device plugins, asked for the devices a container's limits name (none: no device
+    /// plugin resource is given to containers).
+    devices: std::sync::OnceLock<DeviceManager>,
     config: CriConfig,
     /// The runtime's name: the scheme of container IDs (`containerd://...`).
     scheme: String,
@@ -376,6 +380,7 @@ impl CriRuntime {
             objects,
             services: std::sync::OnceLock::new(),
             recorder: std::sync::OnceLock::new(),
+            devices: std::sync::OnceLock::new(),
             config,
             scheme: version.name,
             state: Mutex::new(State::default()),
@@ -399,6 +404,13 @@ impl CriRuntime {
     /// `FailedPreStopHook`. Once; a second call changes nothing.
     pub fn set_event_recorder(&self, recorder: Arc<dyn EventRecorder>) {
         let _ = self.recorder.set(recorder);
+    }
+
+    /// The device manager that gives containers the devices their limits name (upstream: the
+    /// container manager's `GetResources` → `GetDeviceRunContainerOptions`). Once; a second
+    /// call changes nothing.
+    pub fn set_device_manager(&self, manager: DeviceManager) {
+        let _ = self.devices.set(manager);
     }
 
     /// One event about `pod` (upstream: `recordContainerEvent`), when a recorder is set.
@@ -1515,6 +1527,34 @@ impl Runtime for CriRuntime {
                 "Keys from envFrom were skipped since they are invalid environment variable names"
             );
         }
+        // upstream: GenerateRunContainerOptions → GetDeviceRunContainerOptions: the devices
+        // the limits name of device plugin resources, allocated now unless the container has
+        // them (upstream allocates at admission and again here when it has none; a failure
+        // here is upstream's `CreateContainerConfigError` too). The pods the runtime no longer
+        // has give theirs back. Deviation: no allocation at admission, so a pod whose devices
+        // cannot be had waits (`CreateContainerConfigError`) instead of failing with
+        // `UnexpectedAdmissionError`.
+        let devices = match self.devices.get() {
+            None => ContainerDevices::default(),
+            Some(manager) => {
+                let limits = container
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.limits.clone())
+                    .unwrap_or_default();
+                let mut active: BTreeSet<String> = self
+                    .state()
+                    .pods
+                    .keys()
+                    .map(|u| u.as_str().to_owned())
+                    .collect();
+                active.insert(uid.as_str().to_owned());
+                manager
+                    .allocate(uid.as_str(), &container.name, &limits, &active)
+                    .await
+                    .map_err(|e| config_error(e.to_string()))?
+            }
+        };
         // upstream: GenerateRunContainerOptions: the host name, for every pod.
         let host_name = pod_hostname_and_domain(pod, &self.config.cluster_domain)
             .map_err(|e| config_error(e.to_string()))?;
@@ -1635,6 +1675,7 @@ impl Runtime for CriRuntime {
             },
         )
         .map_err(|e| config_error(e.to_string()))?;
+        add_devices(&mut config, &devices);
         config.labels.extend(self.config.owner_labels());
         let container_log_dir = logs::container_logs_directory(&log_dir, &container.name)
             .map_err(|e| config_error(e.to_string()))?;

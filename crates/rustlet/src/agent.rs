@@ -389,6 +389,10 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         }
         None => None,
     };
+    // Containers whose limits name a device plugin resource get its devices.
+    if let (Some(manager), Some(cri)) = (&device_manager, &cri) {
+        cri.set_device_manager(manager.clone());
+    }
     // The node status asks the runtime for its version and conditions.
     let registrar = api.registrar.take().map(|r| {
         let r = r.with_runtime(Arc::new(RuntimeForNode(runtime.clone())));

@@ -22,9 +22,11 @@ struct FakePlugin {
     calls: Arc<Mutex<Vec<String>>>,
     failing: Arc<Mutex<BTreeSet<&'static str>>>,
     /// The open ListAndWatch streams' senders.
-    streams: Arc<Mutex<Vec<mpsc::UnboundedSender<Result<pb::ListAndWatchResponse, Status>>>>>,
+    streams: Arc<Mutex<Vec<ListSender>>>,
     devices: Arc<Mutex<Vec<pb::Device>>>,
 }
+
+type ListSender = mpsc::UnboundedSender<Result<pb::ListAndWatchResponse, Status>>;
 
 type ListStream = Pin<Box<dyn Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
 

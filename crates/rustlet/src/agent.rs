@@ -47,7 +47,7 @@ use rustlet_volume::plugins::builtin_plugins;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::{
     AgentConfig, HealthzEndpoint, KubeletServer, LogRotation, Mode, ReadOnlyEndpoints, RuntimeKind,
@@ -378,14 +378,20 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     };
 
     // Cluster mode: the device plugins register on `<devicePluginsDir>/kubelet.sock`, and
-    // the node status reports their resources (local mode has no node status).
+    // the node status reports their resources (local mode has no node status). Deviation:
+    // upstream's kubelet does not start when its registration server cannot; here the agent
+    // runs on without device plugins and says so (a unix socket's path has at most 107
+    // bytes: a deep root's default directory may be too long for one).
     let device_manager = match &api.registrar {
         Some(_) => {
             let manager = DeviceManager::new(&config.device_plugins_dir);
-            manager.start(cancel.clone()).await.with_context(|| {
-                format!("devicePluginsDir {}", config.device_plugins_dir.display())
-            })?;
-            Some(manager)
+            match manager.start(cancel.clone()).await {
+                Ok(()) => Some(manager),
+                Err(e) => {
+                    error!("device plugins are off (devicePluginsDir): {e}");
+                    None
+                }
+            }
         }
         None => None,
     };

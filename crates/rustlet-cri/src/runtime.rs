@@ -13,7 +13,7 @@
 //! to pods no worker knows. Exited containers beyond the newest two of a name (the second is
 //! `lastState`) and dead sandboxes of a pod that has a newer one are garbage-collected.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1528,12 +1528,9 @@ impl Runtime for CriRuntime {
             );
         }
         // upstream: GenerateRunContainerOptions → GetDeviceRunContainerOptions: the devices
-        // the limits name of device plugin resources, allocated now unless the container has
-        // them (upstream allocates at admission and again here when it has none; a failure
-        // here is upstream's `CreateContainerConfigError` too). The pods the runtime no longer
-        // has give theirs back. Deviation: no allocation at admission, so a pod whose devices
-        // cannot be had waits (`CreateContainerConfigError`) instead of failing with
-        // `UnexpectedAdmissionError`.
+        // the limits name of device plugin resources: those admission allocated (the binary's
+        // `ResourceAllocator`), or allocated now when the container has none (upstream's
+        // re-allocation; its failure is upstream's `CreateContainerConfigError` too).
         let devices = match self.devices.get() {
             None => ContainerDevices::default(),
             Some(manager) => {
@@ -1542,15 +1539,8 @@ impl Runtime for CriRuntime {
                     .as_ref()
                     .and_then(|r| r.limits.clone())
                     .unwrap_or_default();
-                let mut active: BTreeSet<String> = self
-                    .state()
-                    .pods
-                    .keys()
-                    .map(|u| u.as_str().to_owned())
-                    .collect();
-                active.insert(uid.as_str().to_owned());
                 manager
-                    .allocate(uid.as_str(), &container.name, &limits, &active)
+                    .allocate(uid.as_str(), &container.name, &limits, None)
                     .await
                     .map_err(|e| config_error(e.to_string()))?
             }

@@ -27,7 +27,7 @@ use rustlet_core::node_status::RuntimeCondition;
 use rustlet_cri::cgroups::PodCgroupsConfig;
 use rustlet_cri::deviceplugin::DeviceManager;
 use rustlet_cri::{CriConfig, CriRuntime};
-use rustlet_pods::admission::AdmitHandlers;
+use rustlet_pods::admission::{AdmitHandlers, ResourceAllocator};
 use rustlet_pods::apparmor::AppArmorHost;
 use rustlet_pods::sysctl::Allowlist;
 use rustlet_pods::{
@@ -189,6 +189,58 @@ async fn connect(config: &AgentConfig, registry: &mut Registry) -> Result<Api> {
         client: Some(client),
         intake: None,
     })
+}
+
+/// upstream's resource allocation admit handler over the device manager: each container's
+/// device plugin resources, init containers first (`rustlet-pods` cannot name `rustlet-cri`).
+/// The pods bound to the node that are not terminal are the active ones; the others' devices
+/// are free again. A pod the runtime may already run (after an agent restart) is not
+/// allocated at admission (upstream: a container already running has its devices): its
+/// containers are allocated when they start again.
+struct DeviceAllocator {
+    manager: DeviceManager,
+    pods: Arc<PodCache>,
+    runtime: Arc<dyn Runtime>,
+}
+
+#[async_trait::async_trait]
+impl ResourceAllocator for DeviceAllocator {
+    async fn allocate(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Result<(), String> {
+        let uid = PodUid::of(pod);
+        if self.runtime.pods_that_may_run().contains(&uid) {
+            return Ok(());
+        }
+        let mut active: std::collections::BTreeSet<String> = self
+            .pods
+            .pods()
+            .iter()
+            .filter(|p| {
+                !p.status
+                    .as_ref()
+                    .is_some_and(rustlet_core::pod::is_phase_terminal)
+            })
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        active.insert(uid.as_str().to_owned());
+        let Some(spec) = &pod.spec else {
+            return Ok(());
+        };
+        for container in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+        {
+            let Some(limits) = container.resources.as_ref().and_then(|r| r.limits.as_ref()) else {
+                continue;
+            };
+            self.manager
+                .allocate(uid.as_str(), &container.name, limits, Some(&active))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
 }
 
 /// The device manager as the node status asks it (`rustlet-api` cannot name `rustlet-cri`).
@@ -553,6 +605,13 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             ..PodWorkersConfig::new(&config.root_dir)
         },
     );
+    if let Some(manager) = &device_manager {
+        workers.set_resource_allocator(Arc::new(DeviceAllocator {
+            manager: manager.clone(),
+            pods: pods.clone(),
+            runtime: node_runtime.clone(),
+        }));
+    }
     let probe_counts = workers.probe_counts();
     {
         let task = tokio::spawn(workers.run(cancel.clone()));

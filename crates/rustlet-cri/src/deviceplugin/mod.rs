@@ -480,17 +480,17 @@ impl DeviceManager {
     /// Gives container `container` of pod `pod_uid` the devices its `limits` ask of device
     /// plugin resources (upstream `Allocate` → `allocateContainerResources`), asking each
     /// plugin's `Allocate`, and returns what they add to its config. Devices it has already
-    /// (a restart) are kept and their answers reused. The containers of pods not in
-    /// `active_pods` give theirs back first.
+    /// (a restart) are kept and their answers reused. With `active_pods` (upstream
+    /// `UpdateAllocatedDevices`), the containers of other pods give theirs back first.
     pub async fn allocate(
         &self,
         pod_uid: &str,
         container: &str,
         limits: &BTreeMap<String, Quantity>,
-        active_pods: &BTreeSet<String>,
+        active_pods: Option<&BTreeSet<String>>,
     ) -> Result<ContainerDevices, AllocateFailure> {
         let key: ContainerKey = (pod_uid.to_owned(), container.to_owned());
-        {
+        if let Some(active_pods) = active_pods {
             let mut state = self.lock();
             state.devices.release_inactive(active_pods);
             state

@@ -429,7 +429,7 @@ async fn will_set_allocatable_to_zero_when_a_single_device_became_unhealthy_but_
     let active = BTreeSet::from(["pod-a".to_owned(), "pod-b".to_owned()]);
     let given = s
         .manager
-        .allocate("pod-a", "container-1", &limits, &active)
+        .allocate("pod-a", "container-1", &limits, Some(&active))
         .await
         .unwrap();
     assert_eq!(given.mounts.len(), 1);
@@ -444,7 +444,7 @@ async fn will_set_allocatable_to_zero_when_a_single_device_became_unhealthy_but_
     // The only device is taken: another pod cannot have it.
     let err = s
         .manager
-        .allocate("pod-b", "container-1", &limits, &active)
+        .allocate("pod-b", "container-1", &limits, Some(&active))
         .await
         .unwrap_err();
     assert_eq!(
@@ -457,7 +457,7 @@ async fn will_set_allocatable_to_zero_when_a_single_device_became_unhealthy_but_
     eventually(&s.manager, RESOURCE, (Some(0), Some(1))).await;
     let err = s
         .manager
-        .allocate("pod-b", "container-1", &limits, &active)
+        .allocate("pod-b", "container-1", &limits, Some(&active))
         .await
         .unwrap_err();
     assert_eq!(
@@ -469,7 +469,7 @@ async fn will_set_allocatable_to_zero_when_a_single_device_became_unhealthy_but_
     served.plugin.update_devices(&[("testdevice", true)]);
     eventually(&s.manager, RESOURCE, (Some(1), Some(1))).await;
     s.manager
-        .allocate("pod-b", "container-1", &limits, &active)
+        .allocate("pod-b", "container-1", &limits, Some(&active))
         .await
         .unwrap();
     assert_eq!(
@@ -499,7 +499,7 @@ async fn a_failed_allocate_gives_the_devices_back() {
     let active = BTreeSet::from(["pod-a".to_owned()]);
     let err = s
         .manager
-        .allocate("pod-a", "c", &limits, &active)
+        .allocate("pod-a", "c", &limits, Some(&active))
         .await
         .unwrap_err();
     assert_eq!(
@@ -511,7 +511,7 @@ async fn a_failed_allocate_gives_the_devices_back() {
     let other = BTreeMap::from([("example.com/unknown".to_owned(), Quantity("1".into()))]);
     assert!(
         s.manager
-            .allocate("pod-a", "c", &other, &active)
+            .allocate("pod-a", "c", &other, Some(&active))
             .await
             .unwrap()
             .is_empty()

@@ -45,6 +45,7 @@ pub mod pb {
 }
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -702,8 +703,6 @@ fn cleanup_sockets(dir: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
-
-use std::os::unix::fs::DirBuilderExt as _;
 
 #[cfg(test)]
 mod tests;

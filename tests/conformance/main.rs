@@ -638,7 +638,7 @@ fn start_node_agent(
         format!(
             "nodeIP: {gateway}\n{}authentication:\n  anonymous:\n    enabled: true\n\
              authorization:\n  mode: AlwaysAllow\npodLogsDir: {POD_LOGS_DIR}\n\
-             containerLogsDir: {CONTAINER_LOGS_DIR}\n{}",
+             containerLogsDir: {CONTAINER_LOGS_DIR}\ndevicePluginsDir: {DEVICE_PLUGINS_DIR}\n{}",
             support::TEST_EVICTION_HARD,
             cgroups.map(NodeCgroups::config).unwrap_or_default(),
         ),
@@ -848,11 +848,13 @@ fn random_token() -> String {
 /// * `/var/log/pods`, `/var/log/containers`: the kubelet's log directories, which the
 ///   ContainerLogPath specs read through hostPath volumes; the agent is given them
 ///   (`podLogsDir`, `containerLogsDir`; its defaults are under its root), each a private
-///   tmpfs.
+///   tmpfs;
+/// * `/var/lib/kubelet/device-plugins`: the device plugins' directory, a private tmpfs.
 struct HostPaths {
     made_rootfs: bool,
-    /// The directories of [`PRIVATE_DIRS`] this run made (removed after it).
-    made_dirs: Vec<&'static str>,
+    /// The directories this run made for [`PRIVATE_DIRS`], parents first (removed after it,
+    /// in reverse).
+    made_dirs: Vec<PathBuf>,
 }
 
 /// kube-apiserver's default `--cert-dir` (`/var/run/kubernetes`, `/var/run` being `/run`).
@@ -864,8 +866,18 @@ const POD_LOGS_DIR: &str = "/var/log/pods";
 /// The kubelet's `/var/log/containers` (upstream's `ContainerLogsDir`).
 const CONTAINER_LOGS_DIR: &str = "/var/log/containers";
 
+/// The kubelet's device plugin directory (upstream `pluginapi.DevicePluginPath`), where the
+/// Device Plugin specs' plugin puts its socket and finds `kubelet.sock`; the agent is given it
+/// (`devicePluginsDir`; its default is under its root).
+const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
+
 /// The host directories the run covers with a private tmpfs each.
-const PRIVATE_DIRS: [&str; 3] = [CERT_DIR, POD_LOGS_DIR, CONTAINER_LOGS_DIR];
+const PRIVATE_DIRS: [&str; 4] = [
+    CERT_DIR,
+    POD_LOGS_DIR,
+    CONTAINER_LOGS_DIR,
+    DEVICE_PLUGINS_DIR,
+];
 
 impl HostPaths {
     fn prepare() -> Self {
@@ -876,9 +888,15 @@ impl HostPaths {
         }
         let mut made_dirs = Vec::new();
         for dir in PRIVATE_DIRS {
-            if !Path::new(dir).exists() {
-                std::fs::create_dir(dir).unwrap_or_else(|e| panic!("creating {dir}: {e}"));
-                made_dirs.push(dir);
+            let missing: Vec<PathBuf> = Path::new(dir)
+                .ancestors()
+                .take_while(|d| !d.exists())
+                .map(Path::to_path_buf)
+                .collect();
+            for made in missing.into_iter().rev() {
+                std::fs::create_dir(&made)
+                    .unwrap_or_else(|e| panic!("creating {}: {e}", made.display()));
+                made_dirs.push(made);
             }
             let status = Command::new("mount")
                 .args(["-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir])
@@ -898,7 +916,7 @@ impl Drop for HostPaths {
         for dir in PRIVATE_DIRS {
             let _ = Command::new("umount").arg(dir).status();
         }
-        for dir in &self.made_dirs {
+        for dir in self.made_dirs.iter().rev() {
             let _ = std::fs::remove_dir(dir);
         }
         if self.made_rootfs {

@@ -26,9 +26,9 @@ use rustlet_core::node::{
     reconcile_default_labels, registration_labels,
 };
 use rustlet_core::node_status::{
-    EvictionThresholds, NETWORK_READY, NETWORK_UNKNOWN, RUNTIME_READY, RuntimeCondition,
-    StatusInputs, go_os_arch, node_status_has_changed, node_status_patch, pressure,
-    reconcile_node_resources, runtime_errors, runtime_readiness, set_node_status,
+    DevicePluginResources, EvictionThresholds, NETWORK_READY, NETWORK_UNKNOWN, RUNTIME_READY,
+    RuntimeCondition, StatusInputs, go_os_arch, node_status_has_changed, node_status_patch,
+    pressure, reconcile_node_resources, runtime_errors, runtime_readiness, set_node_status,
 };
 use rustlet_status::{ClientError, Clock, SystemClock};
 use rustlet_volume::node::{VolumesInUseWriter, WriteError};
@@ -139,6 +139,15 @@ pub trait NodeRuntime: Send + Sync {
     }
 }
 
+/// The device plugins' resources for the node status (upstream's container manager's
+/// `GetDevicePluginResourceCapacity`, the device manager's `GetCapacity`); the binary fills it
+/// from `rustlet-cri`'s device manager. A call hands over the resources removed since the last
+/// one: each is set to 0 once.
+pub trait DevicePlugins: Send + Sync {
+    /// The registered resources' capacity and allocatable, and those removed since.
+    fn resources(&self) -> DevicePluginResources;
+}
+
 /// A runtime nobody asked: ready, version unknown (for a registrar without a runtime).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AssumedReadyRuntime;
@@ -206,6 +215,8 @@ pub struct NodeRegistrar {
     /// The watch's copy of the Node, which a status update's first try starts from (upstream's
     /// node informer lister).
     cache: Option<Arc<NodeCache>>,
+    /// The device plugins' resources; none without.
+    device_plugins: Option<Arc<dyn DevicePlugins>>,
 }
 
 impl NodeRegistrar {
@@ -235,6 +246,7 @@ impl NodeRegistrar {
             }),
             registered: tokio::sync::watch::Sender::new(false),
             cache: None,
+            device_plugins: None,
         }
     }
 
@@ -254,6 +266,12 @@ impl NodeRegistrar {
     /// The runtime asked for its version and conditions.
     pub fn with_runtime(mut self, runtime: Arc<dyn NodeRuntime>) -> Self {
         self.runtime = runtime;
+        self
+    }
+
+    /// The device plugins whose resources the status reports.
+    pub fn with_device_plugins(mut self, plugins: Arc<dyn DevicePlugins>) -> Self {
+        self.device_plugins = Some(plugins);
         self
     }
 
@@ -320,6 +338,11 @@ impl NodeRegistrar {
             self.runtime.type_name(),
             version.unwrap_or_else(|_| "Unknown".into())
         );
+        let devices = self
+            .device_plugins
+            .as_ref()
+            .map(|p| p.resources())
+            .unwrap_or_default();
         let status = node.status.get_or_insert_with(NodeStatus::default);
         let events = set_node_status(
             status,
@@ -340,6 +363,7 @@ impl NodeRegistrar {
                 kubelet_port: self.config.kubelet_port,
                 ready_errors: &errors,
                 runtime_handlers: &self.runtime.runtime_handlers(),
+                device_plugins: &devices,
             },
         );
         for event in events {

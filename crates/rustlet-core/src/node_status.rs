@@ -321,6 +321,21 @@ pub fn hugepages_resource(page_size_bytes: u64) -> String {
     format!("hugepages-{}", binary_si(page_size_bytes))
 }
 
+/// The device plugins' resources, as upstream's device manager's `GetCapacity` returns them:
+/// each registered resource's devices (capacity) and healthy devices (allocatable), and the
+/// resources whose plugin stopped more than the grace period ago (set to 0 in the capacity,
+/// never removed: upstream keeps them at 0).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DevicePluginResources {
+    /// Resource name → all its devices.
+    pub capacity: BTreeMap<String, u64>,
+    /// Resource name → its healthy devices. A resource in `capacity` and not here (its plugin
+    /// stopped before it listed any device) gets its capacity as allocatable.
+    pub allocatable: BTreeMap<String, u64>,
+    /// The resources gone since the last call.
+    pub removed: Vec<String>,
+}
+
 /// Everything the setters read besides the node itself.
 #[derive(Clone, Debug)]
 pub struct StatusInputs<'a> {
@@ -350,6 +365,8 @@ pub struct StatusInputs<'a> {
     /// The runtime's handlers and their features, as its CRI `Status` last said (upstream
     /// `runtimeState.runtimeHandlers`); none from a runtime that does not tell (containerd 1.6).
     pub runtime_handlers: &'a [NodeRuntimeHandler],
+    /// The device plugins' resources (upstream's `devicePluginResourceCapacityFunc`).
+    pub device_plugins: &'a DevicePluginResources,
 }
 
 /// Go's `GOARCH` and `GOOS` of this build.
@@ -487,8 +504,10 @@ fn set_addresses(status: &mut NodeStatus, inputs: &StatusInputs<'_>) {
 
 /// upstream: `MachineInfo` (with `CapacityFromMachineInfo`, the container manager's
 /// `GetCapacity` for ephemeral-storage and `GetNodeAllocatableReservation`): capacity set over
-/// what the node had (other resources kept), allocatable = capacity − the hard eviction
-/// reservation (clamped at 0), and every huge page pool out of allocatable memory.
+/// what the node had (other resources kept), the device plugins' capacity over it and their
+/// removed resources at 0, allocatable = capacity − the hard eviction reservation (clamped at
+/// 0), every huge page pool out of allocatable memory, and the device plugins' allocatable
+/// over it.
 fn set_machine_info(status: &mut NodeStatus, inputs: &StatusInputs<'_>) {
     let machine = inputs.machine;
     let info = status.node_info.get_or_insert_with(NodeSystemInfo::default);
@@ -521,6 +540,13 @@ fn set_machine_info(status: &mut NodeStatus, inputs: &StatusInputs<'_>) {
     for (name, value) in &ours {
         capacity.insert(name.clone(), text(*value));
     }
+    let devices = inputs.device_plugins;
+    for (name, count) in &devices.capacity {
+        capacity.insert(name.clone(), Quantity(decimal_si(*count)));
+    }
+    for name in &devices.removed {
+        capacity.insert(name.clone(), Quantity(decimal_si(0)));
+    }
     let eviction = inputs.eviction;
     let reservation = |name: &str, capacity: u64| match name {
         "memory" => eviction.memory_available.map_or(0, |t| t.amount(capacity)),
@@ -546,6 +572,9 @@ fn set_machine_info(status: &mut NodeStatus, inputs: &StatusInputs<'_>) {
                 allocatable.insert(name.clone(), value.clone());
             }
         }
+    }
+    for (name, count) in &devices.allocatable {
+        allocatable.insert(name.clone(), Quantity(decimal_si(*count)));
     }
 }
 

@@ -513,6 +513,45 @@ pub fn container_config(
     })
 }
 
+/// Adds what the device plugins' `Allocate` answers give a container to its config (upstream
+/// `GenerateRunContainerOptions` with the device manager's `DeviceRunContainerOptions`): their
+/// environment variables before the container's own (so the container's win), their mounts
+/// before the volumes', their device nodes, and their annotations where the kubelet's own do
+/// not already say. Deviation: a command's `$(VAR)` does not see the devices' variables.
+pub fn add_devices(
+    config: &mut cri::ContainerConfig,
+    devices: &crate::deviceplugin::ContainerDevices,
+) {
+    if devices.is_empty() {
+        return;
+    }
+    let envs = devices.envs.iter().map(|(key, value)| cri::KeyValue {
+        key: key.clone(),
+        value: value.clone(),
+    });
+    config.envs.splice(0..0, envs);
+    let mounts = devices.mounts.iter().map(|m| cri::Mount {
+        container_path: m.container_path.clone(),
+        host_path: m.host_path.clone(),
+        readonly: m.read_only,
+        ..Default::default()
+    });
+    config.mounts.splice(0..0, mounts);
+    config
+        .devices
+        .extend(devices.devices.iter().map(|d| cri::Device {
+            container_path: d.container_path.clone(),
+            host_path: d.host_path.clone(),
+            permissions: d.permissions.clone(),
+        }));
+    for (key, value) in &devices.annotations {
+        config
+            .annotations
+            .entry(key.clone())
+            .or_insert_with(|| value.clone());
+    }
+}
+
 /// Upstream `translateMountPropagation`: `None` is private, `HostToContainer` rslave,
 /// `Bidirectional` rshared.
 fn cri_propagation(propagation: MountPropagation) -> cri::MountPropagation {
@@ -969,6 +1008,65 @@ mod tests {
                 cgroup_v2_unified: false,
             },
         }
+    }
+
+    /// upstream `GenerateRunContainerOptions` with `DeviceRunContainerOptions`: the devices'
+    /// variables before the container's (which win), their mounts before the volumes', their
+    /// device nodes, their annotations under the kubelet's own.
+    #[test]
+    fn the_device_plugins_answers_go_into_the_container_config() {
+        use crate::deviceplugin::{ContainerDevices, pb};
+        let container = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        let env = [("A".to_owned(), "container".to_owned())];
+        let mut config = container_config(
+            &pod(false),
+            &container,
+            &ContainerInputs {
+                env: &env,
+                ..test_inputs()
+            },
+        )
+        .unwrap();
+        let devices = ContainerDevices {
+            envs: [
+                ("A".to_owned(), "device".to_owned()),
+                ("B".to_owned(), "device".to_owned()),
+            ]
+            .into(),
+            mounts: vec![pb::Mount {
+                container_path: "/dev-data".into(),
+                host_path: "/tmp/dev-data".into(),
+                read_only: true,
+            }],
+            devices: vec![pb::DeviceSpec {
+                container_path: "/dev/gpu0".into(),
+                host_path: "/dev/nvidia0".into(),
+                permissions: "rw".into(),
+            }],
+            annotations: [
+                ("example.com/device".to_owned(), "gpu0".to_owned()),
+                (CONTAINER_KIND_ANNOTATION.to_owned(), "hijacked".to_owned()),
+            ]
+            .into(),
+        };
+        add_devices(&mut config, &devices);
+        let envs: Vec<(&str, &str)> = config
+            .envs
+            .iter()
+            .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+            .collect();
+        assert_eq!(envs, [("A", "device"), ("B", "device"), ("A", "container")]);
+        assert_eq!(config.mounts[0].container_path, "/dev-data");
+        assert_eq!(config.mounts[0].host_path, "/tmp/dev-data");
+        assert!(config.mounts[0].readonly);
+        assert_eq!(config.devices.len(), 1);
+        assert_eq!(config.devices[0].host_path, "/dev/nvidia0");
+        assert_eq!(config.devices[0].permissions, "rw");
+        assert_eq!(config.annotations["example.com/device"], "gpu0");
+        assert_eq!(config.annotations[CONTAINER_KIND_ANNOTATION], "regular");
     }
 
     #[test]

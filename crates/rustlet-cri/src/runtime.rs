@@ -50,9 +50,10 @@ use crate::config::service_env;
 use crate::config::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_KIND_ANNOTATION, ContainerInputs, ETC_HOSTS_PATH,
     EnvSources, HostsSource, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodAddresses,
-    PullPolicy, container_config, container_env, hosts_file_content, mounts_hosts_file,
-    pod_hostname_and_domain, sandbox_config,
+    PullPolicy, add_devices, container_config, container_env, hosts_file_content,
+    mounts_hosts_file, pod_hostname_and_domain, sandbox_config,
 };
+use crate::deviceplugin::{ContainerDevices, DeviceManager};
 use crate::logs::{self, LogLayoutError};
 use crate::ordering::TerminationOrdering;
 use crate::resources::NodeResources;
@@ -265,6 +266,9 @@ pub struct CriRuntime {
     /// Where the lifecycle hooks' failures are told ([`Self::set_event_recorder`]); without
     /// it they are only logged.
     recorder: std::sync::OnceLock<Arc<dyn EventRecorder>>,
+    /// The device plugins, asked for the devices a container's limits name (none: no device
+    /// plugin resource is given to containers).
+    devices: std::sync::OnceLock<DeviceManager>,
     config: CriConfig,
     /// The runtime's name: the scheme of container IDs (`containerd://...`).
     scheme: String,
@@ -376,6 +380,7 @@ impl CriRuntime {
             objects,
             services: std::sync::OnceLock::new(),
             recorder: std::sync::OnceLock::new(),
+            devices: std::sync::OnceLock::new(),
             config,
             scheme: version.name,
             state: Mutex::new(State::default()),
@@ -399,6 +404,13 @@ impl CriRuntime {
     /// `FailedPreStopHook`. Once; a second call changes nothing.
     pub fn set_event_recorder(&self, recorder: Arc<dyn EventRecorder>) {
         let _ = self.recorder.set(recorder);
+    }
+
+    /// The device manager that gives containers the devices their limits name (upstream: the
+    /// container manager's `GetResources` → `GetDeviceRunContainerOptions`). Once; a second
+    /// call changes nothing.
+    pub fn set_device_manager(&self, manager: DeviceManager) {
+        let _ = self.devices.set(manager);
     }
 
     /// One event about `pod` (upstream: `recordContainerEvent`), when a recorder is set.
@@ -1540,6 +1552,24 @@ impl Runtime for CriRuntime {
                 "Keys from envFrom were skipped since they are invalid environment variable names"
             );
         }
+        // upstream: GenerateRunContainerOptions → GetDeviceRunContainerOptions: the devices
+        // the limits name of device plugin resources: those admission allocated (the binary's
+        // `ResourceAllocator`), or allocated now when the container has none (upstream's
+        // re-allocation; its failure is upstream's `CreateContainerConfigError` too).
+        let devices = match self.devices.get() {
+            None => ContainerDevices::default(),
+            Some(manager) => {
+                let limits = container
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.limits.clone())
+                    .unwrap_or_default();
+                manager
+                    .allocate(uid.as_str(), &container.name, &limits, None)
+                    .await
+                    .map_err(|e| config_error(e.to_string()))?
+            }
+        };
         // upstream: GenerateRunContainerOptions: the host name, for every pod.
         let host_name = pod_hostname_and_domain(pod, &self.config.cluster_domain)
             .map_err(|e| config_error(e.to_string()))?;
@@ -1660,6 +1690,7 @@ impl Runtime for CriRuntime {
             },
         )
         .map_err(|e| config_error(e.to_string()))?;
+        add_devices(&mut config, &devices);
         config.labels.extend(self.config.owner_labels());
         let container_log_dir = logs::container_logs_directory(&log_dir, &container.name)
             .map_err(|e| config_error(e.to_string()))?;

@@ -2311,3 +2311,196 @@ async fn bidirectional_propagation_reaches_the_volume_directory_and_the_next_con
     assert_eq!(code, Ok(0), "the tmpfs below a read-only mount is writable");
     assert!(volume.join("tmpfs/foo").exists());
 }
+
+/// A device plugin with one healthy device `dev0` whose `Allocate` mounts `file` at
+/// `/device/<id>` and sets `DEVICE_IDS` (as upstream's e2e test plugin mounts a temp file per
+/// device).
+struct OneDevicePlugin {
+    file: std::path::PathBuf,
+}
+
+type DeviceList = std::pin::Pin<
+    Box<
+        dyn futures::Stream<
+                Item = Result<rustlet_cri::deviceplugin::pb::ListAndWatchResponse, tonic::Status>,
+            > + Send,
+    >,
+>;
+
+#[tonic::async_trait]
+impl rustlet_cri::deviceplugin::pb::device_plugin_server::DevicePlugin for OneDevicePlugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: tonic::Request<rustlet_cri::deviceplugin::pb::Empty>,
+    ) -> Result<tonic::Response<rustlet_cri::deviceplugin::pb::DevicePluginOptions>, tonic::Status>
+    {
+        Ok(tonic::Response::new(Default::default()))
+    }
+
+    type ListAndWatchStream = DeviceList;
+
+    async fn list_and_watch(
+        &self,
+        _: tonic::Request<rustlet_cri::deviceplugin::pb::Empty>,
+    ) -> Result<tonic::Response<DeviceList>, tonic::Status> {
+        use futures::StreamExt;
+        use rustlet_cri::deviceplugin::pb;
+        let list = pb::ListAndWatchResponse {
+            devices: vec![pb::Device {
+                id: "dev0".into(),
+                health: "Healthy".into(),
+                topology: None,
+            }],
+        };
+        // One list, then the stream stays open.
+        let stream =
+            futures::stream::once(async move { Ok(list) }).chain(futures::stream::pending());
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        _: tonic::Request<rustlet_cri::deviceplugin::pb::PreferredAllocationRequest>,
+    ) -> Result<
+        tonic::Response<rustlet_cri::deviceplugin::pb::PreferredAllocationResponse>,
+        tonic::Status,
+    > {
+        Ok(tonic::Response::new(Default::default()))
+    }
+
+    async fn allocate(
+        &self,
+        request: tonic::Request<rustlet_cri::deviceplugin::pb::AllocateRequest>,
+    ) -> Result<tonic::Response<rustlet_cri::deviceplugin::pb::AllocateResponse>, tonic::Status>
+    {
+        use rustlet_cri::deviceplugin::pb;
+        let container_responses = request
+            .into_inner()
+            .container_requests
+            .into_iter()
+            .map(|r| pb::ContainerAllocateResponse {
+                envs: [("DEVICE_IDS".to_owned(), r.devices_ids.join(","))].into(),
+                mounts: r
+                    .devices_ids
+                    .iter()
+                    .map(|id| pb::Mount {
+                        container_path: format!("/device/{id}"),
+                        host_path: self.file.display().to_string(),
+                        read_only: true,
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect();
+        Ok(tonic::Response::new(pb::AllocateResponse {
+            container_responses,
+        }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: tonic::Request<rustlet_cri::deviceplugin::pb::PreStartContainerRequest>,
+    ) -> Result<
+        tonic::Response<rustlet_cri::deviceplugin::pb::PreStartContainerResponse>,
+        tonic::Status,
+    > {
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+/// Issue 27, upstream e2e "Device Plugin Failures: will set allocatable to zero when a single
+/// device became unhealthy, but capacity will stay at 1" (its pod) and the device manager's
+/// `GetDeviceRunContainerOptions`: a container whose limits name a registered device plugin
+/// resource gets a device through the plugin's `Allocate`, whose variable and mount reach the
+/// process; a second pod finds none left and waits with `CreateContainerConfigError` and
+/// upstream's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_device_plugin_resource_is_allocated_and_reaches_the_process() {
+    use rustlet_cri::deviceplugin::{DeviceManager, VERSION, pb};
+    use rustlet_cri::{CriConfig, CriRuntime};
+    use rustlet_pods::Runtime;
+    use rustlet_pods::runtime::ContainerKind;
+
+    let Some(containerd) = PrivateContainerd::start("device_plugin").await else {
+        return;
+    };
+    let root = scratch(&containerd, "root");
+    let runtime = CriRuntime::connect(CriConfig::new(containerd.endpoint(), &root), None)
+        .await
+        .unwrap();
+    let dir = containerd.dir().join("device-plugins");
+    let manager = DeviceManager::new(&dir);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    manager.start(cancel.clone()).await.unwrap();
+    let file = containerd.dir().join("device-file");
+    std::fs::write(&file, "the device\n").unwrap();
+    let listener = tokio::net::UnixListener::bind(dir.join("one.sock")).unwrap();
+    let incoming = futures::stream::unfold(listener, |l| async move {
+        Some((l.accept().await.map(|(s, _)| s), l))
+    });
+    let plugin =
+        pb::device_plugin_server::DevicePluginServer::new(OneDevicePlugin { file: file.clone() });
+    let serving = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(plugin)
+            .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned()),
+    );
+    const RESOURCE: &str = "test.device/one";
+    manager
+        .register(pb::RegisterRequest {
+            version: VERSION.into(),
+            endpoint: "one.sock".into(),
+            resource_name: RESOURCE.into(),
+            options: None,
+        })
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if manager.resources().allocatable.get(RESOURCE) == Some(&1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(manager.resources().allocatable.get(RESOURCE), Some(&1));
+    runtime.set_device_manager(manager.clone());
+    let pod = |name: &str| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {
+                "hostNetwork": true,
+                "containers": [{"name": "c", "image": BUSYBOX_IMAGE,
+                                "command": ["/bin/sh", "-c", "echo ids=$DEVICE_IDS; cat /device/dev0"],
+                                "resources": {"limits": {RESOURCE: "1"}, "requests": {RESOURCE: "1"}}}]
+            }
+        }))
+        .unwrap()
+    };
+    let first = pod("first");
+    let lines = run_to_exit(&runtime, &root, &first)
+        .await
+        .remove("c")
+        .unwrap();
+    assert_eq!(lines, ["ids=dev0", "the device"]);
+    assert_eq!(
+        manager.container_devices("uid-first", "c"),
+        std::collections::BTreeMap::from([(RESOURCE.to_owned(), vec!["dev0".to_owned()])])
+    );
+
+    let second = pod("second");
+    runtime.run_pod_sandbox(&second).await.unwrap();
+    let container = second.spec.as_ref().unwrap().containers[0].clone();
+    let err = runtime
+        .start_container(&second, &container, ContainerKind::Regular, &[])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "requested number of devices unavailable for {RESOURCE}. Requested: 1, Available: 0"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("CreateContainerConfigError"), "{err}");
+    cancel.cancel();
+    let _ = serving.await;
+}

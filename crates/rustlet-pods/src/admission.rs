@@ -7,8 +7,14 @@
 //! the sysctls ([`crate::sysctl`]), the predicate's OS checks (`lifecycle/predicate.go`), and on
 //! Linux AppArmor ([`crate::apparmor`]).
 //!
-//! Deviation: upstream's other handlers are not here (eviction, resource allocation, the
-//! predicate's resource fit, pod features, node shutdown). The node's OS is the agent's
+//! Then, when the binary set one, the resource allocation handler ([`ResourceAllocator`],
+//! upstream's container manager's `GetAllocateResourcesPodAdmitHandler`: the device plugins'
+//! devices for each container); its failure rejects the pod `UnexpectedAdmissionError`. It is
+//! asynchronous (a plugin's `Allocate`), so it is not in [`AdmitHandlers`]; it runs last, so a
+//! pod the other handlers reject never holds devices.
+//!
+//! Deviation: upstream's other handlers are not here (eviction, the predicate's resource fit,
+//! pod features, node shutdown). The node's OS is the agent's
 //! (`std::env::consts::OS`, upstream `runtime.GOOS`), which is also its `kubernetes.io/os`
 //! label.
 
@@ -39,6 +45,28 @@ const OS_SELECTOR_MISMATCH_MESSAGE: &str =
 /// `rejectPodAdmissionBasedOnOSField`).
 pub const OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
 const OS_NOT_SUPPORTED_MESSAGE: &str = "Failed to admit pod as the OS field doesn't match node OS";
+
+/// The reason of a pod whose resources could not be allocated (upstream
+/// `lifecycle.UnexpectedAdmissionError`).
+pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+
+/// upstream's resource allocation admit handler: gives a pod's containers, init containers
+/// first, the devices their limits name (the device manager's `Allocate`). The binary fills
+/// it from `rustlet-cri`'s device manager.
+#[async_trait::async_trait]
+pub trait ResourceAllocator: Send + Sync {
+    /// Allocates `pod`'s resources; the error says why it cannot have them.
+    async fn allocate(&self, pod: &Pod) -> Result<(), String>;
+}
+
+/// The rejection of a pod whose allocation failed with `error` (upstream
+/// `admission.GetPodAdmitResult` of an unexpected error).
+pub fn allocation_rejection(error: &str) -> Rejection {
+    Rejection {
+        reason: UNEXPECTED_ADMISSION_ERROR,
+        message: format!("Allocate failed due to {error}, which is unexpected"),
+    }
+}
 
 /// What the admit handlers know of the node (upstream's `PodAdmitHandlers`, as
 /// `NewMainKubelet` registers them).

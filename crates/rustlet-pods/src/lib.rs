@@ -9,7 +9,8 @@
 //!   [`workers::PodWorkers`] follows the pod source, one task per pod UID.
 //! * [`actions`]: what a sync does to the sandbox and the containers (`computePodActions`).
 //! * [`admission`]: whether the node admits a pod first seen (`canAdmitPod`: the sysctl,
-//!   OS and AppArmor admit handlers); [`sysctl`] and [`apparmor`] are the first and the last.
+//!   OS and AppArmor admit handlers, [`sysctl`] and [`apparmor`] the first and the last; then
+//!   the [`admission::ResourceAllocator`] seam, the device plugins' `Allocate`).
 //! * [`runtime`]: the [`runtime::Runtime`] trait, the seam where a CRI runtime plugs in.
 //! * [`prober`]: liveness, readiness and startup probes (exec through the runtime, HTTP GET,
 //!   TCP, gRPC through the [`prober::GrpcProber`] seam), on a runtime that runs processes.

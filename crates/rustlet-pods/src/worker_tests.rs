@@ -46,6 +46,14 @@ impl Harness {
 
     /// [`Self::start`] over a simulated runtime with this configuration.
     fn start_with(config: SimulatedConfig) -> Self {
+        Self::start_allocating(config, None)
+    }
+
+    /// [`Self::start_with`] with this resource allocation admit handler.
+    fn start_allocating(
+        config: SimulatedConfig,
+        allocator: Option<Arc<dyn crate::admission::ResourceAllocator>>,
+    ) -> Self {
         let root = tempfile::tempdir().unwrap();
         let pods = Arc::new(FakePods::default());
         let pod_manager = FakePodManager::new();
@@ -86,6 +94,9 @@ impl Harness {
             },
             PodWorkersConfig::new(root.path()),
         );
+        if let Some(allocator) = allocator {
+            workers.set_resource_allocator(allocator);
+        }
         let cancel = CancellationToken::new();
         tokio::spawn(workers.run(cancel.clone()));
         Self {
@@ -1168,6 +1179,74 @@ async fn sysctls_should_not_launch_unsafe_but_not_explicitly_enabled_sysctls_on_
         runtime.sandbox.is_none() && runtime.containers.is_empty(),
         "{runtime:#?}"
     );
+}
+
+/// An allocator that refuses the pods named `no-devices` and records every pod it is asked.
+#[derive(Default)]
+struct ScriptedAllocator {
+    asked: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl crate::admission::ResourceAllocator for ScriptedAllocator {
+    async fn allocate(&self, pod: &Pod) -> Result<(), String> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        self.asked.lock().unwrap().push(name.clone());
+        // An Allocate call takes a while: admission waits for it.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if name == "no-devices" {
+            return Err(
+                "no healthy devices present; cannot allocate unhealthy devices example.com/gpu"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// upstream's resource allocation admit handler (`GetAllocateResourcesPodAdmitHandler`,
+/// `admission.GetPodAdmitResult`): a pod whose devices cannot be allocated is Failed with
+/// `UnexpectedAdmissionError` and upstream's message, a Warning event says why, and nothing of
+/// it runs; a pod whose allocation succeeds runs; each new pod is asked once.
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_devices_cannot_be_allocated_is_rejected_unexpected_admission_error() {
+    let allocator = Arc::new(ScriptedAllocator::default());
+    let h = Harness::start_allocating(SimulatedConfig::default(), Some(allocator.clone()));
+    let mut p = pod("Always", &[], &["c"], &[]);
+    p.metadata.name = Some("no-devices".into());
+    h.put(p);
+    h.until("the pod fails", Duration::from_secs(5), async |h| {
+        h.status().phase.as_deref() == Some("Failed")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let status = h.status();
+    assert_eq!(status.reason.as_deref(), Some("UnexpectedAdmissionError"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some(
+            "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate \
+             unhealthy devices example.com/gpu, which is unexpected"
+        )
+    );
+    let rejected = h.events("UnexpectedAdmissionError");
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert!(h.events("Started").is_empty());
+    let runtime = h.runtime_status().await;
+    assert!(
+        runtime.sandbox.is_none() && runtime.containers.is_empty(),
+        "{runtime:#?}"
+    );
+    assert_eq!(*allocator.asked.lock().unwrap(), ["no-devices"]);
+
+    let allocator = Arc::new(ScriptedAllocator::default());
+    let h = Harness::start_allocating(SimulatedConfig::default(), Some(allocator.clone()));
+    h.put(pod("Always", &[], &["c"], &[]));
+    h.until("the pod runs", Duration::from_secs(5), async |h| {
+        h.status().phase.as_deref() == Some("Running")
+    })
+    .await;
+    assert_eq!(allocator.asked.lock().unwrap().len(), 1);
 }
 
 /// Upstream `startContainer`'s step 4 (`FailedPostStartHook`) and `SyncPod`'s start failure: a

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions::{ContainerToKill, KillReason, ProbeFailures, compute_pod_actions};
-use crate::admission::{AdmitHandlers, rejected_status};
+use crate::admission::{AdmitHandlers, ResourceAllocator, allocation_rejection, rejected_status};
 use crate::lifecycle::POST_START_HOOK_ERROR;
 use crate::prober::{
     GrpcProber, OnChange, ProbeCounts, ProbeKind, ProbeResult, ProbeResults, ProbeTask,
@@ -349,6 +349,8 @@ struct Shared {
     grpc: Option<Arc<dyn GrpcProber>>,
     events: Arc<dyn EventRecorder>,
     config: PodWorkersConfig,
+    /// The resource allocation admit handler, once set.
+    allocator: std::sync::OnceLock<Arc<dyn ResourceAllocator>>,
 }
 
 /// B11: the agent's start less 10 s, on the wall clock.
@@ -398,9 +400,17 @@ impl PodWorkers {
                 grpc: deps.grpc,
                 events: deps.events,
                 config,
+                allocator: std::sync::OnceLock::new(),
             }),
             changes: deps.changes,
         }
+    }
+
+    /// The resource allocation admit handler (upstream's device manager's `Allocate` at
+    /// admission): a new pod gets its devices before its worker starts, or is rejected
+    /// `UnexpectedAdmissionError`. Once; a second call changes nothing.
+    pub fn set_resource_allocator(&self, allocator: Arc<dyn ResourceAllocator>) {
+        let _ = self.shared.allocator.set(allocator);
     }
 
     /// The probes run so far, by container and result (`/metrics/probes`).
@@ -423,11 +433,19 @@ impl PodWorkers {
     /// Upstream `HandlePodAdditions`' admission of a pod first seen, unless its API phase is
     /// terminal ([`AdmitHandlers::admit`]): a rejected pod gets upstream's `rejectPod` (a
     /// Warning event, the status Failed with the reason) and its worker never starts it.
-    fn admit(&self, pod: &Pod) -> Admission {
+    async fn admit(&self, pod: &Pod) -> Admission {
         if api_phase_terminal(pod) {
             return Admission::Admitted;
         }
-        let Some(rejection) = self.shared.config.admit_handlers.admit(pod) else {
+        let mut rejection = self.shared.config.admit_handlers.admit(pod);
+        if rejection.is_none()
+            && pod.metadata.deletion_timestamp.is_none()
+            && let Some(allocator) = self.shared.allocator.get()
+            && let Err(e) = allocator.allocate(pod).await
+        {
+            rejection = Some(allocation_rejection(&e));
+        }
+        let Some(rejection) = rejection else {
             return Admission::Admitted;
         };
         warn!(pod = %full_name(pod), reason = rejection.reason, message = %rejection.message,
@@ -519,7 +537,7 @@ impl PodWorkers {
                         });
                         workers.insert(uid.clone(), tx);
                         known.insert(uid.clone());
-                        let admission = self.admit(pod);
+                        let admission = self.admit(pod).await;
                         // A pod first seen terminal in the API or being deleted never syncs
                         // (W2, W21: its worker goes straight to termination), nor does a
                         // rejected one: the volume manager must not mount for it meanwhile

@@ -16,7 +16,7 @@ use rustlet_api::local::events::LocalEventRecorder;
 use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::{Store, StoreConfig};
 use rustlet_api::node::machine::{HostMachine, Machine as _};
-use rustlet_api::node::{NodeConfig, NodeRegistrar, NodeRuntime};
+use rustlet_api::node::{DevicePlugins, NodeConfig, NodeRegistrar, NodeRuntime};
 use rustlet_api::static_pods::{MirrorPods, StaticPodSource, StaticPodWorkers};
 use rustlet_api::{
     ApiObjects, Backend, ClientConfig, KubeEventRecorder, KubePodStatusClient, KubeRetries,
@@ -25,8 +25,9 @@ use rustlet_api::{
 use rustlet_core::PodUid;
 use rustlet_core::node_status::RuntimeCondition;
 use rustlet_cri::cgroups::PodCgroupsConfig;
+use rustlet_cri::deviceplugin::DeviceManager;
 use rustlet_cri::{CriConfig, CriRuntime};
-use rustlet_pods::admission::AdmitHandlers;
+use rustlet_pods::admission::{AdmitHandlers, ResourceAllocator};
 use rustlet_pods::apparmor::AppArmorHost;
 use rustlet_pods::sysctl::Allowlist;
 use rustlet_pods::{
@@ -46,7 +47,7 @@ use rustlet_volume::plugins::builtin_plugins;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::{
     AgentConfig, HealthzEndpoint, KubeletServer, LogRotation, Mode, ReadOnlyEndpoints, RuntimeKind,
@@ -188,6 +189,67 @@ async fn connect(config: &AgentConfig, registry: &mut Registry) -> Result<Api> {
         client: Some(client),
         intake: None,
     })
+}
+
+/// upstream's resource allocation admit handler over the device manager: each container's
+/// device plugin resources, init containers first (`rustlet-pods` cannot name `rustlet-cri`).
+/// The pods bound to the node that are not terminal are the active ones; the others' devices
+/// are free again. A pod the runtime may already run (after an agent restart) is not
+/// allocated at admission (upstream: a container already running has its devices): its
+/// containers are allocated when they start again.
+struct DeviceAllocator {
+    manager: DeviceManager,
+    pods: Arc<PodCache>,
+    runtime: Arc<dyn Runtime>,
+}
+
+#[async_trait::async_trait]
+impl ResourceAllocator for DeviceAllocator {
+    async fn allocate(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Result<(), String> {
+        let uid = PodUid::of(pod);
+        if self.runtime.pods_that_may_run().contains(&uid) {
+            return Ok(());
+        }
+        let mut active: std::collections::BTreeSet<String> = self
+            .pods
+            .pods()
+            .iter()
+            .filter(|p| {
+                !p.status
+                    .as_ref()
+                    .is_some_and(rustlet_core::pod::is_phase_terminal)
+            })
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        active.insert(uid.as_str().to_owned());
+        let Some(spec) = &pod.spec else {
+            return Ok(());
+        };
+        for container in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+        {
+            let Some(limits) = container.resources.as_ref().and_then(|r| r.limits.as_ref()) else {
+                continue;
+            };
+            self.manager
+                .allocate(uid.as_str(), &container.name, limits, Some(&active))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// The device manager as the node status asks it (`rustlet-api` cannot name `rustlet-cri`).
+struct DevicePluginsForNode(DeviceManager);
+
+impl DevicePlugins for DevicePluginsForNode {
+    fn resources(&self) -> rustlet_core::node_status::DevicePluginResources {
+        self.0.resources()
+    }
 }
 
 /// The pod workers' runtime as the node status asks it (`rustlet-api` cannot name
@@ -367,9 +429,35 @@ pub async fn run(config: AgentConfig) -> Result<()> {
         }
     };
 
+    // Cluster mode: the device plugins register on `<devicePluginsDir>/kubelet.sock`, and
+    // the node status reports their resources (local mode has no node status). Deviation:
+    // upstream's kubelet does not start when its registration server cannot; here the agent
+    // runs on without device plugins and says so (a unix socket's path has at most 107
+    // bytes: a deep root's default directory may be too long for one).
+    let device_manager = match &api.registrar {
+        Some(_) => {
+            let manager = DeviceManager::new(&config.device_plugins_dir);
+            match manager.start(cancel.clone()).await {
+                Ok(()) => Some(manager),
+                Err(e) => {
+                    error!("device plugins are off (devicePluginsDir): {e}");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    // Containers whose limits name a device plugin resource get its devices.
+    if let (Some(manager), Some(cri)) = (&device_manager, &cri) {
+        cri.set_device_manager(manager.clone());
+    }
     // The node status asks the runtime for its version and conditions.
     let registrar = api.registrar.take().map(|r| {
         let r = r.with_runtime(Arc::new(RuntimeForNode(runtime.clone())));
+        let r = match &device_manager {
+            Some(manager) => r.with_device_plugins(Arc::new(DevicePluginsForNode(manager.clone()))),
+            None => r,
+        };
         Arc::new(match &nodes {
             Some(nodes) => r.with_node_cache(nodes.clone()),
             None => r,
@@ -517,6 +605,13 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             ..PodWorkersConfig::new(&config.root_dir)
         },
     );
+    if let Some(manager) = &device_manager {
+        workers.set_resource_allocator(Arc::new(DeviceAllocator {
+            manager: manager.clone(),
+            pods: pods.clone(),
+            runtime: node_runtime.clone(),
+        }));
+    }
     let probe_counts = workers.probe_counts();
     {
         let task = tokio::spawn(workers.run(cancel.clone()));

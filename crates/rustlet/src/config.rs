@@ -231,6 +231,10 @@ pub struct FileConfig {
     streaming_connection_idle_timeout: Option<String>,
     /// Where the pods' log directories go (kubelet `podLogsDir`; `<root>/pod-logs`).
     pod_logs_dir: Option<PathBuf>,
+    /// The device plugins' directory, with the registration socket `kubelet.sock`
+    /// (`<root>/device-plugins`: upstream's `/var/lib/kubelet/device-plugins` under the
+    /// default root).
+    device_plugins_dir: Option<PathBuf>,
     /// Where the `/var/log/containers`-style symlinks go (`<root>/container-logs`).
     container_logs_dir: Option<PathBuf>,
     /// A container log this large is rotated (kubelet `containerLogMaxSize`, a quantity,
@@ -447,6 +451,9 @@ pub struct AgentConfig {
     pub server: KubeletServer,
     /// The container logs' directories and rotation.
     pub logs: LogSettings,
+    /// The device plugins' directory (`devicePluginsDir`): the registration socket
+    /// `kubelet.sock` and the plugins' sockets.
+    pub device_plugins_dir: PathBuf,
     /// Simulated container start delay.
     pub simulated_start_delay: Duration,
     /// First simulated pod IP.
@@ -822,6 +829,7 @@ impl AgentConfig {
                 monitor_interval: file.container_log_monitor_interval.take(),
             },
         )?;
+        let device_plugins_dir = device_plugins_dir(&root_dir, file.device_plugins_dir.take())?;
         let node_lease_duration_seconds = file.node_lease_duration_seconds.unwrap_or(40);
         if node_lease_duration_seconds <= 0 {
             return Err(bad(
@@ -967,6 +975,7 @@ impl AgentConfig {
             port,
             server,
             logs,
+            device_plugins_dir,
             eviction_hard: match &file.eviction_hard {
                 Some(map) => eviction_hard(map).map_err(bad)?,
                 None => EvictionThresholds::default(),
@@ -1016,6 +1025,21 @@ fn log_dir(key: &str, dir: Option<&PathBuf>, default: PathBuf) -> Result<PathBuf
         )));
     }
     Ok(dir.clone())
+}
+
+/// `devicePluginsDir`: absolute; `<root>/device-plugins` by default. Deviation: upstream has
+/// no such key: its directory is always `/var/lib/kubelet/device-plugins`, which is this
+/// default under the default root; an agent with another root (a test's, or one beside a
+/// kubelet) keeps its plugins apart.
+fn device_plugins_dir(root_dir: &Path, dir: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
+    match dir {
+        None => Ok(root_dir.join("device-plugins")),
+        Some(dir) if dir.is_absolute() => Ok(dir),
+        Some(dir) => Err(bad(format!(
+            "config key devicePluginsDir: {:?} must be an absolute path",
+            dir.display()
+        ))),
+    }
 }
 
 /// The container log keys with the kubelet's names, defaults and checks (upstream:
@@ -1881,6 +1905,42 @@ mod tests {
             .unwrap_err();
             assert!(err.contains(key), "{err}");
         }
+    }
+
+    /// Issue 27: the device plugins' directory is `<root>/device-plugins` unless
+    /// `devicePluginsDir` says otherwise, and must be absolute.
+    #[test]
+    fn the_device_plugins_dir_defaults_under_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        let local = dir.path().to_str().unwrap();
+        let resolve = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            parse(&[
+                "--node-name",
+                "n",
+                "--root-dir",
+                "/r",
+                "--local",
+                local,
+                "--config",
+                file.to_str().unwrap(),
+            ])
+        };
+        assert_eq!(
+            resolve("").unwrap().device_plugins_dir,
+            PathBuf::from("/r/device-plugins")
+        );
+        assert_eq!(
+            resolve("devicePluginsDir: /var/lib/kubelet/device-plugins\n")
+                .unwrap()
+                .device_plugins_dir,
+            PathBuf::from("/var/lib/kubelet/device-plugins")
+        );
+        let err = resolve("devicePluginsDir: plugins\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("devicePluginsDir"), "{err}");
     }
 
     /// Issue 26 item 3: the container log keys take the kubelet's names and defaults (the

@@ -41,6 +41,7 @@ struct Run {
     pressure: Pressure,
     errors: Vec<String>,
     handlers: Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler>,
+    devices: DevicePluginResources,
 }
 
 fn run(status: &mut NodeStatus, r: &Run) -> Vec<NodeEvent> {
@@ -61,6 +62,7 @@ fn run(status: &mut NodeStatus, r: &Run) -> Vec<NodeEvent> {
             kubelet_port: 10250,
             ready_errors: &r.errors,
             runtime_handlers: &r.handlers,
+            device_plugins: &r.devices,
         },
     )
 }
@@ -71,6 +73,7 @@ fn ok_at(second: i64) -> Run {
         pressure: Pressure::default(),
         errors: Vec::new(),
         handlers: Vec::new(),
+        devices: DevicePluginResources::default(),
     }
 }
 
@@ -220,6 +223,7 @@ fn test_ready_condition() {
             pressure: Pressure::default(),
             errors: errors.clone(),
             handlers: Vec::new(),
+            devices: DevicePluginResources::default(),
         },
     );
     assert_eq!(events, ["NodeNotReady"]);
@@ -238,6 +242,7 @@ fn test_ready_condition() {
             pressure: Pressure::default(),
             errors: errors[..1].to_vec(),
             handlers: Vec::new(),
+            devices: DevicePluginResources::default(),
         },
     );
     let ready = condition(&status, "Ready");
@@ -276,6 +281,7 @@ fn a_missing_capacity_makes_the_node_not_ready() {
             kubelet_port: 10250,
             ready_errors: &[],
             runtime_handlers: &[],
+            device_plugins: &DevicePluginResources::default(),
         },
     );
     let ready = condition(&status, "Ready");
@@ -293,6 +299,55 @@ fn a_missing_capacity_makes_the_node_not_ready() {
 /// upstream: `TestMemoryPressureCondition`, `TestDiskPressureCondition`,
 /// `TestPIDPressureCondition`: a transition sets the reason and the transition time and records
 /// an event; staying keeps them.
+/// upstream `setters_test.go` `TestMachineInfo` ("device plugin resources are reflected in
+/// capacity and allocatable", "inactive device plugin resources should have their capacity set
+/// to 0"): the device plugins' capacity and allocatable over the machine's, a resource whose
+/// plugin listed no device before stopping at its capacity, a removed one kept at 0.
+#[test]
+fn device_plugin_resources_are_reflected_in_capacity_and_allocatable() {
+    let mut status = NodeStatus::default();
+    let mut r = ok_at(0);
+    r.devices = DevicePluginResources {
+        capacity: BTreeMap::from([
+            ("example.com/gpu".to_owned(), 4),
+            ("example.com/empty".to_owned(), 0),
+            ("example.com/thousand".to_owned(), 1000),
+        ]),
+        allocatable: BTreeMap::from([
+            ("example.com/gpu".to_owned(), 3),
+            ("example.com/thousand".to_owned(), 1000),
+        ]),
+        removed: Vec::new(),
+    };
+    run(&mut status, &r);
+    let capacity = status.capacity.clone().unwrap();
+    let allocatable = status.allocatable.clone().unwrap();
+    for (name, c, a) in [
+        ("example.com/gpu", "4", "3"),
+        ("example.com/empty", "0", "0"),
+        ("example.com/thousand", "1k", "1k"),
+    ] {
+        assert_eq!(capacity[name].0, c, "capacity of {name}");
+        assert_eq!(allocatable[name].0, a, "allocatable of {name}");
+    }
+    assert_eq!(capacity["cpu"].0, "2");
+
+    // The plugin of example.com/gpu is gone past the grace period: 0, not removed; the next
+    // run (which no longer names it) keeps it at 0.
+    r.devices = DevicePluginResources {
+        removed: vec!["example.com/gpu".to_owned()],
+        ..DevicePluginResources::default()
+    };
+    run(&mut status, &r);
+    r.devices = DevicePluginResources::default();
+    run(&mut status, &r);
+    let capacity = status.capacity.clone().unwrap();
+    let allocatable = status.allocatable.clone().unwrap();
+    assert_eq!(capacity["example.com/gpu"].0, "0");
+    assert_eq!(allocatable["example.com/gpu"].0, "0");
+    assert_eq!(capacity["example.com/empty"].0, "0");
+}
+
 #[test]
 fn test_pressure_conditions() {
     let mut status = NodeStatus::default();
@@ -309,6 +364,7 @@ fn test_pressure_conditions() {
             pressure: all,
             errors: Vec::new(),
             handlers: Vec::new(),
+            devices: DevicePluginResources::default(),
         },
     );
     assert_eq!(
@@ -339,6 +395,7 @@ fn test_pressure_conditions() {
                 pressure: all,
                 errors: Vec::new(),
                 handlers: Vec::new(),
+                devices: DevicePluginResources::default(),
             },
         )
         .is_empty()
@@ -648,6 +705,7 @@ fn runtime_handlers_are_the_runtimes_with_their_features() {
     };
     let with = Run {
         handlers: vec![handler.clone()],
+        devices: DevicePluginResources::default(),
         ..ok_at(10)
     };
     run(&mut status, &with);

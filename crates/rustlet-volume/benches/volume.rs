@@ -256,13 +256,18 @@ fn same_work_one(base: &Path, i: usize) -> PathBuf {
 /// 1777 already) and the two `ready` markers made with `mknodat` (one syscall each, no
 /// open/close), sequentially. 14 syscalls a pod. Returns the wall and the CPU time.
 fn minimal_floor(root: &Path, count: usize) -> (Duration, Duration) {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::fd::OwnedFd;
     use nix::fcntl::{OFlag, open};
     use nix::sys::stat::{FchmodatFlags, Mode, SFlag, fchmodat, mkdirat, mknodat};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::ffi::OsStrExt;
     let base = same_work_base(root, &format!("minimal-{count}"));
     let dir = |p: PathBuf| -> OwnedFd {
-        open(&p, OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).unwrap()
+        open(
+            &p,
+            OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap()
     };
     let (pods, host) = (dir(base.join("pods")), dir(base.join("host")));
     let pods_path = base.join("pods");
@@ -293,10 +298,17 @@ fn minimal_floor(root: &Path, count: usize) -> (Duration, Duration) {
             sub(&mut path, rest);
             mkdirat(&pods, path.as_str(), all).unwrap();
         }
-        mkdirat(&host, i.to_string().as_str(), Mode::from_bits_truncate(0o755)).unwrap();
+        mkdirat(
+            &host,
+            i.to_string().as_str(),
+            Mode::from_bits_truncate(0o755),
+        )
+        .unwrap();
         sub(&mut path, "/volumes/kubernetes.io~empty-dir/disk");
         fchmodat(&pods, path.as_str(), all, FchmodatFlags::FollowSymlink).unwrap();
-        let mem = pods_path.join(&uid).join("volumes/kubernetes.io~empty-dir/mem");
+        let mem = pods_path
+            .join(&uid)
+            .join("volumes/kubernetes.io~empty-dir/mem");
         mount(
             Some("tmpfs"),
             mem.as_os_str().as_bytes(),

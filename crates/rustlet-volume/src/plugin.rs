@@ -108,6 +108,96 @@ pub trait VolumeMounter: Send + Sync {
     fn path(&self) -> PathBuf;
     /// Makes the volume ready at [`Self::path`]. Idempotent.
     fn set_up(&self) -> Result<(), VolumeError>;
+    /// [`Self::set_up`] as one of a pod's SetUps run together, `dirs` knowing which of the
+    /// pod's directories the earlier ones made (issue 29: each made once, no probing).
+    fn set_up_in(&self, dirs: &PodDirs) -> Result<(), VolumeError> {
+        let _ = dirs;
+        self.set_up()
+    }
+}
+
+/// Whether [`PodDirs::make`] made a directory or found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Made {
+    /// This call made it (mode 0777 before the umask).
+    New,
+    /// It was there (a directory or not: the caller's checks say).
+    Existed,
+}
+
+/// The directories one blocking-pool hop of a pod's SetUps made (issue 29), so that each is
+/// made once with one `mkdir` and none is probed: the first directory asked for under
+/// `pods/<uid>` makes the pod directory; when that is new, everything under it is known to be
+/// missing and is made top-down, each component once. When the pod directory was there (a
+/// later hop, a restart), a directory is tried with one `mkdir` and its parents made only
+/// when it says they are missing. Per hop, on one thread; never shared.
+#[derive(Debug, Default)]
+pub struct PodDirs {
+    /// Directories known to be there (made by this hop, or the pod directory found).
+    made: std::cell::RefCell<Vec<PathBuf>>,
+    /// Pod directories this hop made: nothing under them existed.
+    new_pods: std::cell::RefCell<Vec<PathBuf>>,
+}
+
+fn mkdir_once(dir: &Path) -> std::io::Result<Made> {
+    match std::fs::DirBuilder::new().create(dir) {
+        Ok(()) => Ok(Made::New),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Made::Existed),
+        Err(e) => Err(e),
+    }
+}
+
+impl PodDirs {
+    /// `mkdir -p dir` with mode 0777 (less the umask), `pod_dir` its pod's directory
+    /// (`pods/<uid>`, an ancestor of `dir`; otherwise `dir` is made as if no hop knew it).
+    pub fn make(&self, pod_dir: &Path, dir: &Path) -> std::io::Result<Made> {
+        let Ok(below) = dir.strip_prefix(pod_dir) else {
+            return Self::probe(dir);
+        };
+        if !self.made.borrow().iter().any(|d| d == pod_dir) {
+            if Self::probe(pod_dir)? == Made::New {
+                self.new_pods.borrow_mut().push(pod_dir.to_owned());
+            }
+            self.made.borrow_mut().push(pod_dir.to_owned());
+        }
+        if below.as_os_str().is_empty() {
+            return Ok(Made::Existed);
+        }
+        let fresh = self.new_pods.borrow().iter().any(|d| d == pod_dir);
+        let known = |d: &Path| self.made.borrow().iter().any(|m| m == d);
+        if !fresh && !dir.parent().is_some_and(known) {
+            let made = Self::probe(dir)?;
+            self.made.borrow_mut().push(dir.to_owned());
+            return Ok(made);
+        }
+        // Top-down from the pod directory, each missing component once (`EEXIST` is another
+        // hop of the same pod, running at the same time).
+        let mut path = pod_dir.to_owned();
+        let mut last = Made::Existed;
+        for component in below.components() {
+            path.push(component);
+            if known(&path) {
+                last = Made::Existed;
+                continue;
+            }
+            last = mkdir_once(&path)?;
+            self.made.borrow_mut().push(path.clone());
+        }
+        Ok(last)
+    }
+
+    /// One `mkdir`; its parents made (`MkdirAll`) only when it says they are missing.
+    fn probe(dir: &Path) -> std::io::Result<Made> {
+        match mkdir_once(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(parent) = dir.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                mkdir_once(dir)
+            }
+            other => other,
+        }
+    }
 }
 
 /// Tears a volume down for one pod (upstream `volume.Unmounter`); works from the name alone,

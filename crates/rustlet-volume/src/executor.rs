@@ -279,9 +279,10 @@ impl OperationExecutor {
                     outcome.is_ok(),
                     job.started.elapsed().as_secs_f64(),
                 );
-                Self::notify(&changed);
                 ops.finish(&job.key, outcome);
             }
+            // Once for the pod's jobs, all recorded: each notice wakes every waiter.
+            Self::notify(&changed);
         })
     }
 

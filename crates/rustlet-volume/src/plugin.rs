@@ -137,6 +137,20 @@ pub struct PodDirs {
     made: std::cell::RefCell<Vec<PathBuf>>,
     /// Pod directories this hop made: nothing under them existed.
     new_pods: std::cell::RefCell<Vec<PathBuf>>,
+    /// `mkdir` calls made.
+    mkdirs: std::cell::Cell<usize>,
+}
+
+impl PodDirs {
+    /// The `mkdir` calls this hop made.
+    pub fn mkdirs(&self) -> usize {
+        self.mkdirs.get()
+    }
+
+    fn mkdir_once(&self, dir: &Path) -> std::io::Result<Made> {
+        self.mkdirs.set(self.mkdirs.get() + 1);
+        mkdir_once(dir)
+    }
 }
 
 fn mkdir_once(dir: &Path) -> std::io::Result<Made> {
@@ -152,10 +166,10 @@ impl PodDirs {
     /// (`pods/<uid>`, an ancestor of `dir`; otherwise `dir` is made as if no hop knew it).
     pub fn make(&self, pod_dir: &Path, dir: &Path) -> std::io::Result<Made> {
         let Ok(below) = dir.strip_prefix(pod_dir) else {
-            return Self::probe(dir);
+            return self.probe(dir);
         };
         if !self.made.borrow().iter().any(|d| d == pod_dir) {
-            if Self::probe(pod_dir)? == Made::New {
+            if self.probe(pod_dir)? == Made::New {
                 self.new_pods.borrow_mut().push(pod_dir.to_owned());
             }
             self.made.borrow_mut().push(pod_dir.to_owned());
@@ -166,7 +180,7 @@ impl PodDirs {
         let fresh = self.new_pods.borrow().iter().any(|d| d == pod_dir);
         let known = |d: &Path| self.made.borrow().iter().any(|m| m == d);
         if !fresh && !dir.parent().is_some_and(known) {
-            let made = Self::probe(dir)?;
+            let made = self.probe(dir)?;
             self.made.borrow_mut().push(dir.to_owned());
             return Ok(made);
         }
@@ -180,20 +194,20 @@ impl PodDirs {
                 last = Made::Existed;
                 continue;
             }
-            last = mkdir_once(&path)?;
+            last = self.mkdir_once(&path)?;
             self.made.borrow_mut().push(path.clone());
         }
         Ok(last)
     }
 
     /// One `mkdir`; its parents made (`MkdirAll`) only when it says they are missing.
-    fn probe(dir: &Path) -> std::io::Result<Made> {
-        match mkdir_once(dir) {
+    fn probe(&self, dir: &Path) -> std::io::Result<Made> {
+        match self.mkdir_once(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let Some(parent) = dir.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
-                mkdir_once(dir)
+                self.mkdir_once(dir)
             }
             other => other,
         }
@@ -486,4 +500,104 @@ pub fn escape_plugin_name(name: &str) -> String {
 /// Upstream `UnescapeQualifiedName`.
 pub fn unescape_plugin_name(name: &str) -> String {
     name.replace('~', "/")
+}
+
+#[cfg(test)]
+mod pod_dirs_tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Arc;
+
+    use rustlet_mount::fake::FakeMounter;
+
+    use super::*;
+    use crate::plugins::empty_dir::EmptyDirPlugin;
+    use crate::testing::{empty_dir, pod};
+
+    /// Issue 29: a new pod's emptyDirs (one on disk, one Memory) set up in one hop make each
+    /// directory of the layout once: the pod directory, `volumes`, `plugins`, their plugin
+    /// directories and the two volumes' directories in each, nine `mkdir`s and no other
+    /// (none meets `EEXIST` or `ENOENT`); the result is V82-V85's.
+    #[test]
+    fn a_new_pods_directories_are_each_made_once_in_one_hop() {
+        let root = tempfile::tempdir().unwrap();
+        let fake = FakeMounter::new();
+        let host = VolumeHost {
+            root_dir: root.path().to_owned(),
+            mounter: Arc::new(fake.clone()),
+            node_allocatable_memory: Some(64 << 20),
+        };
+        let memory = VolumeSpec::pod(k8s_openapi::api::core::v1::Volume {
+            name: "mem".into(),
+            empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let p = pod("uid-1");
+        let dirs = PodDirs::default();
+        // `pods/` itself is the root's, made before: only the pod's layout is counted.
+        std::fs::create_dir(root.path().join("pods")).unwrap();
+        for spec in [empty_dir("disk"), memory] {
+            let mounter = EmptyDirPlugin.new_mounter(&spec, &p, &host).unwrap();
+            mounter.set_up_in(&dirs).unwrap();
+        }
+        assert_eq!(dirs.mkdirs(), 9, "each directory made once, none probed");
+        let pod_dir = root.path().join("pods/uid-1");
+        for name in ["disk", "mem"] {
+            let dir = pod_dir.join("volumes/kubernetes.io~empty-dir").join(name);
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o777, "V84: {name}");
+            assert!(
+                pod_dir
+                    .join("plugins/kubernetes.io~empty-dir")
+                    .join(name)
+                    .join("ready")
+                    .is_file(),
+                "V83: {name}'s marker"
+            );
+        }
+        assert!(
+            fake.is_tmpfs_mount_point(&pod_dir.join("volumes/kubernetes.io~empty-dir/mem"))
+                .unwrap(),
+            "V85"
+        );
+        // A later hop of the same pod (a volume added since): one `mkdir` finds the pod
+        // directory, one makes the volume's, one its metadata directory.
+        let later = PodDirs::default();
+        let mounter = EmptyDirPlugin
+            .new_mounter(&empty_dir("later"), &p, &host)
+            .unwrap();
+        mounter.set_up_in(&later).unwrap();
+        assert_eq!(later.mkdirs(), 3);
+        // Set up again (idempotent, V83): nothing is made.
+        let again = PodDirs::default();
+        let mounter = EmptyDirPlugin
+            .new_mounter(&empty_dir("disk"), &p, &host)
+            .unwrap();
+        mounter.set_up_in(&again).unwrap();
+        assert_eq!(fake.actions().len(), 1, "the tmpfs mounted once");
+    }
+
+    /// A directory outside the pod's, or a pod directory that is there, is made as `mkdir -p`
+    /// would: its parents only when it says they are missing.
+    #[test]
+    fn outside_a_new_pod_directories_are_tried_once_then_made_with_their_parents() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = PodDirs::default();
+        let pod_dir = root.path().join("pods/uid-1");
+        std::fs::create_dir_all(pod_dir.join("volumes")).unwrap();
+        assert_eq!(
+            dirs.make(&pod_dir, &pod_dir.join("volumes/a")).unwrap(),
+            Made::New
+        );
+        assert_eq!(dirs.mkdirs(), 2, "the pod directory found, the volume made");
+        assert_eq!(
+            dirs.make(&pod_dir, &pod_dir.join("volumes/a")).unwrap(),
+            Made::Existed
+        );
+        let elsewhere = root.path().join("x/y");
+        assert_eq!(dirs.make(&pod_dir, &elsewhere).unwrap(), Made::New);
+        assert!(elsewhere.is_dir());
+    }
 }

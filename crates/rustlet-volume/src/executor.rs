@@ -4,6 +4,13 @@
 //!
 //! Built so far: attach verification for non-attachable volumes, MountVolume and UnmountVolume.
 //! The attach path (WaitForAttach, MountDevice, UnmountDevice) comes next.
+//!
+//! Deviation from upstream (issue 29): upstream runs every operation in a goroutine of its
+//! own. Here the MountVolume operations a reconciler pass starts for one pod's per-pod volumes
+//! run in one task and one blocking-pool hop, their SetUps one after the other
+//! ([`OperationExecutor::run_mounts`]); each keeps its own key, outcome and back-off. A pod
+//! starts only when all its volumes are mounted, so this costs it the sum of its SetUps instead
+//! of the longest one; a shared (attachable, device-mountable) volume's operation runs alone.
 
 use std::sync::Arc;
 

@@ -4,6 +4,13 @@
 //!
 //! Built so far: attach verification for non-attachable volumes, MountVolume and UnmountVolume.
 //! The attach path (WaitForAttach, MountDevice, UnmountDevice) comes next.
+//!
+//! Deviation from upstream (issue 29): upstream runs every operation in a goroutine of its
+//! own. Here the MountVolume operations a reconciler pass starts for one pod's per-pod volumes
+//! run in one task and one blocking-pool hop, their SetUps one after the other
+//! ([`OperationExecutor::run_mounts`]); each keeps its own key, outcome and back-off. A pod
+//! starts only when all its volumes are mounted, so this costs it the sum of its SetUps instead
+//! of the longest one; a shared (attachable, device-mountable) volume's operation runs alone.
 
 use std::sync::Arc;
 
@@ -20,7 +27,7 @@ use crate::events::{EventKind, EventRecorder, FAILED_MOUNT, volume_error_message
 use crate::metrics::VolumeMetrics;
 use crate::node::{NodeStatus, NothingAttached};
 use crate::operations::{NestedPendingOperations, OperationKey, StartError};
-use crate::plugin::{PluginManager, VolumeError, VolumeHost, VolumePlugin};
+use crate::plugin::{PluginManager, PodDirs, VolumeError, VolumeHost, VolumePlugin};
 
 /// Operation names (upstream `operationName`s).
 pub mod op {
@@ -171,116 +178,119 @@ impl OperationExecutor {
     /// V51 (filesystem, no device): NewMounter, SetUp, then the actual state. A final SetUp
     /// error leaves no entry (unless the entry came from reconstruction: it stays uncertain); an
     /// uncertain one records the mount as uncertain. Failures raise a `FailedMount` event.
+    ///
+    /// [`Self::start_mount`] and [`Self::run_mounts`] of one job.
     pub fn mount_volume(
         &self,
         volume: &VolumeToMount,
         remount: bool,
         device_path: &str,
     ) -> Result<JoinHandle<()>, ExecError> {
+        let job = self.start_mount(volume, remount, device_path)?;
+        Ok(self.run_mounts(vec![job]))
+    }
+
+    /// Marks a MountVolume operation as running in the operation table (V48), or says why it
+    /// may not start; the job is run by [`Self::run_mounts`], alone or with the other jobs of
+    /// its pod.
+    pub fn start_mount(
+        &self,
+        volume: &VolumeToMount,
+        remount: bool,
+        device_path: &str,
+    ) -> Result<MountJob, ExecError> {
         let shared = volume.plugin_is_attachable || volume.plugin_is_device_mountable;
         let key = OperationKey::new(
             volume.volume_name.clone(),
             (!shared).then(|| volume.pod_name.clone()),
         );
-        let (asw, plugins, host, events, changed) = (
-            self.asw.clone(),
-            self.plugins.clone(),
-            self.host.clone(),
-            self.events.clone(),
-            self.changed.clone(),
-        );
-        let volume = volume.clone();
-        let device_path = device_path.to_owned();
-        let metrics = self.metrics.clone();
+        self.ops.start(&key, op::VOLUME_MOUNT)?;
         let plugin_name = self
             .plugins
             .find_by_spec(&volume.spec)
             .map(|p| p.name().to_owned())
             .unwrap_or_default();
-        let started = std::time::Instant::now();
-        // The remount requests this SetUp serves: one made while it runs stays pending.
-        let epoch = self
-            .asw
-            .remount_epoch(&volume.pod_name, &volume.volume_name);
-        let needs_pass = self.needs_pass.clone();
-        let handle = self.ops.run(key, op::VOLUME_MOUNT, async move {
-            let outer = volume.outer_volume_spec_names.first().cloned().unwrap_or_default();
-            let pod_uid = PodUid::new(volume.pod.metadata.uid.clone().unwrap_or_default());
-                        let work = {
-                let (plugins, host, volume, asw) = (plugins.clone(), host.clone(), volume.clone(), asw.clone());
-                tokio::task::spawn_blocking(move || -> Result<(), (&'static str, VolumeError)> {
-                    let plugin = plugins
-                        .find_by_spec(&volume.spec)
-                        .map_err(|e| ("MountVolume.FindPluginBySpec failed", VolumeError::Final(e.to_string())))?;
-                    if volume.plugin_is_attachable || volume.plugin_is_device_mountable {
-                        mount_device_steps(&asw, plugin.as_ref(), &host, &volume, device_path)?;
-                    }
-                    let mounter = plugin
-                        .new_mounter(&volume.spec, &volume.pod, &host)
-                        .map_err(|e| ("MountVolume.NewMounter initialization failed", VolumeError::Final(e.to_string())))?;
-                    mounter.set_up().map_err(|e| (SET_UP_FAILED, e))
+        Ok(MountJob {
+            key,
+            volume: volume.clone(),
+            remount,
+            device_path: device_path.to_owned(),
+            plugin_name,
+            // The remount requests this SetUp serves: one made while it runs stays pending.
+            epoch: self
+                .asw
+                .remount_epoch(&volume.pod_name, &volume.volume_name),
+            started: std::time::Instant::now(),
+        })
+    }
+
+    /// Runs started mount jobs in one task and one blocking-pool hop, their SetUps one after
+    /// the other (the reconciler hands over one pod's per-pod volumes together: issue 29),
+    /// then records each outcome and ends each job's operation. A job's panic fails that job
+    /// alone, as an uncertain SetUp.
+    pub fn run_mounts(&self, jobs: Vec<MountJob>) -> JoinHandle<()> {
+        let (asw, plugins, host, events, changed, needs_pass, metrics, ops) = (
+            self.asw.clone(),
+            self.plugins.clone(),
+            self.host.clone(),
+            self.events.clone(),
+            self.changed.clone(),
+            self.needs_pass.clone(),
+            self.metrics.clone(),
+            self.ops.clone(),
+        );
+        let jobs = Arc::new(jobs);
+        tokio::spawn(async move {
+            let work = {
+                let (jobs, asw) = (jobs.clone(), asw.clone());
+                tokio::task::spawn_blocking(move || {
+                    let dirs = PodDirs::default();
+                    jobs.iter()
+                        .map(|job| {
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                set_up_job(&plugins, &host, &asw, job, &dirs)
+                            }))
+                            .unwrap_or_else(|panic| {
+                                Err((
+                                    SET_UP_FAILED,
+                                    VolumeError::Uncertain(format!(
+                                        "SetUp panicked: {}",
+                                        crate::operations::panic_message(&*panic)
+                                    )),
+                                ))
+                            })
+                        })
+                        .collect::<Vec<_>>()
                 })
             };
-            let result = work.await.unwrap_or_else(|e| Err((SET_UP_FAILED, VolumeError::Uncertain(e.to_string()))));
-            let opts = |state| MarkVolumeOpts {
-                pod_name: volume.pod_name.clone(),
-                pod_uid: pod_uid.clone(),
-                volume_name: volume.volume_name.clone(),
-                spec: volume.spec.clone(),
-                outer_volume_spec_name: outer.clone(),
-                volume_gid: volume.volume_gid.clone(),
-                state,
+            let results = match work.await {
+                Ok(results) => results,
+                Err(e) => jobs
+                    .iter()
+                    .map(|_| Err((SET_UP_FAILED, VolumeError::Uncertain(e.to_string()))))
+                    .collect(),
             };
-            let outcome = match result {
-                Ok(()) => {
-                    let marked = asw.mark_volume_as_mounted(opts(VolumeMountState::Mounted));
-                    if asw.mark_remount_served(&volume.pod_name, &volume.volume_name, epoch) {
-                        // A change came during this SetUp: the next pass sets it up again.
-                        Self::notify(&needs_pass);
-                    }
-                    if remount {
-                        debug!(volume = %volume.volume_name, pod = %volume.pod_name, "MountVolume.SetUp succeeded (remount)");
-                    } else {
-                        info!(volume = %volume.volume_name, pod = %volume.pod_name, "MountVolume.SetUp succeeded for volume {outer:?}");
-                    }
-                    marked.map_err(|e| e.to_string())
-                }
-                Err((prefix, err)) => {
-                    // Upstream `markVolumeErrorState` follows SetUp only: a failed step before it
-                    // (WaitForAttach, MountDevice: `markDeviceErrorState` above) never touched
-                    // the pod's mount, so its state stays as it was.
-                    match &err {
-                        _ if prefix != SET_UP_FAILED => {}
-                        VolumeError::Uncertain(_) => {
-                            // V55: only a volume not mounted becomes uncertain; an entry already
-                            // mounted is never downgraded by a failed remount.
-                            if !asw.pod_exists_in_volume(&volume.pod_name, &volume.volume_name).is_mounted() {
-                                let _ = asw.mark_volume_mount_as_uncertain(opts(VolumeMountState::Uncertain));
-                            }
-                        }
-                        VolumeError::Final(_) => {
-                            // V55: a final error forgets a failed first mount, but a reconstructed
-                            // or earlier-mounted entry keeps its state (a remount failure does not
-                            // unmount).
-                            let was = asw.pod_exists_in_volume(&volume.pod_name, &volume.volume_name);
-                            let keep = asw.is_volume_reconstructed(&volume.volume_name, &volume.pod_name)
-                                || (remount && was.is_mounted());
-                            if !keep && matches!(was, crate::cache::PodVolumeState::Uncertain { .. }) {
-                                asw.mark_volume_as_unmounted(&volume.pod_name, &volume.volume_name);
-                            }
-                        }
-                    }
-                    let message = volume_error_message(prefix, &outer, &err);
-                    warn!(pod = %volume.pod_name, "{message}");
-                    events.event(&volume.pod, EventKind::Warning, FAILED_MOUNT, &message);
-                    Err(message)
-                }
-            };
-            metrics.operation(op::VOLUME_MOUNT, &plugin_name, outcome.is_ok(), started.elapsed().as_secs_f64());
+            for (job, result) in jobs.iter().zip(results) {
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    record_mount(&asw, &*events, &needs_pass, job, result)
+                }))
+                .unwrap_or_else(|panic| {
+                    Err(format!(
+                        "operation panicked: {}",
+                        crate::operations::panic_message(&*panic)
+                    ))
+                });
+                metrics.operation(
+                    op::VOLUME_MOUNT,
+                    &job.plugin_name,
+                    outcome.is_ok(),
+                    job.started.elapsed().as_secs_f64(),
+                );
+                ops.finish(&job.key, outcome);
+            }
+            // Once for the pod's jobs, all recorded: each notice wakes every waiter.
             Self::notify(&changed);
-            outcome
-        })?;
-        Ok(handle)
+        })
     }
 
     /// V53: NewUnmounter from the plugin name and the inner spec name (no pod object needed),
@@ -401,6 +411,136 @@ impl OperationExecutor {
             result
         })?;
         Ok(handle)
+    }
+}
+
+/// A MountVolume operation started by [`OperationExecutor::start_mount`], to be run by
+/// [`OperationExecutor::run_mounts`].
+#[derive(Debug)]
+pub struct MountJob {
+    key: OperationKey,
+    volume: VolumeToMount,
+    remount: bool,
+    device_path: String,
+    plugin_name: String,
+    epoch: u64,
+    started: std::time::Instant,
+}
+
+impl MountJob {
+    /// The volume is mounted once for every pod (attachable or device-mountable): its operation
+    /// is not the pod's alone, and it runs on its own.
+    pub fn is_shared(&self) -> bool {
+        self.key.pod.is_none()
+    }
+
+    /// The pod.
+    pub fn pod_name(&self) -> &rustlet_core::UniquePodName {
+        &self.volume.pod_name
+    }
+}
+
+/// V51's blocking steps of one job: FindPluginBySpec, the device steps, NewMounter, SetUp.
+fn set_up_job(
+    plugins: &PluginManager,
+    host: &VolumeHost,
+    asw: &ActualStateOfWorld,
+    job: &MountJob,
+    dirs: &PodDirs,
+) -> Result<(), (&'static str, VolumeError)> {
+    let volume = &job.volume;
+    let plugin = plugins.find_by_spec(&volume.spec).map_err(|e| {
+        (
+            "MountVolume.FindPluginBySpec failed",
+            VolumeError::Final(e.to_string()),
+        )
+    })?;
+    if volume.plugin_is_attachable || volume.plugin_is_device_mountable {
+        mount_device_steps(asw, plugin.as_ref(), host, volume, job.device_path.clone())?;
+    }
+    let mounter = plugin
+        .new_mounter(&volume.spec, &volume.pod, host)
+        .map_err(|e| {
+            (
+                "MountVolume.NewMounter initialization failed",
+                VolumeError::Final(e.to_string()),
+            )
+        })?;
+    mounter.set_up_in(dirs).map_err(|e| (SET_UP_FAILED, e))
+}
+
+/// V51's last step and V55: records a job's outcome in the actual state, logs it and raises
+/// `FailedMount`; returns the outcome for the operation table.
+fn record_mount(
+    asw: &ActualStateOfWorld,
+    events: &dyn EventRecorder,
+    needs_pass: &watch::Sender<u64>,
+    job: &MountJob,
+    result: Result<(), (&'static str, VolumeError)>,
+) -> Result<(), String> {
+    let volume = &job.volume;
+    let outer = volume
+        .outer_volume_spec_names
+        .first()
+        .cloned()
+        .unwrap_or_default();
+    let opts = |state| MarkVolumeOpts {
+        pod_name: volume.pod_name.clone(),
+        pod_uid: PodUid::new(volume.pod.metadata.uid.clone().unwrap_or_default()),
+        volume_name: volume.volume_name.clone(),
+        spec: volume.spec.clone(),
+        outer_volume_spec_name: outer.clone(),
+        volume_gid: volume.volume_gid.clone(),
+        state,
+    };
+    match result {
+        Ok(()) => {
+            let marked = asw.mark_volume_as_mounted(opts(VolumeMountState::Mounted));
+            if asw.mark_remount_served(&volume.pod_name, &volume.volume_name, job.epoch) {
+                // A change came during this SetUp: the next pass sets it up again.
+                OperationExecutor::notify(needs_pass);
+            }
+            if job.remount {
+                debug!(volume = %volume.volume_name, pod = %volume.pod_name, "MountVolume.SetUp succeeded (remount)");
+            } else {
+                info!(volume = %volume.volume_name, pod = %volume.pod_name, "MountVolume.SetUp succeeded for volume {outer:?}");
+            }
+            marked.map_err(|e| e.to_string())
+        }
+        Err((prefix, err)) => {
+            // Upstream `markVolumeErrorState` follows SetUp only: a failed step before it
+            // (WaitForAttach, MountDevice: `markDeviceErrorState` above) never touched the
+            // pod's mount, so its state stays as it was.
+            match &err {
+                _ if prefix != SET_UP_FAILED => {}
+                VolumeError::Uncertain(_) => {
+                    // V55: only a volume not mounted becomes uncertain; an entry already
+                    // mounted is never downgraded by a failed remount.
+                    if !asw
+                        .pod_exists_in_volume(&volume.pod_name, &volume.volume_name)
+                        .is_mounted()
+                    {
+                        let _ =
+                            asw.mark_volume_mount_as_uncertain(opts(VolumeMountState::Uncertain));
+                    }
+                }
+                VolumeError::Final(_) => {
+                    // V55: a final error forgets a failed first mount, but a reconstructed or
+                    // earlier-mounted entry keeps its state (a remount failure does not
+                    // unmount).
+                    let was = asw.pod_exists_in_volume(&volume.pod_name, &volume.volume_name);
+                    let keep = asw.is_volume_reconstructed(&volume.volume_name, &volume.pod_name)
+                        || (job.remount && was.is_mounted());
+                    if !keep && matches!(was, crate::cache::PodVolumeState::Uncertain { .. }) {
+                        asw.mark_volume_as_unmounted(&volume.pod_name, &volume.volume_name);
+                    }
+                }
+            }
+            let message = volume_error_message(prefix, &outer, &err);
+            warn!(pod = %volume.pod_name, "{message}");
+            events.event(&volume.pod, EventKind::Warning, FAILED_MOUNT, &message);
+            Err(message)
+        }
     }
 }
 

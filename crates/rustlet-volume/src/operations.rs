@@ -24,6 +24,15 @@ pub const INITIAL_DURATION_BEFORE_RETRY: Duration = Duration::from_millis(500);
 /// Backoff cap: 2 min 2 s.
 pub const MAX_DURATION_BEFORE_RETRY: Duration = Duration::from_secs(122);
 
+/// The text of a caught panic.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
+
 /// (volume, pod, node); `None` is upstream's empty name, the wildcard.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OperationKey {
@@ -309,13 +318,15 @@ impl NestedPendingOperations {
     where
         F: Future<Output = Result<(), String>> + Send + 'static,
     {
+        use futures::FutureExt;
         self.start(&key, operation)?;
         let table = self.clone();
-        let inner = tokio::spawn(work);
+        // One task per operation (issue 29): the panic is caught in place instead of by a
+        // second task awaiting the first.
         Ok(tokio::spawn(async move {
-            let result = match inner.await {
+            let result = match std::panic::AssertUnwindSafe(work).catch_unwind().await {
                 Ok(result) => result,
-                Err(join) => Err(format!("operation panicked: {join}")),
+                Err(panic) => Err(format!("operation panicked: {}", panic_message(&*panic))),
             };
             table.finish(&key, result);
         }))

@@ -108,6 +108,110 @@ pub trait VolumeMounter: Send + Sync {
     fn path(&self) -> PathBuf;
     /// Makes the volume ready at [`Self::path`]. Idempotent.
     fn set_up(&self) -> Result<(), VolumeError>;
+    /// [`Self::set_up`] as one of a pod's SetUps run together, `dirs` knowing which of the
+    /// pod's directories the earlier ones made (issue 29: each made once, no probing).
+    fn set_up_in(&self, dirs: &PodDirs) -> Result<(), VolumeError> {
+        let _ = dirs;
+        self.set_up()
+    }
+}
+
+/// Whether [`PodDirs::make`] made a directory or found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Made {
+    /// This call made it (mode 0777 before the umask).
+    New,
+    /// It was there (a directory or not: the caller's checks say).
+    Existed,
+}
+
+/// The directories one blocking-pool hop of a pod's SetUps made (issue 29), so that each is
+/// made once with one `mkdir` and none is probed: the first directory asked for under
+/// `pods/<uid>` makes the pod directory; when that is new, everything under it is known to be
+/// missing and is made top-down, each component once. When the pod directory was there (a
+/// later hop, a restart), a directory is tried with one `mkdir` and its parents made only
+/// when it says they are missing. Per hop, on one thread; never shared.
+#[derive(Debug, Default)]
+pub struct PodDirs {
+    /// Directories known to be there (made by this hop, or the pod directory found).
+    made: std::cell::RefCell<Vec<PathBuf>>,
+    /// Pod directories this hop made: nothing under them existed.
+    new_pods: std::cell::RefCell<Vec<PathBuf>>,
+    /// `mkdir` calls made.
+    mkdirs: std::cell::Cell<usize>,
+}
+
+impl PodDirs {
+    /// The `mkdir` calls this hop made.
+    pub fn mkdirs(&self) -> usize {
+        self.mkdirs.get()
+    }
+
+    fn mkdir_once(&self, dir: &Path) -> std::io::Result<Made> {
+        self.mkdirs.set(self.mkdirs.get() + 1);
+        mkdir_once(dir)
+    }
+}
+
+fn mkdir_once(dir: &Path) -> std::io::Result<Made> {
+    match std::fs::DirBuilder::new().create(dir) {
+        Ok(()) => Ok(Made::New),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Made::Existed),
+        Err(e) => Err(e),
+    }
+}
+
+impl PodDirs {
+    /// `mkdir -p dir` with mode 0777 (less the umask), `pod_dir` its pod's directory
+    /// (`pods/<uid>`, an ancestor of `dir`; otherwise `dir` is made as if no hop knew it).
+    pub fn make(&self, pod_dir: &Path, dir: &Path) -> std::io::Result<Made> {
+        let Ok(below) = dir.strip_prefix(pod_dir) else {
+            return self.probe(dir);
+        };
+        if !self.made.borrow().iter().any(|d| d == pod_dir) {
+            if self.probe(pod_dir)? == Made::New {
+                self.new_pods.borrow_mut().push(pod_dir.to_owned());
+            }
+            self.made.borrow_mut().push(pod_dir.to_owned());
+        }
+        if below.as_os_str().is_empty() {
+            return Ok(Made::Existed);
+        }
+        let fresh = self.new_pods.borrow().iter().any(|d| d == pod_dir);
+        let known = |d: &Path| self.made.borrow().iter().any(|m| m == d);
+        if !fresh && !dir.parent().is_some_and(known) {
+            let made = self.probe(dir)?;
+            self.made.borrow_mut().push(dir.to_owned());
+            return Ok(made);
+        }
+        // Top-down from the pod directory, each missing component once (`EEXIST` is another
+        // hop of the same pod, running at the same time).
+        let mut path = pod_dir.to_owned();
+        let mut last = Made::Existed;
+        for component in below.components() {
+            path.push(component);
+            if known(&path) {
+                last = Made::Existed;
+                continue;
+            }
+            last = self.mkdir_once(&path)?;
+            self.made.borrow_mut().push(path.clone());
+        }
+        Ok(last)
+    }
+
+    /// One `mkdir`; its parents made (`MkdirAll`) only when it says they are missing.
+    fn probe(&self, dir: &Path) -> std::io::Result<Made> {
+        match self.mkdir_once(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(parent) = dir.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                self.mkdir_once(dir)
+            }
+            other => other,
+        }
+    }
 }
 
 /// Tears a volume down for one pod (upstream `volume.Unmounter`); works from the name alone,
@@ -396,4 +500,104 @@ pub fn escape_plugin_name(name: &str) -> String {
 /// Upstream `UnescapeQualifiedName`.
 pub fn unescape_plugin_name(name: &str) -> String {
     name.replace('~', "/")
+}
+
+#[cfg(test)]
+mod pod_dirs_tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Arc;
+
+    use rustlet_mount::fake::FakeMounter;
+
+    use super::*;
+    use crate::plugins::empty_dir::EmptyDirPlugin;
+    use crate::testing::{empty_dir, pod};
+
+    /// Issue 29: a new pod's emptyDirs (one on disk, one Memory) set up in one hop make each
+    /// directory of the layout once: the pod directory, `volumes`, `plugins`, their plugin
+    /// directories and the two volumes' directories in each, nine `mkdir`s and no other
+    /// (none meets `EEXIST` or `ENOENT`); the result is V82-V85's.
+    #[test]
+    fn a_new_pods_directories_are_each_made_once_in_one_hop() {
+        let root = tempfile::tempdir().unwrap();
+        let fake = FakeMounter::new();
+        let host = VolumeHost {
+            root_dir: root.path().to_owned(),
+            mounter: Arc::new(fake.clone()),
+            node_allocatable_memory: Some(64 << 20),
+        };
+        let memory = VolumeSpec::pod(k8s_openapi::api::core::v1::Volume {
+            name: "mem".into(),
+            empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let p = pod("uid-1");
+        let dirs = PodDirs::default();
+        // `pods/` itself is the root's, made before: only the pod's layout is counted.
+        std::fs::create_dir(root.path().join("pods")).unwrap();
+        for spec in [empty_dir("disk"), memory] {
+            let mounter = EmptyDirPlugin.new_mounter(&spec, &p, &host).unwrap();
+            mounter.set_up_in(&dirs).unwrap();
+        }
+        assert_eq!(dirs.mkdirs(), 9, "each directory made once, none probed");
+        let pod_dir = root.path().join("pods/uid-1");
+        for name in ["disk", "mem"] {
+            let dir = pod_dir.join("volumes/kubernetes.io~empty-dir").join(name);
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o777, "V84: {name}");
+            assert!(
+                pod_dir
+                    .join("plugins/kubernetes.io~empty-dir")
+                    .join(name)
+                    .join("ready")
+                    .is_file(),
+                "V83: {name}'s marker"
+            );
+        }
+        assert!(
+            fake.is_tmpfs_mount_point(&pod_dir.join("volumes/kubernetes.io~empty-dir/mem"))
+                .unwrap(),
+            "V85"
+        );
+        // A later hop of the same pod (a volume added since): one `mkdir` finds the pod
+        // directory, one makes the volume's, one its metadata directory.
+        let later = PodDirs::default();
+        let mounter = EmptyDirPlugin
+            .new_mounter(&empty_dir("later"), &p, &host)
+            .unwrap();
+        mounter.set_up_in(&later).unwrap();
+        assert_eq!(later.mkdirs(), 3);
+        // Set up again (idempotent, V83): nothing is made.
+        let again = PodDirs::default();
+        let mounter = EmptyDirPlugin
+            .new_mounter(&empty_dir("disk"), &p, &host)
+            .unwrap();
+        mounter.set_up_in(&again).unwrap();
+        assert_eq!(fake.actions().len(), 1, "the tmpfs mounted once");
+    }
+
+    /// A directory outside the pod's, or a pod directory that is there, is made as `mkdir -p`
+    /// would: its parents only when it says they are missing.
+    #[test]
+    fn outside_a_new_pod_directories_are_tried_once_then_made_with_their_parents() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = PodDirs::default();
+        let pod_dir = root.path().join("pods/uid-1");
+        std::fs::create_dir_all(pod_dir.join("volumes")).unwrap();
+        assert_eq!(
+            dirs.make(&pod_dir, &pod_dir.join("volumes/a")).unwrap(),
+            Made::New
+        );
+        assert_eq!(dirs.mkdirs(), 2, "the pod directory found, the volume made");
+        assert_eq!(
+            dirs.make(&pod_dir, &pod_dir.join("volumes/a")).unwrap(),
+            Made::Existed
+        );
+        let elsewhere = root.path().join("x/y");
+        assert_eq!(dirs.make(&pod_dir, &elsewhere).unwrap(), Made::New);
+        assert!(elsewhere.is_dir());
+    }
 }

@@ -3,7 +3,7 @@
 //! attach-wait or mount what is, then drop volumes no pod uses. After a restart, nothing is
 //! unmounted until the reconstructed volumes were checked against the node status (V74).
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -395,6 +395,10 @@ impl Reconciler {
                 !actual.is_mounted_and_current(pod, volume)
             })
         };
+        // Issue 29: a pod's per-pod mounts run together, in one task and one blocking-pool
+        // hop (a shared volume's runs alone: its WaitForAttach may take long).
+        let mut batches: Vec<Vec<crate::executor::MountJob>> = Vec::new();
+        let mut by_pod: HashMap<rustlet_core::UniquePodName, usize> = HashMap::new();
         let mut pending = pending.into_iter();
         while let Some(volume) = pending.next() {
             if !self
@@ -453,8 +457,19 @@ impl Reconciler {
             // Not started (running, backing off): the next pass looks again. Started: its end
             // brings the volume back (`take_ended`), also when a failed SetUp wrote nothing,
             // and a pass then meets its back-off and keeps it until the back-off ends.
-            match self.executor.mount_volume(&volume, remount, &device_path) {
-                Ok(_) => out.report.mounts += 1,
+            match self.executor.start_mount(&volume, remount, &device_path) {
+                Ok(job) => {
+                    out.report.mounts += 1;
+                    if job.is_shared() {
+                        self.executor.run_mounts(vec![job]);
+                    } else {
+                        let at = *by_pod.entry(job.pod_name().clone()).or_insert_with(|| {
+                            batches.push(Vec::new());
+                            batches.len() - 1
+                        });
+                        batches[at].push(job);
+                    }
+                }
                 Err(e) => {
                     if look_again(&e) {
                         out.retry.insert(volume.volume_name.clone());
@@ -462,6 +477,9 @@ impl Reconciler {
                     log_start_error("operationExecutor.MountVolume", &e);
                 }
             }
+        }
+        for jobs in batches {
+            self.executor.run_mounts(jobs);
         }
         if ready {
             // V45: volumes without pods that nobody wants and no operation touches.

@@ -33,6 +33,8 @@ pub const FAIL_ON_SETUP: &str = "fail-setup";
 /// A volume name that makes the fake SetUp end in an unknown state (upstream
 /// `TimeoutOnSetupVolumeName`).
 pub const TIMEOUT_ON_SETUP: &str = "timeout-setup";
+/// A volume name whose fake SetUp panics.
+pub const PANIC_ON_SETUP: &str = "panic-setup";
 /// A volume name whose fake TearDown fails.
 pub const FAIL_ON_TEARDOWN: &str = "fail-teardown";
 /// A volume name whose first fake SetUp (of [`FakeAttachablePlugin`]) times out and whose later
@@ -69,6 +71,10 @@ pub struct Calls {
     pub tear_down: AtomicUsize,
     /// From now on every SetUp times out (an uncertain outcome), whatever the volume's name.
     pub time_out_set_ups: std::sync::atomic::AtomicBool,
+    /// The volume name and the thread of every SetUp, in order.
+    pub set_up_threads: Mutex<Vec<(String, std::thread::ThreadId)>>,
+    /// SetUps of the volume of this name pass this gate first.
+    pub set_up_gate: Mutex<Option<(String, Arc<ThreadGate>)>>,
 }
 
 impl Calls {
@@ -95,7 +101,26 @@ impl VolumeMounter for FakeVolume {
     }
 
     fn set_up(&self) -> Result<(), VolumeError> {
+        let gate = self
+            .calls
+            .set_up_gate
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some((name, gate)) = gate
+            && name == self.name
+        {
+            gate.pass();
+        }
+        self.calls
+            .set_up_threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((self.name.clone(), std::thread::current().id()));
         self.calls.set_up.fetch_add(1, Ordering::SeqCst);
+        if self.name == PANIC_ON_SETUP {
+            panic!("fake SetUp panicked");
+        }
         if self.calls.time_out_set_ups.load(Ordering::SeqCst) {
             return Err(VolumeError::Uncertain("mount timed out: fake error".into()));
         }

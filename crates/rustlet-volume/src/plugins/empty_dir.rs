@@ -12,7 +12,8 @@ use rustlet_mount::{TmpfsOptions, UnmountMode, remove_all_one_filesystem};
 
 use crate::mounter::Mounter;
 use crate::plugin::{
-    PluginError, VolumeError, VolumeHost, VolumeMounter, VolumePlugin, VolumeUnmounter,
+    Made, PluginError, PodDirs, VolumeError, VolumeHost, VolumeMounter, VolumePlugin,
+    VolumeUnmounter,
 };
 use crate::spec::VolumeSpec;
 
@@ -198,6 +199,17 @@ impl VolumeMounter for EmptyDir {
     }
 
     fn set_up(&self) -> Result<(), VolumeError> {
+        self.set_up_in(&PodDirs::default())
+    }
+
+    fn set_up_in(&self, dirs: &PodDirs) -> Result<(), VolumeError> {
+        // Issue 29: the directory is made first. A directory this call made is new: nothing is
+        // mounted on it and its marker (if a stale one survived) says nothing, so the checks
+        // below (a `statx` of the marker and of the directory, a `statfs` and two `stat`s of
+        // the tmpfs check) are skipped; an existing one takes the checking path.
+        if self.make_dir(dirs, &self.dir)? == Made::New {
+            return self.set_up_new(dirs);
+        }
         // V83: idempotent; a Memory volume is set up again when its tmpfs is gone (reboot).
         if self.ready() && (self.medium == Medium::Default || self.is_tmpfs_mount()?) {
             return Ok(());
@@ -230,6 +242,48 @@ impl VolumeMounter for EmptyDir {
         std::fs::write(self.meta_dir.join("ready"), b"")
             .map_err(|e| fail("writing the ready marker in", &self.meta_dir, e))?;
         Ok(())
+    }
+}
+
+impl EmptyDir {
+    /// `mkdir -p` of one of this volume's directories through the hop's [`PodDirs`]; the pod
+    /// directory is the volume directory's ancestor three levels up
+    /// (`pods/<uid>/volumes/<plugin>/<name>`).
+    fn make_dir(&self, dirs: &PodDirs, dir: &Path) -> Result<Made, VolumeError> {
+        let pod_dir = self.dir.ancestors().nth(3).unwrap_or(&self.dir);
+        dirs.make(pod_dir, dir)
+            .map_err(|e| fail("creating", dir, e))
+    }
+
+    /// SetUp on a directory this call made (see [`VolumeMounter::set_up`]): V84's mode, V85's
+    /// tmpfs, V87's ownership and the marker, with no check of what cannot be there yet.
+    fn set_up_new(&self, dirs: &PodDirs) -> Result<(), VolumeError> {
+        // V84: made with 0777 less the umask; one chmod instead of a `statx` and a chmod.
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| fail("chmod", &self.dir, e))?;
+        if self.medium == Medium::Memory {
+            let options = TmpfsOptions {
+                size_bytes: self.size,
+                mode: None,
+            };
+            self.mounter
+                .tmpfs(&self.dir, options)
+                .map_err(|e| fail("mounting tmpfs on", &self.dir, e))?;
+        }
+        crate::plugin::apply_ownership(&self.dir, self.ownership)?;
+        self.make_dir(dirs, &self.meta_dir)?;
+        // The marker in one `mknod` (no open and close); one left from an earlier SetUp is
+        // as good.
+        let ready = self.meta_dir.join("ready");
+        match nix::sys::stat::mknod(
+            &ready,
+            nix::sys::stat::SFlag::S_IFREG,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            0,
+        ) {
+            Ok(()) | Err(nix::errno::Errno::EEXIST) => Ok(()),
+            Err(e) => Err(fail("writing the ready marker in", &self.meta_dir, e)),
+        }
     }
 }
 

@@ -156,6 +156,14 @@ pub fn check_host_path(path: &Path, type_: HostPathType) -> Result<(), String> {
         ));
     }
     let display = path.display();
+    if type_ == HostPathType::DirectoryOrCreate {
+        // Issue 29: the common case (missing, its parent there) in one `mkdir`, no `statx`
+        // first; an existing path is checked below, a missing parent made by `MkdirAll`.
+        use std::os::unix::fs::DirBuilderExt;
+        if std::fs::DirBuilder::new().mode(0o755).create(path).is_ok() {
+            return Ok(());
+        }
+    }
     let meta = std::fs::metadata(path);
     let mismatch = |wanted: &str, meta: &std::fs::Metadata| -> String {
         match kind_name(meta) {

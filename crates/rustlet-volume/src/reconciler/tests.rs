@@ -500,3 +500,76 @@ async fn a_pass_looks_only_at_the_volumes_written_since_the_last() {
     assert_eq!(w.reconciler.last_pass(), PassScope::Everything);
     assert_eq!(w.asw.mounted_volumes().len(), 50);
 }
+
+/// Issue 29: a pod's volumes are set up in one blocking-pool hop, one after the other, on one
+/// thread, and recorded together; while one of them hangs, another pod's volume is set up
+/// and recorded meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_pods_volumes_are_set_up_in_one_hop_and_other_pods_do_not_wait() {
+    let w = world();
+    let gate = Arc::new(crate::testing::ThreadGate::new());
+    *w.plugin.calls.set_up_gate.lock().unwrap() = Some(("a".into(), gate.clone()));
+    gate.arm();
+    // A failed assertion releases the parked SetUp (the runtime's end waits for it).
+    struct ReleaseOnDrop(Arc<crate::testing::ThreadGate>);
+    impl Drop for ReleaseOnDrop {
+        fn drop(&mut self) {
+            self.0.release();
+        }
+    }
+    let _release = ReleaseOnDrop(gate.clone());
+    let mut changed = w.executor.subscribe();
+    let a = w.add("p1", "a");
+    let b = w.add("p1", "b");
+    let other = w.add("p2", "c");
+    assert_eq!(w.reconciler.reconcile().mounts, 3);
+    assert_eq!(gate.parked().await, crate::testing::GateOutcome::Parked);
+    // p2's hop is not held by p1's (paused time: waited for with the executor's notices).
+    while !w
+        .asw
+        .pod_exists_in_volume(&UniquePodName::new("p2"), &other)
+        .is_mounted()
+    {
+        changed.changed().await.unwrap();
+    }
+    // p1's volumes come in one hop: neither is recorded while one of them hangs.
+    let p1 = UniquePodName::new("p1");
+    for volume in [&a, &b] {
+        assert!(!w.asw.pod_exists_in_volume(&p1, volume).is_mounted());
+    }
+    gate.release();
+    w.executor.operations().wait().await;
+    let threads = w.plugin.calls.set_up_threads.lock().unwrap().clone();
+    let thread_of = |volume: &str| threads.iter().find(|(n, _)| n == volume).unwrap().1;
+    assert_eq!(thread_of("a"), thread_of("b"), "one hop: {threads:?}");
+    assert_ne!(thread_of("a"), thread_of("c"), "a hop per pod: {threads:?}");
+    for volume in [&a, &b] {
+        assert!(w.asw.pod_exists_in_volume(&p1, volume).is_mounted());
+    }
+}
+
+/// Issue 29: a panicking SetUp in a pod's hop fails its own volume (uncertain, a FailedMount
+/// event, a back-off) and no other: the pod's other volume is mounted.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_set_up_fails_its_volume_alone() {
+    let w = world();
+    let panicking = w.add("p1", crate::testing::PANIC_ON_SETUP);
+    let fine = w.add("p1", "fine");
+    assert_eq!(w.pass().await.mounts, 2);
+    let p1 = UniquePodName::new("p1");
+    assert!(w.asw.pod_exists_in_volume(&p1, &fine).is_mounted());
+    assert!(matches!(
+        w.asw.pod_exists_in_volume(&p1, &panicking),
+        PodVolumeState::Uncertain { .. }
+    ));
+    let events = w.events.events();
+    assert!(
+        events
+            .iter()
+            .any(|(kind, reason, message)| *kind == EventKind::Warning
+                && reason == FAILED_MOUNT
+                && message.contains("panicked")),
+        "{events:?}"
+    );
+    assert_eq!(w.pass().await.mounts, 0, "backing off");
+}

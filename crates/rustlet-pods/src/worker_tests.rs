@@ -1276,3 +1276,34 @@ fn a_failed_poststart_hook_is_no_failed_event_with_the_hooks_output() {
     assert_eq!(start_failure_event("CreateContainerError"), Some("Failed"));
     assert_eq!(start_failure_event("RunContainerError"), Some("Failed"));
 }
+
+/// Upstream's `FileKeyRef` case of `makeEnvironmentVariables` (EnvFiles, issue 27 "MirrorPod
+/// with EnvFiles"): a variable from a file of a volume the pod has not mounted keeps the
+/// container from being made: it waits with `CreateContainerConfigError` and upstream's
+/// message, and a `Failed` event says so.
+#[tokio::test(start_paused = true)]
+async fn a_file_key_ref_to_a_volume_the_pod_lacks_is_a_create_container_config_error() {
+    let h = Harness::start(Duration::from_millis(10));
+    let mut p = pod("Always", &[], &["app"], &[]);
+    p.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(
+            serde_json::json!({"name": "CONFIG_1", "valueFrom": {"fileKeyRef":
+            {"volumeName": "config", "path": "config.env", "key": "CONFIG_1"}}}),
+        )
+        .unwrap(),
+    ]);
+    h.put(p);
+    let message = "cannot find the volume \"config\" referenced by FileKeyRef";
+    h.until("the container waits", Duration::from_secs(5), async |h| {
+        find(&h.status().container_statuses, "app").is_some_and(|s| {
+            waiting_reason(s).as_deref() == Some("CreateContainerConfigError")
+                && waiting_message(s).as_deref() == Some(message)
+        })
+    })
+    .await;
+    assert!(
+        h.runtime_status().await.instances("app").0.is_none(),
+        "never made"
+    );
+    assert_eq!(h.events("Failed"), [format!("Error: {message}")]);
+}

@@ -10,6 +10,12 @@
 //!                    └── forgotten once the pod leaves the source (its UID may come back)
 //! ```
 //!
+//! A pod added again under its UID while its worker terminates it (it left the source and came
+//! back, or a static pod's manifest was removed and written again: a new
+//! `kubernetes.io/config.seen`) is terminated, then, once FINISHED, given a new worker that
+//! starts it again (upstream `restartRequested`); its exited containers stay, so restart
+//! counts go on.
+//!
 //! [`PodLifecycles`] is the table of those states. It is built first, because the managers
 //! read it: it is the volume manager's `PodStateProvider` and the status manager's
 //! `PodDeletionSafety` (a pod could have running containers until it is terminated; an unknown
@@ -1596,10 +1602,29 @@ impl Worker {
         kind: ContainerKind,
         mounts: &[ContainerMount],
     ) -> Result<Result<(), WaitingReason>, SyncError> {
+        // Upstream `makeEnvironmentVariables`' `FileKeyRef` case (EnvFiles), before the
+        // container is made: its error is the container's `CreateContainerConfigError`.
+        let env_files = match self.shared.volumes.env_files(pod, container).await {
+            Ok(files) => files,
+            Err(err) => {
+                let message = err.to_string();
+                self.event(
+                    pod,
+                    EventKind::Warning,
+                    "Failed",
+                    &format!("Error: {message}"),
+                );
+                warn!(container = %container.name, %message, "container not started");
+                return Ok(Err(WaitingReason {
+                    reason: "CreateContainerConfigError".into(),
+                    message,
+                }));
+            }
+        };
         match self
             .shared
             .runtime
-            .start_container(pod, container, kind, mounts)
+            .start_container_with_env_files(pod, container, kind, mounts, &env_files)
             .await
         {
             Ok(()) => {}

@@ -8,7 +8,14 @@
 //! are those that mean a finished change: `IN_CLOSE_WRITE` (a writer closed the file, so a
 //! half-written manifest is not read), `IN_MOVED_TO`/`IN_MOVED_FROM` (an editor's rename),
 //! `IN_DELETE`, `IN_ATTRIB` (`touch`), and the directory itself going away.
+//!
+//! A burst also says which names were removed or renamed away in it
+//! ([`DirWatch::take_removed`]): a manifest removed and written again within one burst reads
+//! the same in the scan, and upstream's file source, which handles each event on its own, saw
+//! its pod removed and added again.
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,6 +38,10 @@ pub const SETTLE_AT_MOST: Duration = Duration::from_millis(50);
 /// agent's idle CPU.)
 pub const WATCHED_PERIOD: Duration = Duration::from_secs(20);
 
+/// The most removed names one burst remembers (a directory emptied at once: the scan sees
+/// those files gone anyway; only a name removed and written again past this is missed).
+pub const MAX_REMOVED: usize = 4096;
+
 struct Fd(Inotify);
 
 impl AsRawFd for Fd {
@@ -48,6 +59,8 @@ pub struct DirWatch {
     /// Events were drained and not yet announced: a [`DirWatch::changed`] dropped while its
     /// burst settled (another `select!` branch won) must not lose them.
     pending: bool,
+    /// The names removed or renamed away in the current burst (at most [`MAX_REMOVED`]).
+    removed: BTreeSet<OsString>,
 }
 
 impl std::fmt::Debug for DirWatch {
@@ -89,6 +102,7 @@ impl DirWatch {
             fd: None,
             unwatched_period,
             pending: false,
+            removed: BTreeSet::new(),
         };
         watch.rearm();
         watch
@@ -139,7 +153,7 @@ impl DirWatch {
 
     /// Drains the queued events; `Ok(true)` if any, `Err` when the watch ended (the directory
     /// went away, or the queue overflowed and events were lost).
-    fn drain(fd: &AsyncFd<Fd>) -> Result<bool, ()> {
+    fn drain(fd: &AsyncFd<Fd>, removed: &mut BTreeSet<OsString>) -> Result<bool, ()> {
         let mut any = false;
         loop {
             match fd.get_ref().0.read_events() {
@@ -153,6 +167,14 @@ impl DirWatch {
                                 | AddWatchFlags::IN_Q_OVERFLOW,
                         ) {
                             return Err(());
+                        }
+                        if event
+                            .mask
+                            .intersects(AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM)
+                            && removed.len() < MAX_REMOVED
+                            && let Some(name) = event.name
+                        {
+                            removed.insert(name);
                         }
                     }
                     any = true;
@@ -173,11 +195,13 @@ impl DirWatch {
             return std::future::pending().await;
         };
         if !self.pending {
+            // A new burst: what the last one removed was taken or is of no interest.
+            self.removed.clear();
             loop {
                 let Ok(mut ready) = fd.readable().await else {
                     return self.end();
                 };
-                match Self::drain(fd) {
+                match Self::drain(fd, &mut self.removed) {
                     Ok(any) => {
                         // Drained to EAGAIN: wait for the next edge.
                         ready.clear_ready();
@@ -198,7 +222,7 @@ impl DirWatch {
             else {
                 break;
             };
-            match Self::drain(fd) {
+            match Self::drain(fd, &mut self.removed) {
                 Ok(_) => ready.clear_ready(),
                 Err(()) => return self.end(),
             }
@@ -207,6 +231,12 @@ impl DirWatch {
             }
         }
         self.pending = false;
+    }
+
+    /// The names removed (`IN_DELETE`) or renamed away (`IN_MOVED_FROM`) in the burst the last
+    /// [`DirWatch::changed`] announced, whether or not they exist again; empty after a call.
+    pub fn take_removed(&mut self) -> BTreeSet<OsString> {
+        std::mem::take(&mut self.removed)
     }
 
     /// The watch ended (the directory went away, events were lost): announce it (the caller

@@ -11,7 +11,12 @@
 //!   one derived from the file, the node and the decoded pod (so an edit is a new pod and a
 //!   restart keeps it; deviation: SHA-256 where upstream hashes with MD5, so the UIDs differ
 //!   from a kubelet's). Annotations `kubernetes.io/config.hash` = the UID and
-//!   `kubernetes.io/config.source: file` (no `config.seen`, which would change every scan).
+//!   `kubernetes.io/config.source: file`, and `kubernetes.io/config.seen` (upstream's config
+//!   layer's first-seen time): the time a UID first appeared in a read, kept while every read
+//!   has it. A manifest removed and written again (its pod removed and added back, upstream:
+//!   the pod workers restart it once it terminated) gets a new one even when the removal and
+//!   the write fall in one burst of the [`DirWatch`] and the read sees the same file
+//!   ([`DirWatch::take_removed`]): the pods of the removed names leave the cache first.
 //! * [`MirrorPods`] keeps one mirror pod in the API per static pod, following the pod workers
 //!   ([`StaticPodWorkers`]) as upstream's `syncPod` and housekeeping do: a copy with
 //!   `kubernetes.io/config.mirror` = the static pod's hash and a controller owner reference to
@@ -26,7 +31,8 @@
 //!   registered, whatever its worker) is not done: a static pod's worker starts at once unless
 //!   an earlier incarnation of its manifest still runs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +58,8 @@ use crate::pod_cache::{PodCache, full_name};
 pub const CONFIG_SOURCE: &str = rustlet_core::pod::CONFIG_SOURCE_ANNOTATION;
 /// `kubernetes.io/config.hash`: a static pod's UID.
 pub const CONFIG_HASH: &str = "kubernetes.io/config.hash";
+/// `kubernetes.io/config.seen`: when the source first saw the pod.
+pub const CONFIG_SEEN: &str = rustlet_core::pod::CONFIG_SEEN_ANNOTATION;
 /// `kubernetes.io/config.mirror`: on a mirror pod, the hash of its static pod.
 pub const CONFIG_MIRROR: &str = rustlet_core::pod::CONFIG_MIRROR_ANNOTATION;
 
@@ -82,6 +90,12 @@ impl StaticPodSource {
 
     /// Reads every manifest: the pods, and the files skipped with why.
     pub fn scan(&self) -> (Vec<Pod>, Vec<ManifestError>) {
+        let (files, errors) = self.scan_files();
+        (files.into_iter().map(|(_, pod)| pod).collect(), errors)
+    }
+
+    /// [`Self::scan`] with the file each pod was read from.
+    pub fn scan_files(&self) -> (Vec<(PathBuf, Pod)>, Vec<ManifestError>) {
         let mut pods = BTreeMap::new();
         let mut errors = Vec::new();
         let entries = match std::fs::read_dir(&self.dir) {
@@ -116,7 +130,7 @@ impl StaticPodSource {
                             ));
                         }
                         std::collections::btree_map::Entry::Vacant(slot) => {
-                            slot.insert(pod);
+                            slot.insert((path, pod));
                         }
                     }
                 }
@@ -158,19 +172,22 @@ impl StaticPodSource {
         let mut watch = DirWatch::new(&self.dir, STATIC_SCAN_INTERVAL);
         let mut next = tokio::time::Instant::now();
         let mut reported: Vec<String> = Vec::new();
+        let mut seen = FirstSeen::default();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = watch.changed() => {}
                 () = tokio::time::sleep_until(next) => {}
             }
+            let removed = watch.take_removed();
             // Files of up to 10 MiB read and parsed: on the blocking pool (issue 24, item 14).
             let source = self.clone();
-            let (pods, errors) = match tokio::task::spawn_blocking(move || source.scan()).await {
-                Ok(scanned) => scanned,
-                Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-                Err(_) => return,
-            };
+            let (files, errors) =
+                match tokio::task::spawn_blocking(move || source.scan_files()).await {
+                    Ok(scanned) => scanned,
+                    Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+                    Err(_) => return,
+                };
             let now: Vec<String> = errors.iter().map(ToString::to_string).collect();
             if now != reported {
                 for error in &now {
@@ -178,10 +195,65 @@ impl StaticPodSource {
                 }
                 reported = now;
             }
-            cache.set_static_pods(pods);
+            if let Some(without) = seen.without_removed(&files, &removed) {
+                // Upstream's file source handled the removal on its own: the pod left.
+                cache.set_static_pods(without);
+            }
+            cache.set_static_pods(seen.stamp(files));
             watch.rearm();
             next = tokio::time::Instant::now() + watch.period();
         }
+    }
+}
+
+/// `kubernetes.io/config.seen` of the static pods: when each UID was first read, until a read
+/// no longer has it.
+#[derive(Debug, Default)]
+struct FirstSeen {
+    by_uid: HashMap<PodUid, String>,
+}
+
+impl FirstSeen {
+    /// The pods of one read, each with its first-seen time (now, for a UID the last read did
+    /// not have); UIDs it does not have are forgotten.
+    fn stamp(&mut self, files: Vec<(PathBuf, Pod)>) -> Vec<Pod> {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut by_uid = HashMap::with_capacity(files.len());
+        let pods = files
+            .into_iter()
+            .map(|(_, mut pod)| {
+                let uid = PodUid::of(&pod);
+                let at = self.by_uid.remove(&uid).unwrap_or_else(|| now.clone());
+                pod.metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(CONFIG_SEEN.into(), at.clone());
+                by_uid.insert(uid, at);
+                pod
+            })
+            .collect();
+        self.by_uid = by_uid;
+        pods
+    }
+
+    /// When the last burst removed (or renamed away) the file of a pod of `files`: the pods of
+    /// `files` without those, stamped (the removed ones are forgotten, so that they are seen
+    /// anew). `None` when it removed none of them.
+    fn without_removed(
+        &mut self,
+        files: &[(PathBuf, Pod)],
+        removed: &BTreeSet<OsString>,
+    ) -> Option<Vec<Pod>> {
+        let was_removed = |path: &Path| path.file_name().is_some_and(|n| removed.contains(n));
+        if !files.iter().any(|(path, _)| was_removed(path)) {
+            return None;
+        }
+        let kept = files
+            .iter()
+            .filter(|(path, _)| !was_removed(path))
+            .cloned()
+            .collect();
+        Some(self.stamp(kept))
     }
 }
 
@@ -530,6 +602,58 @@ spec:
             Some(uid.as_str()),
             "an edit is a new pod"
         );
+    }
+
+    /// Upstream's file source handles the removal and the new write of a manifest as two
+    /// events: its config layer removes the pod and adds it back with a new first-seen time
+    /// (`kubernetes.io/config.seen`), and the pod workers restart it. Here both fall in one
+    /// burst, and the read finds the same file (the same UID).
+    #[tokio::test]
+    async fn a_manifest_removed_and_written_again_is_seen_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("proxy.yaml");
+        std::fs::write(&path, PROXY).unwrap();
+        let cache = Arc::new(PodCache::with_static_source());
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(
+            StaticPodSource::new(dir.path(), "node-a").run(cache.clone(), cancel.clone()),
+        );
+        let seen = |cache: &PodCache| {
+            cache
+                .static_pods()
+                .first()
+                .and_then(|p| annotation(p, CONFIG_SEEN).map(str::to_owned))
+        };
+        let mut changes = cache.subscribe();
+        let first = loop {
+            if let Some(first) = seen(&cache) {
+                break first;
+            }
+            tokio::time::timeout(Duration::from_secs(10), changes.changed())
+                .await
+                .expect("read")
+                .unwrap();
+        };
+        let uid = cache.static_pods()[0].metadata.uid.clone();
+        // A touch is no removal: the pod keeps its first-seen time.
+        std::fs::write(&path, PROXY).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(seen(&cache).as_deref(), Some(first.as_str()));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, PROXY).unwrap();
+        let again = loop {
+            match seen(&cache) {
+                Some(again) if again != first => break again,
+                _ => tokio::time::timeout(Duration::from_secs(10), changes.changed())
+                    .await
+                    .expect("seen anew")
+                    .unwrap(),
+            }
+        };
+        assert!(again > first, "{again} after {first}");
+        assert_eq!(cache.static_pods()[0].metadata.uid, uid, "the same pod");
+        cancel.cancel();
+        task.await.unwrap();
     }
 
     #[test]

@@ -11,6 +11,10 @@ use crate::features::FeatureGates;
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// Annotation present on mirror pods; upstream `ConfigMirrorAnnotationKey`.
 pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// When the pod's source first saw it (since it last left that source); upstream
+/// `ConfigFirstSeenAnnotationKey`. A pod whose UID is seen again with another value was
+/// removed from its source and added back.
+pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
 /// The config source of pods that came from the API server; upstream `ApiserverSource`.
 pub const API_SERVER_SOURCE: &str = "api";
 

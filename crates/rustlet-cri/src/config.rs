@@ -11,6 +11,7 @@ use std::sync::Arc;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use rustlet_pods::runtime::ContainerKind;
+use rustlet_volume::env_files::{EnvFiles, FileKey};
 use rustlet_volume::plugins::downward::{NodeAllocatable, resource_field_value};
 use rustlet_volume::subpath::{ContainerMount, MountPropagation};
 
@@ -634,6 +635,9 @@ pub struct EnvSources {
     /// The node's allocatable CPU and memory (upstream: `MergeContainerResourceLimits` with
     /// the container manager's node allocatable).
     pub allocatable: NodeAllocatable,
+    /// The values of the container's `fileKeyRef` variables (EnvFiles), read from the pod's
+    /// volumes by the volume manager; an optional key that was absent has none.
+    pub files: EnvFiles,
 }
 
 /// upstream: `masterServices`: the `default` namespace's Services every pod gets variables of.
@@ -857,6 +861,20 @@ pub fn container_env(
                             return Err(missing(format!(
                                 "couldn't find key {} in Secret {namespace}/{}",
                                 r.key, r.name
+                            )));
+                        }
+                    }
+                } else if let Some(r) = &from.file_key_ref {
+                    // upstream: the `FileKeyRef` case, resolved before the container is made
+                    // (`rustlet_volume::env_files`): an absent value is an optional key the
+                    // file did not have.
+                    match sources.files.get(&FileKey::of(r)) {
+                        Some(v) => v.clone(),
+                        None if r.optional == Some(true) => continue,
+                        None => {
+                            return Err(missing(format!(
+                                "environment variable key {:?} not found in file {:?}",
+                                r.key, r.path
                             )));
                         }
                     }
@@ -2057,6 +2075,59 @@ mod tests {
         assert!(
             err.to_string()
                 .contains("couldn't find key zz in ConfigMap ns1/cm"),
+            "{err}"
+        );
+    }
+
+    /// Upstream "MirrorPod with EnvFiles ... should be able to consume variables from a file"
+    /// (the `FileKeyRef` case of `makeEnvironmentVariables`): the values read from the
+    /// volume's file are the variables' values as they are (never `$(VAR)`-expanded), an
+    /// optional key the file lacks is no variable, and a later `$(VAR)` sees them.
+    #[test]
+    fn env_file_key_refs_are_the_values_read_from_the_volume() {
+        let container: Container = serde_json::from_value(serde_json::json!({
+            "name": "use-envfile",
+            "env": [
+                {"name": "CONFIG_1", "valueFrom": {"fileKeyRef":
+                    {"volumeName": "config", "path": "config.env", "key": "CONFIG_1"}}},
+                {"name": "RAW", "valueFrom": {"fileKeyRef":
+                    {"volumeName": "config", "path": "config.env", "key": "RAW"}}},
+                {"name": "OPT", "valueFrom": {"fileKeyRef":
+                    {"volumeName": "config", "path": "config.env", "key": "OPT", "optional": true}}},
+                {"name": "BOTH", "value": "$(CONFIG_1)+$(OPT)"}
+            ]
+        }))
+        .unwrap();
+        let key = |k: &str| FileKey {
+            volume: "config".into(),
+            path: "config.env".into(),
+            key: k.into(),
+        };
+        let sources = EnvSources {
+            files: [
+                (key("CONFIG_1"), "value1".to_owned()),
+                (key("RAW"), "$(CONFIG_1)".to_owned()),
+            ]
+            .into(),
+            ..EnvSources::default()
+        };
+        let addresses = PodAddresses {
+            pod_ip: "",
+            host_ip: "",
+        };
+        let env = container_env(&pod(false), &container, addresses, &sources)
+            .unwrap()
+            .vars;
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("CONFIG_1"), Some("value1"));
+        assert_eq!(get("RAW"), Some("$(CONFIG_1)"), "not expanded");
+        assert_eq!(get("OPT"), None);
+        assert_eq!(get("BOTH"), Some("value1+$(OPT)"));
+        let err =
+            container_env(&pod(false), &container, addresses, &EnvSources::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("environment variable key \"CONFIG_1\" not found"),
             "{err}"
         );
     }

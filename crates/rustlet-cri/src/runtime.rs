@@ -36,6 +36,7 @@ use rustlet_pods::runtime::{
     PodUsage, RunningContainerLog, Runtime, RuntimeError, RuntimePodStatus, Sandbox, Streams,
     full_name,
 };
+use rustlet_volume::env_files::EnvFiles;
 use rustlet_volume::events::{EventKind, EventRecorder};
 use rustlet_volume::objects::VolumeObjects;
 use rustlet_volume::plugins::downward::NodeAllocatable;
@@ -1422,6 +1423,18 @@ impl Runtime for CriRuntime {
         kind: ContainerKind,
         mounts: &[ContainerMount],
     ) -> Result<(), RuntimeError> {
+        self.start_container_with_env_files(pod, container, kind, mounts, &EnvFiles::new())
+            .await
+    }
+
+    async fn start_container_with_env_files(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        mounts: &[ContainerMount],
+        env_files: &EnvFiles,
+    ) -> Result<(), RuntimeError> {
         let uid = PodUid::of(pod);
         let (sandbox, attempt, never_started) = {
             let state = self.state();
@@ -1527,7 +1540,8 @@ impl Runtime for CriRuntime {
             Ok(image) => ImageUser::of(image.as_ref()),
             Err(e) => return Err(config_error(e.to_string())),
         };
-        let sources = self.env_sources(pod, container).await?;
+        let mut sources = self.env_sources(pod, container).await?;
+        sources.files = env_files.clone();
         let env = container_env(
             pod,
             container,

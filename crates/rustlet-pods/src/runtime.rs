@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::PodUid;
 use rustlet_core::node_status::{NETWORK_READY, RUNTIME_READY, RuntimeCondition};
+use rustlet_volume::env_files::EnvFiles;
 use rustlet_volume::subpath::ContainerMount;
 use tokio::time::Instant;
 
@@ -493,6 +494,22 @@ pub trait Runtime: Send + Sync {
         kind: ContainerKind,
         mounts: &[ContainerMount],
     ) -> Result<(), RuntimeError>;
+
+    /// [`Runtime::start_container`] with the values of the container's `fileKeyRef`
+    /// variables (EnvFiles), read from the pod's volumes by the volume manager
+    /// (`VolumeManager::env_files`) before the container is made; the pod workers call this.
+    /// Default: a runtime that makes no environment ignores them.
+    async fn start_container_with_env_files(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        mounts: &[ContainerMount],
+        env_files: &EnvFiles,
+    ) -> Result<(), RuntimeError> {
+        let _ = env_files;
+        self.start_container(pod, container, kind, mounts).await
+    }
 
     /// What runs for this pod now.
     async fn pod_status(&self, uid: &PodUid) -> RuntimePodStatus;

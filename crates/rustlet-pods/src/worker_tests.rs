@@ -712,6 +712,97 @@ async fn w9_an_edited_static_pod_starts_only_after_its_old_incarnation_terminate
     );
 }
 
+/// A static pod under `uid` first seen by its source at `seen` (`kubernetes.io/config.seen`).
+fn static_pod_seen(uid: &str, seen: &str) -> Pod {
+    let mut pod = static_pod(uid, "etcd:1");
+    pod.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("kubernetes.io/config.seen".into(), seen.into());
+    pod
+}
+
+/// The `etcd` container of `uid` runs its `attempt`th instance (0: the first), and the status
+/// says it restarted that many times.
+async fn runs_attempt(h: &Harness, uid: &PodUid, attempt: i32) -> bool {
+    let runtime = h.runtime.pod_status(uid).await;
+    let runs = runtime
+        .instances("etcd")
+        .0
+        .is_some_and(|c| c.attempt == attempt && matches!(c.state, InstanceState::Running { .. }));
+    let status = h.status.get_pod_status(uid).unwrap_or_default();
+    runs && find(&status.container_statuses, "etcd")
+        .is_some_and(|s| s.restart_count == attempt && running(s))
+}
+
+/// Issue 27, upstream "MirrorPod when recreating a static pod should successfully recreate
+/// when file is removed and recreated" (pod workers' `restartRequested`): a static pod
+/// removed from its source and added back under its UID while its worker terminates it (here
+/// both at once: only its first-seen time tells) is stopped, then started again once it
+/// terminated, its restart count going on from the old containers (1).
+#[tokio::test(start_paused = true)]
+async fn a_static_pod_removed_and_added_back_at_once_restarts_once_terminated() {
+    let h = Harness::start_with(SimulatedConfig {
+        stop_delay: Duration::from_secs(5),
+        ..SimulatedConfig::default()
+    });
+    let uid = PodUid::new("uid-s");
+    h.put(static_pod_seen("uid-s", "2026-12-04T22:00:00Z"));
+    h.until("it runs", Duration::from_secs(5), async |h| {
+        runs_attempt(h, &uid, 0).await
+    })
+    .await;
+    h.put(static_pod_seen("uid-s", "2026-12-04T22:01:00Z"));
+    h.until("it is being stopped", Duration::from_secs(5), async |h| {
+        h.lifecycles.get(&uid) >= Some(crate::workers::Lifecycle::Terminating)
+    })
+    .await;
+    h.until("it runs again", Duration::from_secs(60), async |h| {
+        runs_attempt(h, &uid, 1).await
+    })
+    .await;
+    assert_eq!(
+        h.lifecycles.get(&uid),
+        Some(crate::workers::Lifecycle::Syncing)
+    );
+    assert!(
+        h.lifecycles.is_static_pod_syncing(&uid),
+        "its mirror follows it"
+    );
+    // Once: nothing restarts it again.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(runs_attempt(&h, &uid, 1).await, "{:#?}", h.status());
+}
+
+/// Upstream `restartRequested` when the source's removal and addition come one after the
+/// other: the pod left the source (its worker terminates it) and is back under its UID before
+/// it terminated: it is restarted once it terminated, not left finished.
+#[tokio::test(start_paused = true)]
+async fn a_pod_back_in_the_source_while_it_terminates_restarts_once_terminated() {
+    let h = Harness::start_with(SimulatedConfig {
+        stop_delay: Duration::from_secs(5),
+        ..SimulatedConfig::default()
+    });
+    let uid = PodUid::new("uid-s");
+    let pod = static_pod("uid-s", "etcd:1");
+    h.put(pod.clone());
+    h.until("it runs", Duration::from_secs(5), async |h| {
+        runs_attempt(h, &uid, 0).await
+    })
+    .await;
+    h.pods.remove("uid-s");
+    h.changes.send_modify(|n| *n += 1);
+    h.until("it is being stopped", Duration::from_secs(5), async |h| {
+        h.lifecycles.get(&uid) >= Some(crate::workers::Lifecycle::Terminating)
+    })
+    .await;
+    h.put(pod);
+    h.until("it runs again", Duration::from_secs(60), async |h| {
+        runs_attempt(h, &uid, 1).await
+    })
+    .await;
+}
+
 /// W9: a static pod whose earlier incarnation still runs and that is deleted while it waits
 /// is never started.
 #[tokio::test(start_paused = true)]
@@ -1263,4 +1354,35 @@ fn a_failed_poststart_hook_is_no_failed_event_with_the_hooks_output() {
     assert_eq!(start_failure_event("ErrImagePull"), Some("Failed"));
     assert_eq!(start_failure_event("CreateContainerError"), Some("Failed"));
     assert_eq!(start_failure_event("RunContainerError"), Some("Failed"));
+}
+
+/// Upstream's `FileKeyRef` case of `makeEnvironmentVariables` (EnvFiles, issue 27 "MirrorPod
+/// with EnvFiles"): a variable from a file of a volume the pod has not mounted keeps the
+/// container from being made: it waits with `CreateContainerConfigError` and upstream's
+/// message, and a `Failed` event says so.
+#[tokio::test(start_paused = true)]
+async fn a_file_key_ref_to_a_volume_the_pod_lacks_is_a_create_container_config_error() {
+    let h = Harness::start(Duration::from_millis(10));
+    let mut p = pod("Always", &[], &["app"], &[]);
+    p.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(
+            serde_json::json!({"name": "CONFIG_1", "valueFrom": {"fileKeyRef":
+            {"volumeName": "config", "path": "config.env", "key": "CONFIG_1"}}}),
+        )
+        .unwrap(),
+    ]);
+    h.put(p);
+    let message = "cannot find the volume \"config\" referenced by FileKeyRef";
+    h.until("the container waits", Duration::from_secs(5), async |h| {
+        find(&h.status().container_statuses, "app").is_some_and(|s| {
+            waiting_reason(s).as_deref() == Some("CreateContainerConfigError")
+                && waiting_message(s).as_deref() == Some(message)
+        })
+    })
+    .await;
+    assert!(
+        h.runtime_status().await.instances("app").0.is_none(),
+        "never made"
+    );
+    assert_eq!(h.events("Failed"), [format!("Error: {message}")]);
 }

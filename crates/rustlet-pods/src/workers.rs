@@ -10,6 +10,12 @@
 //!                    └── forgotten once the pod leaves the source (its UID may come back)
 //! ```
 //!
+//! A pod added again under its UID while its worker terminates it (it left the source and came
+//! back, or a static pod's manifest was removed and written again: a new
+//! `kubernetes.io/config.seen`) is terminated, then, once FINISHED, given a new worker that
+//! starts it again (upstream `restartRequested`); its exited containers stay, so restart
+//! counts go on.
+//!
 //! [`PodLifecycles`] is the table of those states. It is built first, because the managers
 //! read it: it is the volume manager's `PodStateProvider` and the status manager's
 //! `PodDeletionSafety` (a pod could have running containers until it is terminated; an unknown
@@ -25,7 +31,9 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use rustlet_core::deletion::PodDeletionSafety;
 use rustlet_core::generate::need_to_reconcile_pod_readiness;
-use rustlet_core::pod::{PodPhase, condition_type, is_restartable_init_container, is_static_pod};
+use rustlet_core::pod::{
+    CONFIG_SEEN_ANNOTATION, PodPhase, condition_type, is_restartable_init_container, is_static_pod,
+};
 use rustlet_core::{ChangeLog, FeatureGates, PodChanges, PodUid};
 use rustlet_status::StatusManager;
 use rustlet_volume::events::{EventKind, EventRecorder, FAILED_MOUNT};
@@ -462,6 +470,52 @@ impl PodWorkers {
         Admission::Rejected
     }
 
+    /// Upstream `SyncKnownPods` (`removeTerminatedWorker` of a pod with `restartRequested`)
+    /// and `HandlePodCleanups` (which restarts a desired pod no worker knows): a pod of
+    /// `restarts` whose worker finished loses its worker and lifecycle, and the next pass
+    /// starts a new worker if the source still has it. Its exited containers stay (the
+    /// restart counts go on from them). A pod whose status is terminal stays finished
+    /// (upstream's active pods leave it out).
+    fn restart_finished(
+        &self,
+        restarts: &mut HashSet<PodUid>,
+        workers: &mut HashMap<PodUid, watch::Sender<PodSlot>>,
+        known: &mut HashSet<PodUid>,
+    ) {
+        restarts.retain(|uid| match self.shared.lifecycles.get(uid) {
+            Some(Lifecycle::Finished) => {
+                let terminal = self
+                    .shared
+                    .status
+                    .get_pod_status(uid)
+                    .is_some_and(|s| PodPhase::of(&s).is_terminal());
+                if terminal {
+                    if let (Some(tx), Some(pod)) = (workers.get(uid), self.shared.pods.pod(uid)) {
+                        tx.send_if_modified(|current| {
+                            *current = PodSlot {
+                                pod,
+                                in_source: true,
+                            };
+                            false
+                        });
+                    }
+                    return false;
+                }
+                info!(%uid, "pod terminated and was added again with the same UID: restarting it");
+                workers.remove(uid);
+                known.remove(uid);
+                self.shared.static_turns().retain(|_, turns| {
+                    turns.retain(|u| u != uid);
+                    !turns.is_empty()
+                });
+                self.shared.lifecycles.forget(uid);
+                false
+            }
+            Some(_) => true,
+            None => false,
+        });
+    }
+
     fn is_new_incarnation(&self, uid: &PodUid, pod: &Pod) -> bool {
         self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished)
             && pod.metadata.deletion_timestamp.is_none()
@@ -478,10 +532,17 @@ impl PodWorkers {
         let mut known: HashSet<PodUid> = HashSet::new();
         // UIDs whose finished incarnation was just replaced (filled and drained in one pass).
         let mut successors: HashSet<PodUid> = HashSet::new();
+        // Upstream `restartRequested`: pods added again under their UID while their worker
+        // terminates them (back in the source after leaving it, or removed and added back in
+        // one go: a new `kubernetes.io/config.seen`). Restarted once their worker finished.
+        let mut restarts: HashSet<PodUid> = HashSet::new();
         let mut runtime_events = self.shared.runtime.changes();
         let mut tick = tokio::time::interval(self.shared.config.housekeeping_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            if !restarts.is_empty() {
+                self.restart_finished(&mut restarts, &mut workers, &mut known);
+            }
             let pods = self.shared.pods.pods();
             // Borrowed UIDs, and nothing more for a pod its worker already has in this very
             // version: a storm changes the source thousands of times, each pass is O(pods).
@@ -506,6 +567,18 @@ impl PodWorkers {
                     successors.insert(uid.clone());
                 }
                 match workers.get(&uid) {
+                    Some(tx) if added_again(&tx.borrow(), pod) => {
+                        // Upstream `UpdatePod` with `SyncPodCreate` for a pod whose
+                        // termination was requested: it terminates, then restarts.
+                        if restarts.insert(uid.clone()) {
+                            info!(%uid, "pod added again with the UID of one being terminated: restarting it once it terminated");
+                        }
+                        if tx.send_if_modified(|current| {
+                            std::mem::replace(&mut current.in_source, false)
+                        }) {
+                            volumes_changed = true;
+                        }
+                    }
                     Some(tx) => {
                         // Only what a worker acts on wakes it: not the status writes this agent
                         // makes itself (each comes back through the watch).
@@ -650,6 +723,21 @@ impl PodWorkers {
             }
         }
     }
+}
+
+/// Whether `pod`, in the source, was added again under the UID of the worker's `slot`: the
+/// worker saw it leave the source, or the source removed it and added it back at once (a new
+/// first-seen time).
+fn added_again(slot: &PodSlot, pod: &Pod) -> bool {
+    let seen = |pod: &Pod| {
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONFIG_SEEN_ANNOTATION))
+            .cloned()
+    };
+    !slot.in_source
+        || matches!((seen(&slot.pod), seen(pod)), (Some(before), Some(now)) if before != now)
 }
 
 /// Whether a new copy of a pod is worth a worker's pass: anything but the status and the
@@ -1532,10 +1620,29 @@ impl Worker {
         kind: ContainerKind,
         mounts: &[ContainerMount],
     ) -> Result<Result<(), WaitingReason>, SyncError> {
+        // Upstream `makeEnvironmentVariables`' `FileKeyRef` case (EnvFiles), before the
+        // container is made: its error is the container's `CreateContainerConfigError`.
+        let env_files = match self.shared.volumes.env_files(pod, container).await {
+            Ok(files) => files,
+            Err(err) => {
+                let message = err.to_string();
+                self.event(
+                    pod,
+                    EventKind::Warning,
+                    "Failed",
+                    &format!("Error: {message}"),
+                );
+                warn!(container = %container.name, %message, "container not started");
+                return Ok(Err(WaitingReason {
+                    reason: "CreateContainerConfigError".into(),
+                    message,
+                }));
+            }
+        };
         match self
             .shared
             .runtime
-            .start_container(pod, container, kind, mounts)
+            .start_container_with_env_files(pod, container, kind, mounts, &env_files)
             .await
         {
             Ok(()) => {}

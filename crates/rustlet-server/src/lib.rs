@@ -15,9 +15,10 @@
 //! * [`logs`]: the `/containerLogs` query, the CRI container-log reader (tail, since, limit,
 //!   timestamps, stream, follow) and the container log manager's rotation.
 //! * [`routes`]: the axum router (`/healthz`, `/pods`, `/configz`, `/containerLogs`, `/exec`,
-//!   `/attach`, `/portForward`, `/stats/summary`, `/metrics/resource`, `/metrics/probes`) over [`routes::NodeApi`], which the binary implements.
+//!   `/attach`, `/portForward`, `/stats/summary`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`) over [`routes::NodeApi`], which the binary implements.
 //! * [`stats`]: the `/stats/summary` document and the node's figures from the cgroup tree.
-//! * [`metrics`]: `/metrics/resource` and `/metrics/probes` in the Prometheus text format.
+//! * [`metrics`]: `/metrics/resource`, `/metrics/cadvisor` and `/metrics/probes` in the
+//!   Prometheus text format.
 //! * [`streaming`]: the upgrade proxy of exec, attach and port-forward to the runtime's stream
 //!   server.
 //!

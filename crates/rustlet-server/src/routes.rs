@@ -1,6 +1,6 @@
 //! The kubelet server's routes (upstream: `pkg/kubelet/server/server.go`): `/healthz`, `/pods`,
 //! `/configz`, `/containerLogs`, `/exec`, `/attach`, `/portForward`, `/run`, `/stats/summary`,
-//! `/metrics/resource`, `/metrics/probes`, over a [`NodeApi`] the binary implements (the pod
+//! `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, over a [`NodeApi`] the binary implements (the pod
 //! manager, the status manager and the CRI live there). [`stats_router`] is the part the
 //! read-only port serves too.
 //!
@@ -137,6 +137,14 @@ pub trait NodeApi: Send + Sync {
         ))
     }
 
+    /// `/metrics/cadvisor`'s body (upstream: the kubelet's cAdvisor registry), in the
+    /// Prometheus text format ([`crate::metrics::cadvisor`]). Default: unsupported.
+    async fn cadvisor_metrics(&self) -> Result<String, NodeApiError> {
+        Err(NodeApiError::Unsupported(
+            "this node has no stats provider".to_owned(),
+        ))
+    }
+
     /// The agent's own metrics in the OpenMetrics text format (upstream: `/metrics`, the
     /// kubelet's registry). Default: none (404).
     fn metrics_text(&self) -> Option<String> {
@@ -192,12 +200,14 @@ pub fn router(api: Arc<dyn NodeApi>, proxy: ProxyConfig) -> Router {
         .with_state(Server { api, proxy })
 }
 
-/// `/stats/summary`, `/metrics/resource` and `/metrics/probes` over `api`: the routes the
+/// `/stats/summary`, `/metrics/resource`, `/metrics/cadvisor` and `/metrics/probes` over
+/// `api`: the routes the
 /// read-only port serves beside the secure port's.
 pub fn stats_router<S>(api: Arc<dyn NodeApi>) -> Router<S> {
     Router::new()
         .route("/stats/summary", get(stats_summary))
         .route("/metrics/resource", get(metrics_resource))
+        .route("/metrics/cadvisor", get(metrics_cadvisor))
         .route("/metrics/probes", get(metrics_probes))
         .with_state(api)
 }
@@ -308,6 +318,18 @@ async fn metrics_resource(State(api): State<Arc<dyn NodeApi>>) -> Response<Body>
         tracing::warn!(%error, "getting the summary for /metrics/resource");
     }
     prometheus_text(resource_metrics(summary.as_ref()))
+}
+
+/// upstream: the `/metrics/cadvisor` handler over the cAdvisor registry; an error is a 500
+/// with its text.
+async fn metrics_cadvisor(State(api): State<Arc<dyn NodeApi>>) -> Response<Body> {
+    match api.cadvisor_metrics().await {
+        Ok(body) => prometheus_text(body),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Internal Error: {e}"),
+        ),
+    }
 }
 
 /// upstream: the `/metrics/probes` handler over the prober's registry.

@@ -45,10 +45,12 @@
 //! configMap) and local PersistentVolumes reached through their claims ([`claims`],
 //! [`plugins::local`]). [`subpath`] prepares containers' subPaths safely; fsGroup ownership
 //! comes from `rustlet_mount::ownership`. [`usage`] measures a mounted volume for
-//! `/stats/summary`.
+//! `/stats/summary`. [`env_files`] reads containers' `fileKeyRef` variables from the mounted
+//! volumes.
 
 pub mod cache;
 pub mod claims;
+pub mod env_files;
 pub mod events;
 pub mod executor;
 pub mod manager;

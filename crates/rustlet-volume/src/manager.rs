@@ -659,6 +659,30 @@ impl VolumeManager {
         }
     }
 
+    /// Upstream's `FileKeyRef` case of `makeEnvironmentVariables` (EnvFiles): the values of
+    /// `container`'s `fileKeyRef` variables, read from the pod's mounted volumes (see
+    /// [`crate::env_files`]). A runtime's environment takes them as they are. The reads run on
+    /// the blocking pool.
+    pub async fn env_files(
+        &self,
+        pod: &Pod,
+        container: &k8s_openapi::api::core::v1::Container,
+    ) -> Result<crate::env_files::EnvFiles, crate::env_files::EnvFileError> {
+        let selectors = crate::env_files::selectors(container);
+        if selectors.is_empty() {
+            return Ok(crate::env_files::EnvFiles::new());
+        }
+        let volumes = self.get_mounted_volumes_for_pod(&pod_name_of(pod));
+        let work = tokio::task::spawn_blocking(move || {
+            crate::env_files::resolve(&selectors, |name| volumes.get(name).map(|v| v.path.clone()))
+        });
+        match work.await {
+            Ok(result) => result,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => Ok(crate::env_files::EnvFiles::new()),
+        }
+    }
+
     /// V11: the GIDs of the pod's mounted volumes (`pv.beta.kubernetes.io/gid`) that the pod
     /// does not already list in `securityContext.supplementalGroups`; unparsable values skipped.
     pub fn get_extra_supplemental_groups_for_pod(&self, pod: &Pod) -> Vec<i64> {

@@ -264,6 +264,10 @@ impl NodeApi for NodeServer {
             .map_err(NodeApiError::Runtime)
     }
 
+    async fn cadvisor_metrics(&self) -> Result<String, NodeApiError> {
+        self.stats.cadvisor().await.map_err(NodeApiError::Runtime)
+    }
+
     fn metrics_text(&self) -> Option<String> {
         self.metrics.render().ok()
     }

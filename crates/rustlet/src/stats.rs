@@ -33,6 +33,9 @@ use rustlet_pods::Runtime;
 use rustlet_pods::runtime::{
     ContainerUsage, CpuUsage, FsUsage, MemoryUsage, PodUsage, RuntimeError,
 };
+use rustlet_server::metrics::cadvisor::{
+    CadvisorContainer, Machine as CadvisorMachine, RootFigures, RootFs, cadvisor_metrics,
+};
 use rustlet_server::stats::cgroup::{
     CgroupPaths, CgroupSample, CpuRates, CpuReading, NodeReader, Pressures, StatsRoots,
 };
@@ -178,6 +181,8 @@ pub struct StatsProvider {
     node: NodeReader,
     rates: CpuRates,
     machine: HostMachine,
+    /// The agent's root directory (the root container's filesystem in `/metrics/cadvisor`).
+    root_dir: PathBuf,
     runtime: Arc<dyn Runtime>,
     pods: Arc<PodCache>,
     volumes: Arc<VolumeManager>,
@@ -272,6 +277,7 @@ impl StatsProvider {
     pub fn new(deps: StatsDeps) -> Self {
         Self {
             machine: HostMachine::new(&deps.root_dir),
+            root_dir: deps.root_dir,
             node_name: deps.node_name,
             system: deps.system_cgroups,
             started_at: deps.started_at,
@@ -382,6 +388,90 @@ impl StatsProvider {
             }
         }
         out
+    }
+
+    /// `/metrics/cadvisor` (upstream: the kubelet's cAdvisor registry): each running
+    /// container's cgroup as cAdvisor reads it, its writable layer, and the machine's figures.
+    pub async fn cadvisor(&self) -> Result<String, String> {
+        let now = now();
+        let usage = match self.runtime.pod_usage().await {
+            Ok(pods) => pods,
+            // The simulated runtime runs no processes: no container series.
+            Err(RuntimeError::Unsupported { .. }) => Vec::new(),
+            Err(e) => return Err(format!("failed to list pod stats: {e}")),
+        };
+        let images: HashMap<(PodUid, String), String> = usage
+            .iter()
+            .filter_map(|pod| {
+                let spec = rustlet_volume::populator::PodSource::pod(&*self.pods, &pod.uid)?;
+                Some(
+                    spec.spec
+                        .iter()
+                        .flat_map(|s| s.containers.iter())
+                        .map(|c| {
+                            (
+                                (pod.uid.clone(), c.name.clone()),
+                                c.image.clone().unwrap_or_default(),
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .flatten()
+            .collect();
+        let reader = self.node.clone();
+        let machine = self.machine.figures();
+        let root_dir = self.root_dir.display().to_string();
+        let root_fs = machine.root_fs;
+        let (containers, root) = tokio::task::spawn_blocking(move || {
+            let root = RootFigures {
+                network: reader.net_devices(std::process::id()),
+                disks: reader.disk_stats(),
+                fs: root_fs.map(|fs| RootFs {
+                    device: root_dir,
+                    capacity_bytes: fs.capacity_bytes,
+                    used_bytes: fs.capacity_bytes.saturating_sub(fs.available_bytes),
+                    inodes: fs.inodes,
+                    inodes_free: fs.inodes_free,
+                }),
+            };
+            let found = reader.workload_cgroups();
+            let mut out = Vec::new();
+            for pod in &usage {
+                for c in &pod.containers {
+                    let Some(cgroup) = found.get(raw_id(&c.id)) else {
+                        continue;
+                    };
+                    match reader.read_cadvisor(cgroup) {
+                        Ok(sample) => out.push(CadvisorContainer {
+                            namespace: pod.namespace.clone(),
+                            pod: pod.name.clone(),
+                            container: c.name.clone(),
+                            cgroup: cgroup.clone(),
+                            name: raw_id(&c.id).to_owned(),
+                            image: images
+                                .get(&(pod.uid.clone(), c.name.clone()))
+                                .cloned()
+                                .unwrap_or_default(),
+                            created: Some(c.created_at),
+                            sample,
+                            fs_usage_bytes: c.writable_layer.as_ref().and_then(|l| l.used_bytes),
+                        }),
+                        Err(error) => {
+                            tracing::debug!(%error, %cgroup, "a container's cgroup for /metrics/cadvisor");
+                        }
+                    }
+                }
+            }
+            (out, root)
+        })
+        .await
+        .map_err(|e| format!("reading the containers' cgroups: {e}"))?;
+        let machine = CadvisorMachine {
+            cpu_cores: u64::from(machine.cpus),
+            memory_bytes: machine.memory_bytes,
+        };
+        Ok(cadvisor_metrics(&containers, &root, Some(machine), now))
     }
 
     /// upstream: `SummaryProvider.Get` (`only_cpu_and_memory`: `GetCPUAndMemoryStats`).

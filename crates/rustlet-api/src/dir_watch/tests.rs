@@ -121,3 +121,21 @@ async fn a_change_drained_by_a_dropped_call_is_announced_by_the_next() {
         "and only once"
     );
 }
+
+/// Upstream's file source handles the removal and the new write of a manifest as two events
+/// (its pod removed, then added): a burst that holds both still says the name was removed.
+#[tokio::test(start_paused = true)]
+async fn a_manifest_removed_and_written_again_in_one_burst_is_reported_removed() {
+    let (dir, mut watch) = watched();
+    let path = dir.path().join("a.yaml");
+    std::fs::write(&path, "kind: Pod").unwrap();
+    timeout(LONG, watch.changed()).await.expect("written");
+    assert!(watch.take_removed().is_empty(), "a write removes nothing");
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, "kind: Pod").unwrap();
+    std::fs::write(dir.path().join("b.yaml"), "kind: Pod").unwrap();
+    timeout(LONG, watch.changed()).await.expect("announced");
+    let removed: Vec<_> = watch.take_removed().into_iter().collect();
+    assert_eq!(removed, vec![std::ffi::OsString::from("a.yaml")]);
+    assert!(watch.take_removed().is_empty(), "taken once");
+}

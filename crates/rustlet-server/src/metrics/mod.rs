@@ -1,8 +1,10 @@
 //! The kubelet's Prometheus endpoints besides `/metrics`: `/metrics/resource` ([`resource`],
-//! what metrics-server reads) and `/metrics/probes` ([`probes`]), in the Prometheus text format
+//! what metrics-server reads), `/metrics/probes` ([`probes`]) and `/metrics/cadvisor`
+//! ([`cadvisor`]), in the Prometheus text format
 //! (0.0.4) with upstream's names, help texts, label order and number format, as
 //! `k8s.io/component-base/metrics` and `prometheus/common/expfmt` write them.
 
+pub mod cadvisor;
 pub mod probes;
 pub mod resource;
 
@@ -21,6 +23,8 @@ pub enum Stability {
     Beta,
     /// `[STABLE]`.
     Stable,
+    /// None written: a family registered outside component-base (cAdvisor's).
+    Unlabelled,
 }
 
 /// A metric's type.
@@ -114,15 +118,16 @@ pub fn encode(mut families: Vec<(Desc, Vec<Sample>)>) -> String {
     let mut out = String::new();
     for (desc, mut samples) in families {
         let stability = match desc.stability {
-            Stability::Alpha => "ALPHA",
-            Stability::Beta => "BETA",
-            Stability::Stable => "STABLE",
+            Stability::Alpha => "[ALPHA] ",
+            Stability::Beta => "[BETA] ",
+            Stability::Stable => "[STABLE] ",
+            Stability::Unlabelled => "",
         };
         let kind = match desc.kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
         };
-        let _ = writeln!(out, "# HELP {} [{stability}] {}", desc.name, desc.help);
+        let _ = writeln!(out, "# HELP {} {stability}{}", desc.name, desc.help);
         let _ = writeln!(out, "# TYPE {} {kind}", desc.name);
         for sample in &mut samples {
             sample.labels.sort_by_key(|(name, _)| *name);

@@ -689,6 +689,11 @@ async fn stats_routes_report_a_failed_summary_as_upstream() {
         call(&f.app, "GET", "/metrics/probes", false).await,
         (StatusCode::OK, String::new())
     );
+    // Upstream "ContainerMetrics when querying /metrics/cadvisor": served beside them; a
+    // node without a stats provider answers as `/stats/summary` does.
+    let (status, body) = call(&f.app, "GET", "/metrics/cadvisor", false).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body.starts_with("Internal Error: "), "{body}");
 }
 
 /// A log's last bytes and the body's end are never ready together: a Go client would read

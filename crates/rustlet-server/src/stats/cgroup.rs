@@ -1043,3 +1043,443 @@ mod tests {
         assert!(reader.process_cgroups(43).is_err());
     }
 }
+
+/// One block device's figures of a cgroup's `io.stat` (cgroup v2).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IoDevice {
+    /// The device's major number.
+    pub major: u64,
+    /// Its minor number.
+    pub minor: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Read operations.
+    pub reads: u64,
+    /// Write operations.
+    pub writes: u64,
+}
+
+/// A container cgroup's figures as cAdvisor gathers them for `/metrics/cadvisor` (cgroup v2:
+/// runc's `fs2` manager and cAdvisor's process walk).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CadvisorSample {
+    /// `cpu.stat` `usage_usec`, `user_usec`, `system_usec`, in microseconds.
+    pub cpu_usage_usec: u64,
+    /// User time.
+    pub cpu_user_usec: u64,
+    /// System time.
+    pub cpu_system_usec: u64,
+    /// `memory.current`.
+    pub memory_usage: u64,
+    /// Usage minus `inactive_file`.
+    pub memory_working_set: u64,
+    /// `anon`.
+    pub memory_rss: u64,
+    /// `file`.
+    pub memory_cache: u64,
+    /// `file_mapped`.
+    pub memory_mapped_file: u64,
+    /// `memory.peak` (0 before Linux 5.19).
+    pub memory_max_usage: u64,
+    /// `memory.swap.current` (0 without swap accounting).
+    pub memory_swap: u64,
+    /// `pgfault` and `pgmajfault` of `memory.stat`.
+    pub pgfault: u64,
+    /// Major faults.
+    pub pgmajfault: u64,
+    /// `memory.events` `high`, `max`, `oom_kill`.
+    pub events_high: u64,
+    /// `max` events.
+    pub events_max: u64,
+    /// OOM kills.
+    pub oom_kills: u64,
+    /// `cpu.max`'s period (100000 when absent).
+    pub cpu_period: u64,
+    /// `cpu.weight` as CPU shares (cAdvisor's conversion; 1024 when absent).
+    pub cpu_shares: u64,
+    /// `cpu.max`'s quota (`None`: `max`).
+    pub cpu_quota: Option<u64>,
+    /// `memory.max` (`None`: `max`).
+    pub memory_limit: Option<u64>,
+    /// `memory.low` (`None`: `max`).
+    pub memory_reservation: Option<u64>,
+    /// `memory.swap.max` (`None`: `max` or no swap accounting).
+    pub memory_swap_limit: Option<u64>,
+    /// `io.stat`, by device.
+    pub io: Vec<IoDevice>,
+    /// Processes (`cgroup.procs`).
+    pub processes: u64,
+    /// Threads (`cgroup.threads`).
+    pub threads: u64,
+    /// `pids.max` (`None`: `max`).
+    pub threads_max: Option<u64>,
+    /// Open file descriptors of its processes.
+    pub file_descriptors: u64,
+    /// Of which sockets.
+    pub sockets: u64,
+    /// The soft `RLIMIT_NOFILE` of its first process.
+    pub max_open_files_soft: Option<u64>,
+}
+
+/// A number, or `None` for `max`.
+fn limit(text: &str) -> Option<u64> {
+    text.trim().parse().ok()
+}
+
+/// `io.stat` lines: `MAJ:MIN rbytes=.. wbytes=.. rios=.. wios=.. ...`.
+pub fn parse_io_stat(text: &str) -> Vec<IoDevice> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let Some((major, minor)) = fields.next().and_then(|d| d.split_once(':')) else {
+            continue;
+        };
+        let (Ok(major), Ok(minor)) = (major.parse(), minor.parse()) else {
+            continue;
+        };
+        let mut device = IoDevice {
+            major,
+            minor,
+            ..IoDevice::default()
+        };
+        for field in fields {
+            let Some((key, value)) = field.split_once('=') else {
+                continue;
+            };
+            let value = value.parse().unwrap_or(0);
+            match key {
+                "rbytes" => device.read_bytes = value,
+                "wbytes" => device.write_bytes = value,
+                "rios" => device.reads = value,
+                "wios" => device.writes = value,
+                _ => {}
+            }
+        }
+        out.push(device);
+    }
+    out
+}
+
+/// cAdvisor's `convertCPUWeightToCPULimit` inverse for `cpu.weight` (runc's
+/// `ConvertCPUSharesToCgroupV2Value` undone): `2 + (weight - 1) * 262142 / 9999`.
+pub fn shares_of_weight(weight: u64) -> u64 {
+    2 + (weight.max(1) - 1) * 262_142 / 9999
+}
+
+impl NodeReader {
+    /// The open file descriptors (and of them sockets) of `procs`, and the soft
+    /// `RLIMIT_NOFILE` of the first (cAdvisor's `processStatsFromProcs`). Processes that exit
+    /// while they are read are skipped.
+    fn process_figures(&self, procs: &[u32]) -> (u64, u64, Option<u64>) {
+        let (mut fds, mut sockets) = (0, 0);
+        for pid in procs {
+            let Ok(entries) = std::fs::read_dir(self.roots.proc.join(pid.to_string()).join("fd"))
+            else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                fds += 1;
+                if std::fs::read_link(entry.path())
+                    .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+                {
+                    sockets += 1;
+                }
+            }
+        }
+        let soft = procs.first().and_then(|pid| {
+            let limits =
+                std::fs::read_to_string(self.roots.proc.join(pid.to_string()).join("limits"))
+                    .ok()?;
+            let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+            line["Max open files".len()..]
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        });
+        (fds, sockets, soft)
+    }
+
+    /// A container's cgroup `name` as cAdvisor reads it for `/metrics/cadvisor` (runc's
+    /// `fs2` manager on cgroup v2, its `fs` one on v1; v1 has no `memory.events`, read as 0).
+    pub fn read_cadvisor(&self, name: &str) -> Result<CadvisorSample, StatsError> {
+        if self.version() == CgroupVersion::V1 {
+            return self.read_cadvisor_v1(name);
+        }
+        let dir = Self::under(&self.roots.cgroup, name);
+        let optional = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
+        let cpu_path = dir.join("cpu.stat");
+        let cpu = read(&cpu_path)?;
+        let memory_current = read(&dir.join("memory.current"))?;
+        let stat_path = dir.join("memory.stat");
+        let stat = read(&stat_path)?;
+        let events = optional("memory.events").unwrap_or_default();
+        let usage = limit(&memory_current).unwrap_or(0);
+        let key = |text: &str, k: &str| flat_key(text, k).unwrap_or(0);
+        let (quota, period) = optional("cpu.max")
+            .map(|t| {
+                let mut fields = t.split_whitespace();
+                let quota = fields.next().and_then(|q| q.parse().ok());
+                let period = fields
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(100_000);
+                (quota, period)
+            })
+            .unwrap_or((None, 100_000));
+        let procs: Vec<u32> = optional("cgroup.procs")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        let threads = optional("cgroup.threads").map_or(0, |t| {
+            t.lines().filter(|l| !l.trim().is_empty()).count() as u64
+        });
+        let (fds, sockets, max_open_files_soft) = self.process_figures(&procs);
+        Ok(CadvisorSample {
+            cpu_usage_usec: need(&cpu_path, &cpu, "usage_usec")?,
+            cpu_user_usec: key(&cpu, "user_usec"),
+            cpu_system_usec: key(&cpu, "system_usec"),
+            memory_usage: usage,
+            memory_working_set: usage.saturating_sub(key(&stat, "inactive_file")),
+            memory_rss: need(&stat_path, &stat, "anon")?,
+            memory_cache: key(&stat, "file"),
+            memory_mapped_file: key(&stat, "file_mapped"),
+            memory_max_usage: optional("memory.peak").and_then(|t| limit(&t)).unwrap_or(0),
+            memory_swap: optional("memory.swap.current")
+                .and_then(|t| limit(&t))
+                .unwrap_or(0),
+            pgfault: key(&stat, "pgfault"),
+            pgmajfault: key(&stat, "pgmajfault"),
+            events_high: key(&events, "high"),
+            events_max: key(&events, "max"),
+            oom_kills: key(&events, "oom_kill"),
+            cpu_period: period,
+            cpu_shares: optional("cpu.weight")
+                .and_then(|t| limit(&t))
+                .map_or(1024, shares_of_weight),
+            cpu_quota: quota,
+            memory_limit: optional("memory.max").and_then(|t| limit(&t)),
+            memory_reservation: optional("memory.low").and_then(|t| limit(&t)),
+            memory_swap_limit: optional("memory.swap.max").and_then(|t| limit(&t)),
+            io: parse_io_stat(&optional("io.stat").unwrap_or_default()),
+            processes: procs.len() as u64,
+            threads,
+            threads_max: optional("pids.max").and_then(|t| limit(&t)),
+            file_descriptors: fds,
+            sockets,
+            max_open_files_soft,
+        })
+    }
+
+    /// [`Self::read_cadvisor`] on cgroup v1: each controller's hierarchy under `name`.
+    fn read_cadvisor_v1(&self, name: &str) -> Result<CadvisorSample, StatsError> {
+        let dir = |controller: &str| Self::under(&self.v1_dir(controller), name);
+        let (cpuacct, cpu, memory, pids, blkio) = (
+            dir("cpuacct"),
+            dir("cpu"),
+            dir("memory"),
+            dir("pids"),
+            dir("blkio"),
+        );
+        let optional = |dir: &Path, file: &str| std::fs::read_to_string(dir.join(file)).ok();
+        let number = |dir: &Path, file: &str| optional(dir, file).and_then(|t| limit(&t));
+        let usage_path = cpuacct.join("cpuacct.usage");
+        let usage_ns: u64 = read(&usage_path)?
+            .trim()
+            .parse()
+            .map_err(|_| StatsError::Missing {
+                path: usage_path,
+                field: "usage",
+            })?;
+        // `cpuacct.stat` is in USER_HZ ticks (100 a second on Linux).
+        let ticks = optional(&cpuacct, "cpuacct.stat").unwrap_or_default();
+        let tick_usec = |k: &str| flat_key(&ticks, k).unwrap_or(0) * 10_000;
+        let usage = number(&memory, "memory.usage_in_bytes").ok_or(StatsError::Missing {
+            path: memory.join("memory.usage_in_bytes"),
+            field: "usage_in_bytes",
+        })?;
+        let stat_path = memory.join("memory.stat");
+        let stat = read(&stat_path)?;
+        let key = |text: &str, k: &str| flat_key(text, k).unwrap_or(0);
+        let memsw = number(&memory, "memory.memsw.usage_in_bytes");
+        let oom = optional(&memory, "memory.oom_control").unwrap_or_default();
+        let quota = optional(&cpu, "cpu.cfs_quota_us")
+            .and_then(|q| q.trim().parse::<i64>().ok())
+            .and_then(|q| u64::try_from(q).ok());
+        let procs: Vec<u32> = optional(&pids, "cgroup.procs")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        let threads = optional(&pids, "tasks").map_or(0, |t| {
+            t.lines().filter(|l| !l.trim().is_empty()).count() as u64
+        });
+        let (fds, sockets, max_open_files_soft) = self.process_figures(&procs);
+        let bytes = optional(&blkio, "blkio.throttle.io_service_bytes_recursive")
+            .or_else(|| optional(&blkio, "blkio.throttle.io_service_bytes"))
+            .unwrap_or_default();
+        let ops = optional(&blkio, "blkio.throttle.io_serviced_recursive")
+            .or_else(|| optional(&blkio, "blkio.throttle.io_serviced"))
+            .unwrap_or_default();
+        Ok(CadvisorSample {
+            cpu_usage_usec: usage_ns / 1_000,
+            cpu_user_usec: tick_usec("user"),
+            cpu_system_usec: tick_usec("system"),
+            memory_usage: usage,
+            memory_working_set: usage.saturating_sub(key(&stat, "total_inactive_file")),
+            memory_rss: need(&stat_path, &stat, "total_rss")?,
+            memory_cache: key(&stat, "total_cache"),
+            memory_mapped_file: key(&stat, "total_mapped_file"),
+            memory_max_usage: number(&memory, "memory.max_usage_in_bytes").unwrap_or(0),
+            memory_swap: memsw.map_or(0, |sw| sw.saturating_sub(usage)),
+            pgfault: key(&stat, "total_pgfault"),
+            pgmajfault: key(&stat, "total_pgmajfault"),
+            events_high: 0,
+            events_max: 0,
+            oom_kills: key(&oom, "oom_kill"),
+            cpu_period: number(&cpu, "cpu.cfs_period_us").unwrap_or(100_000),
+            cpu_shares: number(&cpu, "cpu.shares").unwrap_or(1024),
+            cpu_quota: quota,
+            memory_limit: number(&memory, "memory.limit_in_bytes"),
+            memory_reservation: number(&memory, "memory.soft_limit_in_bytes"),
+            memory_swap_limit: number(&memory, "memory.memsw.limit_in_bytes"),
+            io: parse_blkio_v1(&bytes, &ops),
+            processes: procs.len() as u64,
+            threads,
+            threads_max: number(&pids, "pids.max"),
+            file_descriptors: fds,
+            sockets,
+            max_open_files_soft,
+        })
+    }
+}
+
+/// cgroup v1's `blkio.throttle.io_service_bytes` and `io_serviced` (`MAJ:MIN Read|Write|...
+/// N` lines, a `Total` line last) as one [`IoDevice`] per device.
+pub fn parse_blkio_v1(bytes: &str, ops: &str) -> Vec<IoDevice> {
+    let mut devices: Vec<IoDevice> = Vec::new();
+    for (text, is_bytes) in [(bytes, true), (ops, false)] {
+        for line in text.lines() {
+            let mut fields = line.split_whitespace();
+            let (Some(dev), Some(op), Some(value)) = (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let Some((Ok(major), Ok(minor))) = dev
+                .split_once(':')
+                .map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>()))
+            else {
+                continue;
+            };
+            let value: u64 = value.parse().unwrap_or(0);
+            let at = match devices
+                .iter()
+                .position(|d| d.major == major && d.minor == minor)
+            {
+                Some(at) => at,
+                None => {
+                    devices.push(IoDevice {
+                        major,
+                        minor,
+                        ..IoDevice::default()
+                    });
+                    devices.len() - 1
+                }
+            };
+            let device = &mut devices[at];
+            match (op, is_bytes) {
+                ("Read", true) => device.read_bytes = value,
+                ("Write", true) => device.write_bytes = value,
+                ("Read", false) => device.reads = value,
+                ("Write", false) => device.writes = value,
+                _ => {}
+            }
+        }
+    }
+    devices
+}
+
+/// One interface's counters of `/proc/net/dev`, as cAdvisor's network series need them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetDevice {
+    /// The interface.
+    pub name: String,
+    /// Received: bytes, packets, errors, drops.
+    pub rx: [u64; 4],
+    /// Transmitted: bytes, packets, errors, drops.
+    pub tx: [u64; 4],
+}
+
+/// `/proc/net/dev` (every interface but `lo`, as cAdvisor).
+pub fn parse_net_devices(text: &str) -> Vec<NetDevice> {
+    text.lines()
+        .skip(2)
+        .filter_map(|line| {
+            let (name, rest) = line.split_once(':')?;
+            let name = name.trim();
+            if name == "lo" {
+                return None;
+            }
+            let v: Vec<u64> = rest
+                .split_whitespace()
+                .map(|f| f.parse().unwrap_or(0))
+                .collect();
+            (v.len() >= 12).then(|| NetDevice {
+                name: name.to_owned(),
+                rx: [v[0], v[1], v[2], v[3]],
+                tx: [v[8], v[9], v[10], v[11]],
+            })
+        })
+        .collect()
+}
+
+/// One block device's line of `/proc/diskstats` (cAdvisor's `DiskStats` of the root container).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskStat {
+    /// `/dev/<name>`.
+    pub device: String,
+    /// Reads completed, reads merged, sectors read, milliseconds reading.
+    pub reads: [u64; 4],
+    /// Writes completed, writes merged, sectors written, milliseconds writing.
+    pub writes: [u64; 4],
+    /// I/Os in progress, milliseconds doing I/O, weighted milliseconds.
+    pub io: [u64; 3],
+}
+
+/// `/proc/diskstats`, without loop and RAM devices.
+pub fn parse_diskstats(text: &str) -> Vec<DiskStat> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 14 || f[2].starts_with("loop") || f[2].starts_with("ram") {
+                return None;
+            }
+            let n = |i: usize| f[i].parse().unwrap_or(0);
+            Some(DiskStat {
+                device: format!("/dev/{}", f[2]),
+                reads: [n(3), n(4), n(5), n(6)],
+                writes: [n(7), n(8), n(9), n(10)],
+                io: [n(11), n(12), n(13)],
+            })
+        })
+        .collect()
+}
+
+impl NodeReader {
+    /// The node's block devices (`/proc/diskstats`).
+    pub fn disk_stats(&self) -> Vec<DiskStat> {
+        std::fs::read_to_string(self.roots.proc.join("diskstats"))
+            .map(|t| parse_diskstats(&t))
+            .unwrap_or_default()
+    }
+
+    /// The interfaces of process `pid`'s network namespace, with packets and drops.
+    pub fn net_devices(&self, pid: u32) -> Vec<NetDevice> {
+        std::fs::read_to_string(self.roots.proc.join(pid.to_string()).join("net/dev"))
+            .map(|t| parse_net_devices(&t))
+            .unwrap_or_default()
+    }
+}

@@ -138,8 +138,8 @@ async fn connect(endpoint: &Endpoint, addr: &str, deadline: Instant) -> Option<C
     }
 }
 
-/// An error with its sources, `: `-separated.
-fn chain(e: &dyn std::error::Error) -> String {
+/// An error with its sources, `: `-separated (what Go's wrapped errors print).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -1285,6 +1285,24 @@ fn eviction_hard(map: &BTreeMap<String, String>) -> Result<EvictionThresholds, S
 mod tests {
     use super::*;
 
+    /// The configuration of a local-mode node `n` with root `/r` and `text` as its config
+    /// file.
+    fn resolve_file(text: &str) -> Result<AgentConfig, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, text).unwrap();
+        parse(&[
+            "--node-name",
+            "n",
+            "--root-dir",
+            "/r",
+            "--local",
+            dir.path().to_str().unwrap(),
+            "--config",
+            file.to_str().unwrap(),
+        ])
+    }
+
     fn parse(args: &[&str]) -> Result<AgentConfig, String> {
         let cli = Cli::try_parse_from(std::iter::once("rustlet").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
@@ -1613,22 +1631,7 @@ mod tests {
     /// replaces the defaults; an unknown signal or a bad value is refused naming the key.
     #[test]
     fn eviction_hard_replaces_the_defaults_and_refuses_bad_signals() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("c.yaml");
-        let local = dir.path().to_str().unwrap();
-        let resolve = |text: &str| {
-            std::fs::write(&file, text).unwrap();
-            parse(&[
-                "--node-name",
-                "n",
-                "--root-dir",
-                "/r",
-                "--local",
-                local,
-                "--config",
-                file.to_str().unwrap(),
-            ])
-        };
+        let resolve = resolve_file;
         assert_eq!(
             resolve("").unwrap().eviction_hard,
             EvictionThresholds::default()
@@ -1674,22 +1677,7 @@ mod tests {
     /// not known to be namespaced stops the agent, naming the key.
     #[test]
     fn allowed_unsafe_sysctls_refuses_what_new_allowlist_refuses() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("c.yaml");
-        let local = dir.path().to_str().unwrap();
-        let resolve = |text: &str| {
-            std::fs::write(&file, text).unwrap();
-            parse(&[
-                "--node-name",
-                "n",
-                "--root-dir",
-                "/r",
-                "--local",
-                local,
-                "--config",
-                file.to_str().unwrap(),
-            ])
-        };
+        let resolve = resolve_file;
         assert!(resolve("").unwrap().allowed_unsafe_sysctls.is_empty());
         assert_eq!(
             resolve("allowedUnsafeSysctls: [\"kernel.msg*\", \"net.core.somaxconn\"]\n")
@@ -1911,22 +1899,7 @@ mod tests {
     /// `devicePluginsDir` says otherwise, and must be absolute.
     #[test]
     fn the_device_plugins_dir_defaults_under_the_root() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("c.yaml");
-        let local = dir.path().to_str().unwrap();
-        let resolve = |text: &str| {
-            std::fs::write(&file, text).unwrap();
-            parse(&[
-                "--node-name",
-                "n",
-                "--root-dir",
-                "/r",
-                "--local",
-                local,
-                "--config",
-                file.to_str().unwrap(),
-            ])
-        };
+        let resolve = resolve_file;
         assert_eq!(
             resolve("").unwrap().device_plugins_dir,
             PathBuf::from("/r/device-plugins")
@@ -1948,22 +1921,7 @@ mod tests {
     /// refuses; a negative size turns rotation off.
     #[test]
     fn the_container_log_keys_take_the_kubelets_names_and_defaults() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("c.yaml");
-        let local = dir.path().to_str().unwrap();
-        let resolve = |text: &str| {
-            std::fs::write(&file, text).unwrap();
-            parse(&[
-                "--node-name",
-                "n",
-                "--root-dir",
-                "/r",
-                "--local",
-                local,
-                "--config",
-                file.to_str().unwrap(),
-            ])
-        };
+        let resolve = resolve_file;
         let defaults = resolve("").unwrap().logs;
         assert_eq!(
             defaults,

@@ -661,25 +661,13 @@ async fn dial(socket: PathBuf) -> Result<Channel, RegisterError> {
         Ok(Err(e)) => Err(RegisterError::Dial(format!(
             "{}: {}",
             socket.display(),
-            error_chain(&e)
+            crate::grpc_probe::chain(&e)
         ))),
         Err(_) => Err(RegisterError::Dial(format!(
             "{}: context deadline exceeded",
             socket.display()
         ))),
     }
-}
-
-/// An error and its sources, `: `-joined.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// A status as grpc-go prints one (`rpc error: code = Unknown desc = ...`).

@@ -167,7 +167,52 @@ pub fn machine_skips() -> Vec<MachineSkip> {
                      type dummy` fails in any network namespace of this machine",
         });
     }
+    // `ContainerMetrics when querying /metrics/cadvisor should report container metrics` wants
+    // block I/O series (`container_fs_reads_bytes_total`, `container_blkio_device_usage_total`)
+    // for its containers: the kernel must count block I/O per cgroup. On cgroup v1, a direct
+    // write that leaves the root's counters at zero shows it does not.
+    if !blkio_counted(Path::new(BLKIO_V1_ROOT_COUNTERS)) {
+        skips.push(MachineSkip {
+            spec: r"ContainerMetrics when querying /metrics/cadvisor should report container metrics",
+            reason: "the kernel counts no block I/O per cgroup (cgroup v1: a direct write leaves \
+                     `blkio.throttle.io_service_bytes_recursive` of the root at `Total 0`), so no \
+                     container has the block I/O series the spec requires",
+        });
+    }
     skips
+}
+
+/// The cgroup v1 root's block I/O byte counters.
+const BLKIO_V1_ROOT_COUNTERS: &str =
+    "/sys/fs/cgroup/blkio/blkio.throttle.io_service_bytes_recursive";
+
+/// Whether the kernel counts block I/O in `counters` (a cgroup v1 `blkio` file): its `Total`
+/// grows with a 4 MiB direct write (`dd ... oflag=direct` into `/var/tmp`). Without the file (cgroup v2, where the `io` controller counts), `true`.
+fn blkio_counted(counters: &Path) -> bool {
+    let total = || -> Option<u64> {
+        let text = std::fs::read_to_string(counters).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("Total "))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let Some(before) = total() else {
+        return true;
+    };
+    // On disk (`/tmp` may be a tmpfs), removed after.
+    let probe = PathBuf::from(format!(
+        "/var/tmp/rustlet-blkio-probe-{}",
+        std::process::id()
+    ));
+    let wrote = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", probe.display()))
+        .args(["bs=1M", "count=4", "oflag=direct"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let _ = fs::remove_file(&probe);
+    // A machine where the probe cannot even write keeps the spec.
+    !wrote || total().is_some_and(|after| after > before)
 }
 
 /// ginkgo's `--skip` with each of `machine`'s specs added.
@@ -1071,6 +1116,18 @@ mod tests {
             skip_with(SKIP, &machine),
             format!("{SKIP}|PrivilegedPod should enable privileged commands")
         );
+    }
+
+    /// The block I/O probe: counters that stay put through a direct write mean the kernel
+    /// does not count (the cadvisor spec is skipped); no v1 counters (cgroup v2) mean nothing
+    /// to skip.
+    #[test]
+    fn block_io_is_counted_unless_the_counters_stay_put_through_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let still = dir.path().join("blkio.throttle.io_service_bytes_recursive");
+        std::fs::write(&still, "8:0 Read 0\n8:0 Write 0\nTotal 0\n").unwrap();
+        assert!(!blkio_counted(&still));
+        assert!(blkio_counted(&dir.path().join("absent")));
     }
 
     #[test]

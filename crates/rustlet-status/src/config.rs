@@ -8,8 +8,8 @@ use rustlet_core::FeatureGates;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReadStrategy {
     /// From the pod manager's watch-fed copy, patching with its `resourceVersion` as an
-    /// optimistic-concurrency precondition; on 409 (or with a stale copy) fall back to
-    /// GET-merge-PATCH. One API call per change in the common case. A pod the watch no longer
+    /// optimistic-concurrency precondition; on 409 (or with a copy still older than our last
+    /// write after `watch_lag_allowance`) fall back to GET-merge-PATCH. One API call per change in the common case. A pod the watch no longer
     /// has was deleted: it is not read (the Node authorizer refuses that read; upstream's
     /// shape makes it).
     #[default]
@@ -65,6 +65,10 @@ pub struct StatusManagerConfig {
     pub max_concurrent_syncs: usize,
     /// How the API pod is read before a patch.
     pub read_strategy: ReadStrategy,
+    /// With [`ReadStrategy::WatchCache`]: how long a sync waits for the watch to deliver our
+    /// last write before it reads the pod by name instead (a pod deleted meanwhile is then
+    /// seen deleted, not read).
+    pub watch_lag_allowance: Duration,
     /// What follows a failed sync.
     pub retry: RetryPolicy,
     /// Deadline of every API call; a call past it fails as a retryable transport error.
@@ -88,6 +92,7 @@ impl Default for StatusManagerConfig {
             api_burst: 100,
             max_concurrent_syncs: 16,
             read_strategy: ReadStrategy::default(),
+            watch_lag_allowance: Duration::from_secs(1),
             retry: RetryPolicy::default(),
             request_timeout: Duration::from_secs(10),
             shutdown_flush_deadline: Duration::from_secs(5),

@@ -13,7 +13,8 @@
 //! one it last synced, runs a full batch every 10 s that also reconciles drift and retries
 //! deletions, and retries failures after a jittered exponential backoff. Each sync reads the API
 //! pod (from the pod manager's watch copy, patching with its `resourceVersion` as precondition,
-//! and falling back to GET on 409, never reading a pod the watch saw deleted, which the Node
+//! waiting up to `watch_lag_allowance` for the watch to deliver our last write before it
+//! falls back to GET, and falling back to GET on 409; never reading a pod the watch saw deleted, which the Node
 //! authorizer refuses; or always by GET, upstream's shape), merges, and sends one
 //! strategic merge patch of the status subresource carrying the pod UID as precondition. Up to
 //! `max_concurrent_syncs` pods sync at once, each as its own task, behind a token-bucket rate

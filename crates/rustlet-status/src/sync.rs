@@ -789,25 +789,56 @@ impl SyncContext {
             pod = mirror;
         }
         let rv = pod.metadata.resource_version.as_deref().unwrap_or_default();
-        let usable = pod.metadata.uid.as_deref() == Some(work.status_uid.as_str())
-            && !rv.is_empty()
-            && !work
-                .written_rv
-                .as_deref()
-                .is_some_and(|written| is_older(rv, written));
-        if !usable {
-            debug!(copy = rv, written = ?work.written_rv, "watch copy unusable or older than our last write: reading the pod");
+        if pod.metadata.uid.as_deref() != Some(work.status_uid.as_str()) || rv.is_empty() {
+            debug!(
+                copy = rv,
+                "watch copy is not the object we write to: reading the pod"
+            );
             return WatchCopy::Stale;
+        }
+        if work
+            .written_rv
+            .as_deref()
+            .is_some_and(|written| is_older(rv, written))
+        {
+            return WatchCopy::Behind;
         }
         WatchCopy::Usable(Box::new((*pod).clone()))
     }
+
+    /// The watch copy once the watch has delivered our last write, polled every
+    /// [`WATCH_POLL`] for at most the configured allowance; [`WatchCopy::Stale`] past it.
+    ///
+    /// Reading the pod by name instead (upstream's shape) races its deletion: the watch is
+    /// milliseconds behind, and a GET of a pod deleted in between is refused by the Node
+    /// authorizer (403 `no relationship found`), not answered 404.
+    async fn caught_up_api_pod(&self, work: &Work) -> WatchCopy {
+        let deadline = Instant::now() + self.config.watch_lag_allowance;
+        loop {
+            match self.cached_api_pod(work) {
+                WatchCopy::Behind if Instant::now() < deadline => {
+                    tokio::time::sleep(WATCH_POLL.min(deadline - Instant::now())).await;
+                }
+                WatchCopy::Behind => {
+                    debug!(written = ?work.written_rv, allowance = ?self.config.watch_lag_allowance, "watch copy still older than our last write: reading the pod");
+                    return WatchCopy::Stale;
+                }
+                copy => return copy,
+            }
+        }
+    }
 }
+
+/// How often a sync looks again at a watch copy older than our last write.
+const WATCH_POLL: Duration = Duration::from_millis(10);
 
 /// What the pod manager's watch has of the API pod a sync writes to.
 enum WatchCopy {
     /// A copy to merge into and to patch with its resourceVersion as precondition.
     Usable(Box<Pod>),
-    /// A copy older than our last write, or not the object we write to: read the pod.
+    /// A copy older than our last write: the watch has not delivered it yet.
+    Behind,
+    /// Not the object we write to, or still behind past the allowance: read the pod.
     Stale,
     /// No copy: the watch saw the pod deleted (or never had it).
     Gone,
@@ -821,9 +852,9 @@ pub(crate) async fn sync_pod(ctx: &SyncContext, work: &Work) -> SyncOutcome {
     let span = info_span!("sync_pod", pod = %format!("{}/{}", status.pod_namespace, status.pod_name), uid = %cache_uid, version = status.version);
     async move {
         let cached = match ctx.config.read_strategy {
-            ReadStrategy::WatchCache => match ctx.cached_api_pod(work) {
+            ReadStrategy::WatchCache => match ctx.caught_up_api_pod(work).await {
                 WatchCopy::Usable(pod) => Some(*pod),
-                WatchCopy::Stale => None,
+                WatchCopy::Stale | WatchCopy::Behind => None,
                 WatchCopy::Gone => {
                     // Deviation: upstream's syncPod GETs the pod by name all the same, which
                     // the Node authorizer refuses (403 `no relationship found`) once the pod is

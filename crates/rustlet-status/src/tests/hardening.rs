@@ -344,6 +344,87 @@ async fn a_watch_copy_older_than_our_last_write_is_not_trusted() {
     );
 }
 
+/// A sync that finds the watch copy older than our last write waits for the watch to deliver
+/// it rather than read the pod by name: one PATCH, no GET.
+#[tokio::test(start_paused = true)]
+async fn a_watch_copy_behind_our_last_write_is_awaited_not_read() {
+    let mut h = Harness::new(StatusManagerConfig::default());
+    h.pods.add_pod(h.client.pod("new", "foo").unwrap());
+    h.manager.set_pod_status(&test_pod(), random_status(1));
+    h.consume_updates().await;
+    assert_eq!(h.client.take_verbs(), ["patch"]);
+    h.manager.set_pod_status(&test_pod(), random_status(2));
+    let (client, pods) = (h.client.clone(), h.pods.clone());
+    let started = tokio::time::Instant::now();
+    let watch = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(35)).await;
+        pods.add_pod(client.pod("new", "foo").unwrap());
+    });
+    h.consume_updates().await;
+    watch.await.unwrap();
+    assert_eq!(h.client.take_verbs(), ["patch"]);
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        h.client
+            .pod("new", "foo")
+            .unwrap()
+            .status
+            .unwrap()
+            .message
+            .as_deref(),
+        Some("random-2")
+    );
+}
+
+/// The race the Node authorizer refuses: the pod is deleted while the watch is behind our last
+/// write. The watch then delivers the deletion and the pod is never read by name (a GET of it
+/// would be answered 403 `no relationship found`).
+#[tokio::test(start_paused = true)]
+async fn a_pod_deleted_while_the_watch_is_behind_is_not_read_by_name() {
+    let mut h = Harness::new(StatusManagerConfig::default());
+    h.pods.add_pod(h.client.pod("new", "foo").unwrap());
+    h.manager.set_pod_status(&test_pod(), random_status(1));
+    h.consume_updates().await;
+    assert_eq!(h.client.take_verbs(), ["patch"]);
+    h.manager.set_pod_status(&test_pod(), random_status(2));
+    let pods = h.pods.clone();
+    let watch = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(35)).await;
+        pods.remove_pod(&uid("12345678"));
+    });
+    h.consume_updates().await;
+    watch.await.unwrap();
+    assert_eq!(h.client.take_verbs(), Vec::<&str>::new());
+}
+
+/// A watch that never delivers our write (disconnected) delays a sync by the allowance, then
+/// the pod is read by name.
+#[tokio::test(start_paused = true)]
+async fn a_watch_behind_past_the_allowance_falls_back_to_a_read() {
+    let config = StatusManagerConfig {
+        watch_lag_allowance: Duration::from_millis(300),
+        ..StatusManagerConfig::default()
+    };
+    let mut h = Harness::new(config);
+    h.pods.add_pod(h.client.pod("new", "foo").unwrap());
+    h.manager.set_pod_status(&test_pod(), random_status(1));
+    h.consume_updates().await;
+    h.client.take_verbs();
+    h.manager.set_pod_status(&test_pod(), random_status(2));
+    let started = tokio::time::Instant::now();
+    h.consume_updates().await;
+    assert_eq!(h.client.take_verbs(), ["get", "patch"]);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(400),
+        "{waited:?}"
+    );
+}
+
 /// Item 9: a status PATCH answered 422 on `metadata.uid` means the pod was replaced between
 /// our GET and our PATCH: read it again and drop the stale entry (R35), at once.
 #[tokio::test(start_paused = true)]

@@ -9,8 +9,10 @@
 //! 1. Pod added → `wait_for_attach_and_mount` returns, for a pod with an emptyDir, a Memory
 //!    emptyDir and a hostPath: event-driven (ours) against the polling shape of upstream
 //!    (100 ms loops, 300 ms poll), in the same run.
-//! 2. 100 and 1,000 such pods added at once: time until all are mounted, against the floor
-//!    (the same number of raw tmpfs mounts).
+//! 2. 100 and 1,000 such pods added at once: time until all are mounted, against the floors
+//!    (the minimal syscalls sequentially, the agent's own syscalls replayed, raw tmpfs mounts)
+//!    and (2b) the concurrency floor: the minimal syscalls issued as the agent issues them,
+//!    every pod at once in one blocking-pool hop each, and those hops alone.
 //! 3. A steady-state reconcile pass over 1,000 pods × 5 volumes with nothing to do, against
 //!    the clone-everything shape of upstream's pass.
 //! 4. Idle CPU with 1,000 pods mounted, over 60 s.
@@ -109,7 +111,10 @@ async fn latency(root: &Path, disk: &str) {
     let a = agent(&root.join("event"), Duration::from_secs(1));
     let mut samples = Vec::with_capacity(PODS);
     let floor_base = same_work_base(root, "latency-floor");
+    let hopped_base = Arc::new(same_work_base(root, "latency-hopped"));
     let mut floor = Vec::with_capacity(PODS);
+    let mut hopped = Vec::with_capacity(PODS);
+    let mut hops = Vec::with_capacity(PODS);
     for i in 0..PODS {
         let pod = pod_with_volumes(&format!("lat-{i}"), volumes(root, i));
         let start = Instant::now();
@@ -122,9 +127,35 @@ async fn latency(root: &Path, disk: &str) {
         let mem = same_work_one(&floor_base, i);
         floor.push(start.elapsed());
         umount2(&mem, MntFlags::empty()).unwrap();
+        // The same syscalls behind the agent's hand-offs and nothing else: the caller wakes a
+        // runtime task, which hands them to a blocking thread, whose answer wakes the task,
+        // whose end wakes the caller.
+        let base = hopped_base.clone();
+        let start = Instant::now();
+        let mem = tokio::spawn(async move {
+            tokio::task::spawn_blocking(move || same_work_one(&base, i))
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        hopped.push(start.elapsed());
+        umount2(&mem, MntFlags::empty()).unwrap();
+        // Those hand-offs alone.
+        let start = Instant::now();
+        tokio::spawn(async move {
+            tokio::task::spawn_blocking(move || std::hint::black_box(i))
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        hops.push(start.elapsed());
     }
     samples.sort();
     floor.sort();
+    hopped.sort();
+    hops.sort();
     a.cancel.cancel();
 
     // Upstream's shape: nobody tells the manager about the pod (the populator finds it on its
@@ -161,6 +192,16 @@ async fn latency(root: &Path, disk: &str) {
         "| floor: the same syscalls, raw, right after each pod | {PODS} | {} | {} |",
         ms(percentile(&floor, 0.5)),
         ms(percentile(&floor, 0.99))
+    );
+    println!(
+        "| the same syscalls behind the agent's 4 hand-offs (caller → task → blocking thread → task → caller) | {PODS} | {} | {} |",
+        ms(percentile(&hopped, 0.5)),
+        ms(percentile(&hopped, 0.99))
+    );
+    println!(
+        "| those 4 hand-offs alone | {PODS} | {} | {} |",
+        ms(percentile(&hops, 0.5)),
+        ms(percentile(&hops, 0.99))
     );
     println!(
         "| polling shape (100 ms loop, 300 ms poll) | {POLLED} | {} | {} |",
@@ -256,28 +297,96 @@ fn same_work_one(base: &Path, i: usize) -> PathBuf {
 /// 1777 already) and the two `ready` markers made with `mknodat` (one syscall each, no
 /// open/close), sequentially. 14 syscalls a pod. Returns the wall and the CPU time.
 fn minimal_floor(root: &Path, count: usize) -> (Duration, Duration) {
-    use nix::fcntl::{OFlag, open};
-    use nix::sys::stat::{FchmodatFlags, Mode, SFlag, fchmodat, mkdirat, mknodat};
-    use std::os::fd::OwnedFd;
-    use std::os::unix::ffi::OsStrExt;
-    let base = same_work_base(root, &format!("minimal-{count}"));
-    let dir = |p: PathBuf| -> OwnedFd {
-        open(
-            &p,
-            OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .unwrap()
-    };
-    let (pods, host) = (dir(base.join("pods")), dir(base.join("host")));
-    let pods_path = base.join("pods");
-    let all = Mode::from_bits_truncate(0o777);
-    let file = Mode::from_bits_truncate(0o644);
+    let layout = MinimalLayout::new(root, &format!("minimal-{count}"));
     let mut mounts = Vec::with_capacity(count);
     let mut path = String::with_capacity(128);
     let cpu = cpu_time();
     let start = Instant::now();
     for i in 0..count {
+        mounts.push(layout.pod(i, &mut path));
+    }
+    let elapsed = (start.elapsed(), cpu_time() - cpu);
+    for d in &mounts {
+        umount2(d, MntFlags::empty()).unwrap();
+    }
+    elapsed
+}
+
+/// The minimal floor's syscalls issued the way the agent issues them: every pod at once, each
+/// pod's syscalls in one blocking-pool hop (the runtime's 32 blocking threads), awaited by the
+/// async side. What a concurrent agent cannot go below on this machine: the kernel's
+/// serialisation (the mount lock, the parent directories' locks) and the hand-offs between
+/// threads, without any bookkeeping. Returns the wall and the CPU time.
+async fn minimal_concurrent_floor(root: &Path, count: usize) -> (Duration, Duration) {
+    let layout = Arc::new(MinimalLayout::new(
+        root,
+        &format!("minimal-concurrent-{count}"),
+    ));
+    let cpu = cpu_time();
+    let start = Instant::now();
+    let hops: Vec<_> = (0..count)
+        .map(|i| {
+            let layout = layout.clone();
+            tokio::task::spawn_blocking(move || layout.pod(i, &mut String::with_capacity(128)))
+        })
+        .collect();
+    let mut mounts = Vec::with_capacity(count);
+    for hop in hops {
+        mounts.push(hop.await.unwrap());
+    }
+    let elapsed = (start.elapsed(), cpu_time() - cpu);
+    for d in &mounts {
+        umount2(d, MntFlags::empty()).unwrap();
+    }
+    elapsed
+}
+
+/// The hand-offs of [`minimal_concurrent_floor`] alone: one empty blocking-pool hop per pod,
+/// all at once.
+async fn hops_alone(count: usize) -> Duration {
+    let start = Instant::now();
+    let hops: Vec<_> = (0..count)
+        .map(|i| tokio::task::spawn_blocking(move || std::hint::black_box(i)))
+        .collect();
+    for hop in hops {
+        hop.await.unwrap();
+    }
+    start.elapsed()
+}
+
+/// Directory fds held for the minimal floors (`pods/` and `host/` of a fresh base).
+struct MinimalLayout {
+    pods: std::os::fd::OwnedFd,
+    host: std::os::fd::OwnedFd,
+    pods_path: PathBuf,
+}
+
+impl MinimalLayout {
+    fn new(root: &Path, name: &str) -> Self {
+        use nix::fcntl::{OFlag, open};
+        use nix::sys::stat::Mode;
+        let base = same_work_base(root, name);
+        let dir = |p: PathBuf| {
+            open(
+                &p,
+                OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap()
+        };
+        Self {
+            pods: dir(base.join("pods")),
+            host: dir(base.join("host")),
+            pods_path: base.join("pods"),
+        }
+    }
+
+    /// Pod `i`'s 14 syscalls; returns its tmpfs.
+    fn pod(&self, i: usize, path: &mut String) -> PathBuf {
+        use nix::sys::stat::{FchmodatFlags, Mode, SFlag, fchmodat, mkdirat, mknodat};
+        use std::os::unix::ffi::OsStrExt;
+        let all = Mode::from_bits_truncate(0o777);
+        let file = Mode::from_bits_truncate(0o644);
         let uid = format!("uid-{i}");
         let sub = |path: &mut String, rest: &str| {
             path.clear();
@@ -295,18 +404,19 @@ fn minimal_floor(root: &Path, count: usize) -> (Duration, Duration) {
             "/plugins/kubernetes.io~empty-dir/disk",
             "/plugins/kubernetes.io~empty-dir/mem",
         ] {
-            sub(&mut path, rest);
-            mkdirat(&pods, path.as_str(), all).unwrap();
+            sub(path, rest);
+            mkdirat(&self.pods, path.as_str(), all).unwrap();
         }
         mkdirat(
-            &host,
+            &self.host,
             i.to_string().as_str(),
             Mode::from_bits_truncate(0o755),
         )
         .unwrap();
-        sub(&mut path, "/volumes/kubernetes.io~empty-dir/disk");
-        fchmodat(&pods, path.as_str(), all, FchmodatFlags::FollowSymlink).unwrap();
-        let mem = pods_path
+        sub(path, "/volumes/kubernetes.io~empty-dir/disk");
+        fchmodat(&self.pods, path.as_str(), all, FchmodatFlags::FollowSymlink).unwrap();
+        let mem = self
+            .pods_path
             .join(&uid)
             .join("volumes/kubernetes.io~empty-dir/mem");
         mount(
@@ -319,18 +429,13 @@ fn minimal_floor(root: &Path, count: usize) -> (Duration, Duration) {
         )
         .unwrap();
         for v in ["disk", "mem"] {
-            sub(&mut path, "/plugins/kubernetes.io~empty-dir/");
+            sub(path, "/plugins/kubernetes.io~empty-dir/");
             path.push_str(v);
             path.push_str("/ready");
-            mknodat(&pods, path.as_str(), SFlag::S_IFREG, file, 0).unwrap();
+            mknodat(&self.pods, path.as_str(), SFlag::S_IFREG, file, 0).unwrap();
         }
-        mounts.push(mem);
+        mem
     }
-    let elapsed = (start.elapsed(), cpu_time() - cpu);
-    for d in &mounts {
-        umount2(d, MntFlags::empty()).unwrap();
-    }
-    elapsed
 }
 
 /// A fresh base directory for [`same_work_one`].
@@ -546,6 +651,7 @@ fn main() {
         );
         println!("|---|---|---|---|---|---|---|---|---|---|");
         let mut keep = None;
+        let mut concurrency_rows = Vec::new();
         for (disk, base) in [("a tmpfs", &on_tmpfs), ("the disk", &root)] {
             if disk == "the disk" && !wanted("storm") {
                 continue;
@@ -595,12 +701,51 @@ fn main() {
                     ms(minimal_cpu[1]),
                     storm_cpu.as_secs_f64() / minimal_cpu[1].as_secs_f64()
                 );
+                // The concurrency floor: the minimal syscalls as the agent issues them, and
+                // the hand-offs alone; three rounds, medians.
+                let mut concurrent = Vec::new();
+                let mut concurrent_cpu = Vec::new();
+                let mut hops = Vec::new();
+                for round in 0..3 {
+                    let base = base.join(format!("concurrent-{count}-{round}"));
+                    std::fs::create_dir(&base).unwrap();
+                    let (wall, cpu) = minimal_concurrent_floor(&base, count).await;
+                    concurrent.push(wall);
+                    concurrent_cpu.push(cpu);
+                    hops.push(hops_alone(count).await);
+                }
+                for v in [&mut concurrent, &mut concurrent_cpu, &mut hops] {
+                    v.sort();
+                }
+                concurrency_rows.push(format!(
+                    "| {disk} | {count} | {} | {} | {} | {} | {:.2}x | {:.2}x | {:.2}x | {} / {} = {:.2}x |",
+                    ms(elapsed),
+                    ms(minimal),
+                    ms(concurrent[1]),
+                    ms(hops[1]),
+                    concurrent[1].as_secs_f64() / minimal.as_secs_f64(),
+                    ratio(concurrent[1]),
+                    (concurrent[1].as_secs_f64() + hops[1].as_secs_f64()) / minimal.as_secs_f64(),
+                    ms(storm_cpu),
+                    ms(concurrent_cpu[1]),
+                    storm_cpu.as_secs_f64() / concurrent_cpu[1].as_secs_f64()
+                ));
                 if count == 1000 && disk == "the disk" {
                     keep = Some(a);
                 } else {
                     a.cancel.cancel();
                 }
             }
+        }
+        println!(
+            "\n2b. the concurrency floor: the minimal syscalls issued as the agent issues them (every pod at once, one blocking-pool hop each), beside the storm of table 2"
+        );
+        println!(
+            "| root dir on | pods | rustlet | minimal, sequential | minimal, concurrent (median of 3) | empty hops alone | concurrent / sequential | rustlet / concurrent | (concurrent + hops) / sequential | CPU time: rustlet / concurrent |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for row in concurrency_rows {
+            println!("{row}");
         }
         let Some(a) = keep else {
             umount2(&on_tmpfs, MntFlags::MNT_DETACH).unwrap();

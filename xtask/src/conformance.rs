@@ -162,7 +162,7 @@ pub fn machine_skips() -> Vec<MachineSkip> {
         .is_ok_and(|s| s.success());
     if !dummy {
         skips.push(MachineSkip {
-            spec: r"PrivilegedPod should enable privileged commands",
+            spec: PRIVILEGED_POD_SPEC,
             reason: "the kernel has no dummy network device (CONFIG_DUMMY): `ip link add dummy1 \
                      type dummy` fails in any network namespace of this machine",
         });
@@ -173,7 +173,7 @@ pub fn machine_skips() -> Vec<MachineSkip> {
     // write that leaves the root's counters at zero shows it does not.
     if !blkio_counted(Path::new(BLKIO_V1_ROOT_COUNTERS)) {
         skips.push(MachineSkip {
-            spec: r"ContainerMetrics when querying /metrics/cadvisor should report container metrics",
+            spec: CADVISOR_METRICS_SPEC,
             reason: "the kernel counts no block I/O per cgroup (cgroup v1: a direct write leaves \
                      `blkio.throttle.io_service_bytes_recursive` of the root at `Total 0`), so no \
                      container has the block I/O series the spec requires",
@@ -181,6 +181,14 @@ pub fn machine_skips() -> Vec<MachineSkip> {
     }
     skips
 }
+
+/// ginkgo's skip expression of `PrivilegedPod should enable privileged commands`, matched
+/// against the spec's full text.
+const PRIVILEGED_POD_SPEC: &str = r"PrivilegedPod should enable privileged commands";
+
+/// ginkgo's skip expression of the cadvisor spec: its full text has the describe's
+/// `[LinuxOnly]` between its name and its context.
+const CADVISOR_METRICS_SPEC: &str = r"ContainerMetrics \[LinuxOnly\] when querying /metrics/cadvisor should report container metrics";
 
 /// The cgroup v1 root's block I/O byte counters.
 const BLKIO_V1_ROOT_COUNTERS: &str =
@@ -1116,6 +1124,35 @@ mod tests {
             skip_with(SKIP, &machine),
             format!("{SKIP}|PrivilegedPod should enable privileged commands")
         );
+    }
+
+    /// Each machine skip's expression matches its spec's full text as ginkgo matches it (the
+    /// names of v1.37.2's `--dry-run` report), and nothing else of the default focus.
+    #[test]
+    fn each_machine_skip_matches_its_spec_as_ginkgo_names_it() {
+        let specs = [
+            (
+                PRIVILEGED_POD_SPEC,
+                "[sig-node] PrivilegedPod should enable privileged commands [LinuxOnly] \
+                 [NodeConformance] [sig-node, NodeConformance]",
+            ),
+            (
+                CADVISOR_METRICS_SPEC,
+                "[sig-node] ContainerMetrics [LinuxOnly] when querying /metrics/cadvisor should \
+                 report container metrics [NodeConformance] [sig-node, NodeConformance]",
+            ),
+        ];
+        for (expression, name) in specs {
+            let re = regex::Regex::new(expression).unwrap();
+            assert!(re.is_match(name), "{expression} does not match {name}");
+            assert!(
+                !re.is_match(
+                    "[sig-node] Summary API when querying /stats/summary should report resource \
+                     usage through the stats api [NodeConformance]"
+                ),
+                "{expression}"
+            );
+        }
     }
 
     /// The block I/O probe: counters that stay put through a direct write mean the kernel

@@ -539,11 +539,37 @@ impl PodWorkers {
         let mut runtime_events = self.shared.runtime.changes();
         let mut tick = tokio::time::interval(self.shared.config.housekeeping_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Issue 29: a pass over the source is O(pods). It runs when the source changed, and on
+        // a housekeeping tick only when it could change something: workers of pods gone from
+        // the source (finished ones are forgotten), a restart, the first sync, or a status
+        // cached since the last housekeeping's retain (which needs this pass's view). A
+        // settled node's tick does no pass.
+        let mut source_changed = true;
+        let mut housekeeping = false;
+        // Workers of pods not in the source after the last pass.
+        let mut gone = 0usize;
+        // The source changed since the last retain of the cached statuses.
+        let mut retain_due = true;
+        // `StatusManager::additions` as the last retain saw it.
+        let mut retained_at: Option<u64> = None;
         loop {
-            if !restarts.is_empty() {
+            let restarting = !restarts.is_empty();
+            if restarting {
                 self.restart_finished(&mut restarts, &mut workers, &mut known);
             }
-            let pods = self.shared.pods.pods();
+            let additions = self.shared.status.additions();
+            let retain = housekeeping && (retain_due || retained_at != Some(additions));
+            let pass = source_changed
+                || restarting
+                || retain
+                || (housekeeping && gone > 0)
+                || !self.shared.lifecycles.is_synced();
+            retain_due |= std::mem::take(&mut source_changed);
+            let pods = if pass {
+                self.shared.pods.pods()
+            } else {
+                Vec::new()
+            };
             // Borrowed UIDs, and nothing more for a pod its worker already has in this very
             // version: a storm changes the source thousands of times, each pass is O(pods).
             let mut present: HashSet<&str> = HashSet::with_capacity(pods.len());
@@ -653,23 +679,27 @@ impl PodWorkers {
             }
             // Pods gone from the source: their workers terminate them (orphans), and finished
             // ones are forgotten.
-            workers.retain(|uid, tx| {
-                if present.contains(uid.as_str()) {
-                    return true;
-                }
-                volumes_changed = true;
-                if self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished) || tx.is_closed() {
-                    self.shared.static_turns().retain(|_, turns| {
-                        turns.retain(|u| u != uid);
-                        !turns.is_empty()
-                    });
-                    self.shared.lifecycles.forget(uid);
-                    known.remove(uid);
-                    return false;
-                }
-                tx.send_if_modified(|current| std::mem::replace(&mut current.in_source, false));
-                true
-            });
+            if pass {
+                workers.retain(|uid, tx| {
+                    if present.contains(uid.as_str()) {
+                        return true;
+                    }
+                    volumes_changed = true;
+                    if self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished)
+                        || tx.is_closed()
+                    {
+                        self.shared.static_turns().retain(|_, turns| {
+                            turns.retain(|u| u != uid);
+                            !turns.is_empty()
+                        });
+                        self.shared.lifecycles.forget(uid);
+                        known.remove(uid);
+                        return false;
+                    }
+                    tx.send_if_modified(|current| std::mem::replace(&mut current.in_source, false));
+                    true
+                });
+            }
             if self.shared.pods.all_sources_ready() && !self.shared.lifecycles.is_synced() {
                 // Before anything counts as gone: what the runtime still runs for pods no
                 // worker knows (deleted while the agent was down) keeps its volumes.
@@ -682,9 +712,35 @@ impl PodWorkers {
             if volumes_changed {
                 self.shared.volumes.pod_updated();
             }
+            if pass {
+                gone = workers.len().saturating_sub(present.len());
+            }
+            if std::mem::take(&mut housekeeping) {
+                if retain {
+                    self.shared
+                        .status
+                        .retain_statuses(|uid| present.contains(uid.as_str()));
+                    retain_due = false;
+                    retained_at = Some(additions);
+                }
+                if self.shared.lifecycles.is_synced() {
+                    // What the runtime runs for a pod no worker knows (deleted while the
+                    // agent was down) is stopped and removed; a worker's own pods stay.
+                    // Its volumes wait until the runtime saw it stopped.
+                    if self.note_runtime_only(&known) {
+                        self.shared.volumes.pod_updated();
+                    }
+                    self.shared.runtime.remove_orphans(&known).await;
+                }
+            }
             tokio::select! {
                 () = cancel.cancelled() => return,
-                changed = self.changes.changed() => if changed.is_err() { return },
+                changed = self.changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    source_changed = true;
+                }
                 // The runtime saw a pod change by itself (a container exited): its worker
                 // looks again; when events were missed, every worker does.
                 event = async {
@@ -708,18 +764,8 @@ impl PodWorkers {
                         Err(RecvError::Closed) => runtime_events = None,
                     }
                 }
-                _ = tick.tick() => {
-                    self.shared.status.retain_statuses(|uid| present.contains(uid.as_str()));
-                    if self.shared.lifecycles.is_synced() {
-                        // What the runtime runs for a pod no worker knows (deleted while the
-                        // agent was down) is stopped and removed; a worker's own pods stay.
-                        // Its volumes wait until the runtime saw it stopped.
-                        if self.note_runtime_only(&known) {
-                            self.shared.volumes.pod_updated();
-                        }
-                        self.shared.runtime.remove_orphans(&known).await;
-                    }
-                }
+                // Housekeeping runs at the top of the next turn, after the pass it may need.
+                _ = tick.tick() => housekeeping = true,
             }
         }
     }

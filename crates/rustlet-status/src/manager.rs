@@ -3,6 +3,7 @@
 //! `GetPodStatus`, `RemoveOrphanedStatuses`, `Start`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
@@ -90,6 +91,9 @@ pub(crate) struct Shared {
     /// Entries changed since the sync task last looked: its batches visit these, not every
     /// pod (issue 15).
     dirty: Mutex<Dirty>,
+    /// Bumped whenever an entry may have been added (a status for a new UID, a resize
+    /// condition): [`StatusManager::additions`].
+    additions: AtomicU64,
 }
 
 /// Cache UIDs whose entry changed or went since the sync task last took them. Bounded: past
@@ -114,6 +118,16 @@ impl Dirty {
 impl Shared {
     pub(crate) fn resize(&self) -> std::sync::MutexGuard<'_, ResizeState> {
         self.resize.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The resize state, to change (it may gain an entry).
+    fn resize_mut(&self) -> std::sync::MutexGuard<'_, ResizeState> {
+        self.added();
+        self.resize()
+    }
+
+    fn added(&self) {
+        self.additions.fetch_add(1, Ordering::Release);
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<PodUid, VersionedPodStatus>> {
@@ -188,6 +202,7 @@ impl StatusManager {
             clock: deps.clock,
             gates: config.gates.clone(),
             dirty: Mutex::new(Dirty::default()),
+            additions: AtomicU64::new(0),
             resize: Mutex::new(ResizeState::new(
                 deps.metrics.pending_resizes.clone(),
                 deps.metrics.in_progress_resizes.clone(),
@@ -258,7 +273,9 @@ impl StatusManager {
     ) -> UpdateResult {
         // Borrowed: the accepted path allocates no key for a pod already cached.
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        let cached = map.get(uid);
+        // One lookup: the entry is read here and replaced in place below.
+        let slot = map.get_mut(uid);
+        let cached = slot.as_deref();
         let mirror_status = match cached {
             Some(_) => None,
             None => self
@@ -300,10 +317,11 @@ impl StatusManager {
                 }
                 let version = accepted.entry.version;
                 self.shared.mark_dirty(uid, false);
-                match map.get_mut(uid) {
+                match slot {
                     Some(slot) => *slot = accepted.entry,
                     None => {
                         map.insert(PodUid::new(uid), accepted.entry);
+                        self.shared.added();
                     }
                 }
                 // Never blocks: a pending kick already covers this change.
@@ -436,6 +454,13 @@ impl StatusManager {
         self.shared.resize().retain(|uid| keep(uid));
     }
 
+    /// Moves whenever an entry may have been added to the cache (a status for a UID it did not
+    /// hold, a resize condition): a [`Self::retain_statuses`] with an unchanged predicate has
+    /// nothing to remove until it does. Read it before the retain that it is compared with.
+    pub fn additions(&self) -> u64 {
+        self.shared.additions.load(Ordering::Acquire)
+    }
+
     /// The cached resize conditions of a pod: Pending first, then InProgress (R52).
     pub fn get_pod_resize_conditions(&self, uid: &PodUid) -> Vec<PodCondition> {
         self.shared.resize().get(uid)
@@ -452,7 +477,7 @@ impl StatusManager {
     ) -> bool {
         let now = self.shared.clock.now();
         self.shared
-            .resize()
+            .resize_mut()
             .set_pending(uid, reason, message, observed_generation, now)
     }
 
@@ -467,7 +492,7 @@ impl StatusManager {
     ) -> (i64, bool) {
         let now = self.shared.clock.now();
         self.shared
-            .resize()
+            .resize_mut()
             .set_in_progress(uid, reason, message, observed_generation, now)
     }
 
@@ -494,6 +519,6 @@ impl StatusManager {
     /// Rebuilds the resize conditions from the API pods after a restart (R53).
     pub fn backfill_pod_resize_conditions(&self, pods: &[Pod]) {
         let now = self.shared.clock.now();
-        self.shared.resize().backfill(pods, now);
+        self.shared.resize_mut().backfill(pods, now);
     }
 }

@@ -707,3 +707,24 @@ async fn test_delete_pod_while_reclaiming() {
         "R44: terminal phase delayed"
     );
 }
+
+/// Issue 29: `additions` moves when the cache gains an entry (a status for a new UID, a
+/// resize condition), not when a cached pod's status changes: the pod workers' housekeeping
+/// retains the cache (R25) only when it moved or the source changed.
+#[tokio::test(start_paused = true)]
+async fn r25_additions_move_with_new_entries_only() {
+    let h = Harness::upstream();
+    let start = h.manager.additions();
+    h.manager.set_pod_status(&test_pod(), random_status(1));
+    let first = h.manager.additions();
+    assert_ne!(first, start, "a status for a new UID");
+    h.manager.set_pod_status(&test_pod(), random_status(2));
+    assert_eq!(
+        h.manager.additions(),
+        first,
+        "a cached pod's new status adds nothing"
+    );
+    h.manager
+        .set_pod_resize_pending_condition(&uid("other"), "Deferred", "", 1);
+    assert_ne!(h.manager.additions(), first, "a resize condition");
+}

@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, PodSpec, PodSt
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::equality::text_cmp;
+
 /// Upstream `MaxPodTerminationMessageLogLength`: the byte budget shared by all containers.
 pub const MAX_POD_TERMINATION_MESSAGE_LOG_LENGTH: usize = 12 * 1024;
 
@@ -103,7 +105,7 @@ pub fn normalize_status(spec: Option<&PodSpec>, status: &mut PodStatus) {
     }
     if let Some(statuses) = &mut status.container_statuses {
         normalize_container_statuses(statuses, budget);
-        statuses.sort_by(|a, b| a.name.cmp(&b.name));
+        statuses.sort_by(|a, b| text_cmp(&a.name, &b.name));
     }
     if let Some(statuses) = &mut status.init_container_statuses {
         normalize_container_statuses(statuses, budget);
@@ -111,7 +113,7 @@ pub fn normalize_status(spec: Option<&PodSpec>, status: &mut PodStatus) {
     }
     if let Some(statuses) = &mut status.ephemeral_container_statuses {
         normalize_container_statuses(statuses, budget);
-        statuses.sort_by(|a, b| a.name.cmp(&b.name));
+        statuses.sort_by(|a, b| text_cmp(&a.name, &b.name));
     }
 }
 

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::equality::text_eq;
 use crate::features::FeatureGates;
 use crate::pod::{condition_type, is_restartable_init_container};
 use crate::restart::container_should_restart;
@@ -58,7 +59,8 @@ fn may_leave_terminated(
 }
 
 fn came_back(old: &ContainerStatus, new: &[ContainerStatus]) -> bool {
-    new.iter().any(|n| n.name == old.name && !is_terminated(n))
+    new.iter()
+        .any(|n| text_eq(&n.name, &old.name) && !is_terminated(n))
 }
 
 /// R6: refuses an update in which a terminated container is reported as not terminated,
@@ -69,12 +71,15 @@ pub fn check_container_state_transition(
     spec: &PodSpec,
     gates: &FeatureGates,
 ) -> Result<(), TransitionError> {
-    if spec.restart_policy.as_deref() == Some("Always") {
+    if text_eq(spec.restart_policy.as_deref().unwrap_or_default(), "Always") {
         return Ok(());
     }
     let new_regular = new.container_statuses.as_deref().unwrap_or_default();
     for old_status in old.container_statuses.iter().flatten() {
-        let spec_container = spec.containers.iter().find(|c| c.name == old_status.name);
+        let spec_container = spec
+            .containers
+            .iter()
+            .find(|c| text_eq(&c.name, &old_status.name));
         if !may_leave_terminated(old_status, spec_container, spec, gates)
             && came_back(old_status, new_regular)
         {
@@ -85,7 +90,10 @@ pub fn check_container_state_transition(
     let spec_init = spec.init_containers.as_deref().unwrap_or_default();
     let new_init = new.init_container_statuses.as_deref().unwrap_or_default();
     for (index, old_status) in old.init_container_statuses.iter().flatten().enumerate() {
-        let Some(container) = spec_init.get(index).filter(|c| c.name == old_status.name) else {
+        let Some(container) = spec_init
+            .get(index)
+            .filter(|c| text_eq(&c.name, &old_status.name))
+        else {
             return Err(TransitionError::SpecMismatch(old_status.name.clone()));
         };
         if is_restartable_init_container(container) {
@@ -126,13 +134,17 @@ pub fn update_last_transition_time(
         .conditions
         .iter_mut()
         .flatten()
-        .find(|c| c.type_ == type_)
+        .find(|c| text_eq(&c.type_, type_))
     else {
         return;
     };
-    let old_condition = old.conditions.iter().flatten().find(|c| c.type_ == type_);
+    let old_condition = old
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| text_eq(&c.type_, type_));
     condition.last_transition_time = match old_condition {
-        Some(o) if o.status == condition.status => o.last_transition_time.clone(),
+        Some(o) if text_eq(&o.status, &condition.status) => o.last_transition_time.clone(),
         _ => Some(Time(now)),
     };
 }

@@ -602,17 +602,24 @@ impl DirectorySync {
     /// Brings the status state file up to date with the terminal statuses in the store (the
     /// store is listed only when something was written to it since the last time). Statuses of
     /// pods no longer in the store are forgotten.
+    /// Whether [`Self::save_statuses`] has anything to look at: a state file, a first scan
+    /// done, and the store changed since it last looked. No I/O: the 500 ms period asks this
+    /// before a hop to the blocking pool (issue 29: a settled node's hops were most of its
+    /// wake-ups).
+    fn statuses_due(&self) -> bool {
+        self.statuses.path.is_some()
+            && self.statuses.scanned
+            && self.store.resource_version() != self.statuses.seen
+    }
+
     fn save_statuses(&mut self, report: &mut SyncReport) {
+        if !self.statuses_due() {
+            return;
+        }
         let Some(path) = self.statuses.path.clone() else {
             return;
         };
-        if !self.statuses.scanned {
-            return;
-        }
         let seen = self.store.resource_version();
-        if seen == self.statuses.seen {
-            return;
-        }
         let (pods, _) = self.store.list_shared(&Selection::all(Kind::Pod));
         let terminal: BTreeMap<String, Value> = pods
             .iter()
@@ -988,6 +995,8 @@ impl DirectorySync {
             };
             let work: fn(&mut Self) -> SyncReport = match step {
                 Step::Scan => Self::sync,
+                // Nothing to save: no hop to the blocking pool.
+                Step::SaveStatuses if !self.statuses_due() => continue,
                 Step::SaveStatuses | Step::Stop => Self::save_statuses_now,
             };
             let Some((this, report)) = self.on_blocking_pool(work).await else {

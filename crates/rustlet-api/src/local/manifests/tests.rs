@@ -213,6 +213,23 @@ fn terminal_statuses_come_back_after_a_restart_and_others_do_not() {
     assert!(kept.is_empty(), "{kept:?}");
 }
 
+/// Issue 29: the 500 ms status period hops to the blocking pool only when the store changed
+/// since the last save (a settled node's hops were most of its wake-ups): after a save
+/// nothing is due, a status write makes it due, and saving makes it quiet again.
+#[test]
+fn the_status_period_is_due_only_after_the_store_changed() {
+    let (dir, store, mut sync, _uids, _statuses) = setup_with_state();
+    std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
+    sync.sync();
+    assert!(!sync.statuses_due(), "saved by the scan");
+    store
+        .patch_status(&web(), &json!({"status": {"phase": "Running"}}))
+        .unwrap();
+    assert!(sync.statuses_due(), "a status was written");
+    assert!(sync.save_statuses_now().errors.is_empty());
+    assert!(!sync.statuses_due(), "saved");
+}
+
 /// `run()` without a `sync()` before it: the status state file's periodic save must not run
 /// before the first scan (the store is still empty then, and saving would erase the kept
 /// statuses): the finished pod comes back finished.

@@ -1491,3 +1491,26 @@ async fn r25_a_status_cached_for_a_pod_not_in_the_source_goes_at_the_next_housek
         "the source's pod keeps its status"
     );
 }
+
+/// Issue 29: a worker keeps no version of its pod but the source's newest. Once the source has a
+/// newer one (the agent's own status write, back through the watch: nothing a worker acts on),
+/// the version the worker started with is freed; each version is a whole typed copy of the pod.
+#[tokio::test(start_paused = true)]
+async fn a_running_pods_first_version_is_freed_once_the_source_has_a_newer_one() {
+    let h = Harness::start(Duration::ZERO);
+    h.put(pod("Always", &[], &["c"], &[]));
+    h.until("c runs", Duration::from_secs(5), async |h| {
+        find(&h.status().container_statuses, "c").is_some_and(running)
+    })
+    .await;
+    let first = Arc::downgrade(&h.pods.pod(&PodUid::new(UID)).expect("in the source"));
+    let mut newer = pod("Always", &[], &["c"], &[]);
+    newer.status = Some(h.status());
+    h.put(newer);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        first.upgrade().is_none(),
+        "the version the worker started with is still kept"
+    );
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
+}

@@ -608,6 +608,7 @@ impl PodWorkers {
                     Some(tx) => {
                         // Only what a worker acts on wakes it: not the status writes this agent
                         // makes itself (each comes back through the watch).
+                        let mut replaced = false;
                         tx.send_if_modified(|current| {
                             let same = current.in_source && Arc::ptr_eq(&current.pod, pod);
                             let wake = !same
@@ -624,9 +625,14 @@ impl PodWorkers {
                                     pod: pod.clone(),
                                     in_source: true,
                                 };
+                                replaced = true;
                             }
                             wake
                         });
+                        // The desired state lets the older version go too (issue 29).
+                        if replaced {
+                            self.shared.volumes.pod_object_updated(pod);
+                        }
                     }
                     None => {
                         volumes_changed = true;
@@ -733,6 +739,10 @@ impl PodWorkers {
                     self.shared.runtime.remove_orphans(&known).await;
                 }
             }
+            // Not kept while waiting for the next change: a snapshot held across the wait kept
+            // every pod's previous version alive once the source had a newer one (issue 29).
+            drop(present);
+            drop(pods);
             tokio::select! {
                 () = cancel.cancelled() => return,
                 changed = self.changes.changed() => {
@@ -1268,8 +1278,12 @@ impl Worker {
     }
 
     async fn run(mut self) {
-        let Some(pod) = self.pod() else { return };
-        if is_static_pod(&pod) && !self.wait_for_static_turn(&static_full_name(&pod)).await {
+        let Some(first) = self.pod() else { return };
+        let static_name = is_static_pod(&first).then(|| static_full_name(&first));
+        drop(first);
+        if let Some(name) = static_name
+            && !self.wait_for_static_turn(&name).await
+        {
             return;
         }
         // Gone or deleted while it waited: the sync loop ends at once, nothing was started.
@@ -1296,14 +1310,18 @@ impl Worker {
                     .lifecycles
                     .static_started(&static_full_name(&pod), &self.uid);
             }
+            // Neither is kept for the worker's life: the version it started with stayed alive
+            // beside every newer one, a second typed copy of each running pod (issue 29).
+            drop(pod);
+            drop(runtime);
             if !self.sync_loop().await {
                 return;
             }
         }
-        if !born_terminated && !self.terminate().await {
+        if !born_terminated && !Box::pin(self.terminate()).await {
             return;
         }
-        self.reclaim().await;
+        Box::pin(self.reclaim()).await;
     }
 
     /// SYNCING until the pod must stop; `false` when the agent stops first.
@@ -1317,12 +1335,14 @@ impl Worker {
             if pod.metadata.deletion_timestamp.is_some() || api_phase_terminal(&pod) {
                 return true;
             }
-            let synced = self.sync_pod(&pod).await;
+            // Handed over, not kept: the pass lets it go while the volumes are mounted. Boxed:
+            // a pass's state (several KB) is held only while it runs, not by every idle
+            // worker's task (issue 29).
+            let synced = Box::pin(self.sync_pod(pod)).await;
             if let Err(e @ SyncError::Mount(_)) = &synced {
+                let pod = self.rx.borrow().pod.clone();
                 self.event(&pod, EventKind::Warning, FAILED_MOUNT, &e.to_string());
             }
-            // Not kept while waiting: the source's newer versions replace it.
-            drop(pod);
             let next = match synced {
                 Ok(Synced::Terminal) => return true,
                 Ok(Synced::Running(next)) => next,
@@ -1348,22 +1368,37 @@ impl Worker {
     /// ([`compute_pod_actions`]): kill (the pod, or single containers), a new sandbox, the init
     /// containers (the next one and the sidecars to keep running), the regular containers; each
     /// start behind the crash-loop back-off (C14, C15).
-    async fn sync_pod(&mut self, pod: &Arc<Pod>) -> Result<Synced, SyncError> {
+    async fn sync_pod(&mut self, first: Arc<Pod>) -> Result<Synced, SyncError> {
         let no_waiting = HashMap::new();
         let runtime = self.shared.runtime.pod_status(&self.uid).await;
         // W20 step 3: a status that is already terminal ends the pass (a run-once pod whose
         // container the runtime lost is not started again).
-        let status = self.set_status(pod, &runtime, false, &no_waiting);
+        let status = self.set_status(&first, &runtime, false, &no_waiting);
         if PodPhase::of(&status).is_terminal() {
             return Ok(Synced::Terminal);
         }
+        // The status manager has its own copy.
+        drop(status);
+        let wait = self.shared.volumes.wait_for_attach_and_mount(&first);
+        // Not kept through the wait (issue 29): the status just written comes back as a newer
+        // version, and in a storm every pod waits at once, each keeping a second typed copy.
+        drop(first);
         let mounted = tokio::select! {
-            r = self.shared.volumes.wait_for_attach_and_mount(pod) => r,
+            r = wait => r,
             // The pod changed (deleted?) or the agent stops: the next pass decides.
             _ = self.rx.changed() => return Ok(Synced::Running(Some(Instant::now()))),
             () = self.cancel.cancelled() => return Ok(Synced::Running(None)),
         };
         mounted?;
+        // A change that wakes a worker came with the mounts: the next pass decides, as when it
+        // came first. Otherwise the newest version differs from the first only in what wakes no
+        // worker (its status, the metadata each write bumps), and the pass goes on with it. Read
+        // without marking it seen: a change after this still wakes the next wait.
+        if self.rx.has_changed().unwrap_or(true) {
+            return Ok(Synced::Running(Some(Instant::now())));
+        }
+        let latest = self.rx.borrow().pod.clone();
+        let pod = &latest;
         let runtime_api = self.shared.runtime.clone();
         // The actions and the back-off read the runtime as it was before this pass acted
         // (upstream's pod status of the sync).
@@ -1498,6 +1533,7 @@ impl Worker {
         if PodPhase::of(&status).is_terminal() {
             return Ok(Synced::Terminal);
         }
+        drop(status);
         // An init container that exited before this pass read the runtime again, or a sidecar
         // that runs (upstream: the PLEG's `ContainerStarted`): no change will be announced for
         // it, and the next one waits on it.

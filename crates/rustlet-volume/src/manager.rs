@@ -289,6 +289,13 @@ impl VolumeManager {
         self.wake.notify_one();
     }
 
+    /// A newer version of a pod from the pod source, whose change needs no pass (its status):
+    /// the desired state keeps it instead of the older one, so the older one is freed now.
+    /// Nothing runs and nothing to mount changes.
+    pub fn pod_object_updated(&self, pod: &Arc<Pod>) {
+        self.populator.refresh_pod_object(pod);
+    }
+
     /// One populator pass and one reconciler pass.
     pub fn sync_once(&self) {
         self.populator.populate();
@@ -478,16 +485,32 @@ impl VolumeManager {
 
     /// V1-V5: waits until every volume the pod's containers use is mounted; fails early with the
     /// populator's errors, and at the deadline with upstream's three lists.
-    pub async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), WaitError> {
+    ///
+    /// The pod is read when this is called, not while the future waits: a caller need not keep
+    /// its version alive through a long wait (a storm's status writes make newer ones).
+    pub fn wait_for_attach_and_mount(
+        &self,
+        pod: &Pod,
+    ) -> impl std::future::Future<Output = Result<(), WaitError>> + Send + '_ {
         let (mounts, devices) = pod_volume_names(pod);
         let expected: BTreeSet<String> = mounts.union(&devices).cloned().collect();
+        let pod_name = pod_name_of(pod);
+        let downward_changed = !expected.is_empty() && self.populator.downward_fields_changed(pod);
+        self.wait_for_mounts(expected, pod_name, downward_changed)
+    }
+
+    async fn wait_for_mounts(
+        &self,
+        expected: BTreeSet<String>,
+        pod_name: UniquePodName,
+        downward_changed: bool,
+    ) -> Result<(), WaitError> {
         if expected.is_empty() {
             return Ok(());
         }
-        let pod_name = pod_name_of(pod);
         // Labels or annotations that a downward API volume shows changed: set it up again
         // (the wait need not wait for that).
-        if self.populator.downward_fields_changed(pod) {
+        if downward_changed {
             self.populator.reprocess_pod(&pod_name);
             self.wake.notify_one();
         }

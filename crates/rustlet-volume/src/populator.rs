@@ -325,6 +325,34 @@ impl Populator {
         self.processed().get(pod_name) == Some(&true)
     }
 
+    /// A newer version of a processed pod that differs only where the populator does not look
+    /// (its status, the metadata each write bumps) replaces the kept one here and in the
+    /// desired state at once, not at the next pass (issue 29: in a storm every pod's status
+    /// writes made newer versions faster than passes came, and the desired state kept a second
+    /// typed copy of each until then). Anything else is left to the passes.
+    pub fn refresh_pod_object(&self, pod: &Arc<Pod>) {
+        let pod_name = unique_pod_name(pod);
+        if self.processed().get(&pod_name) != Some(&true) {
+            return;
+        }
+        {
+            let mut registered = self.registered();
+            match registered.get_mut(&pod_name) {
+                Some(kept)
+                    if !Arc::ptr_eq(kept, pod)
+                        && kept.spec == pod.spec
+                        && kept.metadata.labels == pod.metadata.labels
+                        && kept.metadata.annotations == pod.metadata.annotations
+                        && kept.metadata.deletion_timestamp == pod.metadata.deletion_timestamp =>
+                {
+                    *kept = pod.clone();
+                }
+                _ => return,
+            }
+        }
+        self.dsw.refresh_pod(&pod_name, pod);
+    }
+
     /// V21: the pod is processed again on the next pass (the entry stays, with `false`).
     pub fn reprocess_pod(&self, pod_name: &UniquePodName) {
         self.processed().insert(pod_name.clone(), false);

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
 
+use super::small_map::SmallMap;
 use super::{Generational, Scope, Touch, Touched};
 use crate::plugin::{PluginError, PluginManager, unique_volume_name};
 use crate::spec::VolumeSpec;
@@ -204,7 +205,7 @@ struct PodMount {
 struct VolumeEntry {
     spec: VolumeSpec,
     plugin_name: String,
-    pods: BTreeMap<UniquePodName, PodMount>,
+    pods: SmallMap<UniquePodName, PodMount>,
     attachability: Attachability,
     device_state: DeviceMountState,
     device_path: String,
@@ -281,7 +282,7 @@ impl ActualStateOfWorld {
                     VolumeEntry {
                         spec: spec.clone(),
                         plugin_name: plugin.name().to_owned(),
-                        pods: BTreeMap::new(),
+                        pods: SmallMap::new(),
                         attachability,
                         device_state: DeviceMountState::NotMounted,
                         device_path: device_path.to_owned(),

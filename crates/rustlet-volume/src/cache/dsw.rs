@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, Volume};
 use rustlet_core::quantity::quantity_ceil;
 use rustlet_core::{UniquePodName, UniqueVolumeName};
 
+use super::small_map::SmallMap;
 use super::{Generational, Scope, Touch, Touched};
 use crate::plugin::{PluginError, PluginManager, unique_volume_name};
 use crate::spec::VolumeSpec;
@@ -52,7 +53,7 @@ struct PodToMount {
 #[derive(Clone, Debug)]
 struct VolumeEntry {
     plugin_name: String,
-    pods: BTreeMap<UniquePodName, PodToMount>,
+    pods: SmallMap<UniquePodName, PodToMount>,
     attachable: bool,
     device_mountable: bool,
     gid: Option<String>,
@@ -64,7 +65,7 @@ struct VolumeEntry {
 struct Inner {
     volumes: HashMap<UniqueVolumeName, VolumeEntry>,
     /// Per pod: outer name → volume (an index, so per-pod queries cost the pod's volumes).
-    by_pod: HashMap<UniquePodName, BTreeMap<String, UniqueVolumeName>>,
+    by_pod: HashMap<UniquePodName, SmallMap<String, UniqueVolumeName>>,
     pod_errors: HashMap<UniquePodName, BTreeSet<String>>,
 }
 
@@ -224,7 +225,7 @@ impl DesiredStateOfWorld {
             .entry(volume_name.clone())
             .or_insert_with(|| VolumeEntry {
                 plugin_name: plugin.name().to_owned(),
-                pods: BTreeMap::new(),
+                pods: SmallMap::new(),
                 attachable: plugin.is_attachable(),
                 device_mountable: plugin.is_device_mountable(),
                 gid,
@@ -469,8 +470,12 @@ impl DesiredStateOfWorld {
         self.read()
             .by_pod
             .get(pod_name)
-            .cloned()
-            .unwrap_or_default()
+            .map_or_else(BTreeMap::new, |index| {
+                index
+                    .iter()
+                    .map(|(outer, volume)| (outer.clone(), volume.clone()))
+                    .collect()
+            })
     }
 
     /// V14: exactly these volumes are reported in use (replace semantics).

@@ -2,6 +2,7 @@
 
 pub mod asw;
 pub mod dsw;
+mod small_map;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};

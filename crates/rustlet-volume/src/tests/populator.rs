@@ -91,6 +91,58 @@ fn a_processed_pod_is_kept_in_its_latest_version_only() {
     assert!(kept.iter().all(|v| Arc::ptr_eq(&v.pod, &newer)));
 }
 
+/// Issue 29: a newer version that differs only in its status replaces the kept one at once,
+/// without a pass (in a storm the pod workers' status writes outran the passes, and the desired
+/// state kept a second typed copy of every pod until the next one); a version with another
+/// spec is left to the passes, which decide what to mount for it.
+#[test]
+fn a_status_only_version_replaces_the_kept_one_without_a_pass() {
+    let f = fixture();
+    let first = pod_with_volumes("p", vec![volume(empty_dir("a")), volume(empty_dir("b"))]);
+    f.pods.add(first.clone());
+    f.populator.populate();
+    let first_version = Arc::downgrade(&first);
+    let mut newer = (*first).clone();
+    newer.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        ..Default::default()
+    });
+    let newer = Arc::new(newer);
+    f.pods.add(newer.clone());
+    drop(first);
+    f.populator.refresh_pod_object(&newer);
+    assert!(
+        first_version.upgrade().is_none(),
+        "nothing keeps the first version"
+    );
+    assert!(
+        f.dsw
+            .volumes_to_mount()
+            .iter()
+            .all(|v| Arc::ptr_eq(&v.pod, &newer))
+    );
+
+    let mut respec = (*newer).clone();
+    respec
+        .spec
+        .as_mut()
+        .unwrap()
+        .volumes
+        .as_mut()
+        .unwrap()
+        .pop();
+    let respec = Arc::new(respec);
+    f.pods.add(respec.clone());
+    f.populator.refresh_pod_object(&respec);
+    assert!(
+        f.dsw
+            .volumes_to_mount()
+            .iter()
+            .all(|v| Arc::ptr_eq(&v.pod, &newer)),
+        "a changed spec waits for a pass"
+    );
+}
+
 #[test]
 fn v2_volumes_no_container_uses_are_never_added() {
     let f = fixture();

@@ -31,9 +31,8 @@ fn word(s: &[u8], at: usize) -> u64 {
     u64::from_be_bytes(bytes)
 }
 
-/// `a == b` without a `memcmp` call when the lengths differ, both are empty, or the strings
-/// are short (issue 29: the calls were a quarter of `set_pod_status`, most of a status's
-/// strings being empty, and then most of what was left of it for short names and types).
+/// `a == b` without a `memcmp` call when the lengths differ or both are empty (issue 29: the
+/// calls were a quarter of `set_pod_status`, most of a status's strings being empty).
 #[inline]
 pub fn text_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && (a.is_empty() || a == b)

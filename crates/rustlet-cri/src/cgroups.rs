@@ -19,8 +19,9 @@
 //!
 //! Deviations from upstream: off unless configured ([`PodCgroupsConfig`]; upstream's
 //! `cgroupsPerQOS` is on by default with the root `/`); cgroup v1 only; the QoS cgroups get no
-//! CPU shares or memory reservations of their own (upstream `UpdateCgroups`); the pod's
-//! `overhead`, pod-level `resources`, huge pages and pids limit are not applied; a pod's
+//! CPU shares or memory reservations of their own (upstream `UpdateCgroups`); pod-level
+//! `resources`, huge pages and pids limit are not applied (the pod's `overhead` is, as
+//! upstream's `PodRequests`/`PodLimits` add it); a pod's
 //! lingering processes are not killed before its cgroup is removed (the removal then fails with
 //! a warning and the cgroup is left; upstream's housekeeping kills them and tries again).
 
@@ -86,7 +87,7 @@ fn container_quantity(container: &Container, limits: bool, name: &str, milli: bo
 }
 
 /// Upstream `PodRequests`/`PodLimits` of one resource (without overhead or pod-level
-/// resources): the regular containers and sidecars summed, or an init container's with the
+/// resources, see [`pod_with_overhead`]): the regular containers and sidecars summed, or an init container's with the
 /// sidecars started before it, whichever is larger.
 fn pod_total(pod: &Pod, limits: bool, name: &str, milli: bool) -> i64 {
     let Some(spec) = pod.spec.as_ref() else {
@@ -111,6 +112,33 @@ fn pod_total(pod: &Pod, limits: bool, name: &str, milli: bool) -> i64 {
     regular.max(init_max)
 }
 
+/// The pod's `overhead` (set at admission from its RuntimeClass) of one resource.
+fn overhead(pod: &Pod, name: &str, milli: bool) -> i64 {
+    let q = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.overhead.as_ref())
+        .and_then(|o| o.get(name));
+    let v = q.and_then(|q| {
+        if milli {
+            quantity_milli_ceil(q)
+        } else {
+            quantity_ceil(q)
+        }
+    });
+    v.and_then(|v| i64::try_from(v).ok()).unwrap_or(0)
+}
+
+/// Upstream `PodRequests` (the overhead added) or `PodLimits` (the overhead added to a
+/// non-zero limit only) of one resource, without pod-level resources.
+fn pod_with_overhead(pod: &Pod, limits: bool, name: &str, milli: bool) -> i64 {
+    let total = pod_total(pod, limits, name, milli);
+    if limits && total == 0 {
+        return 0;
+    }
+    total.saturating_add(overhead(pod, name, milli))
+}
+
 /// Whether every container (init containers included) has a non-zero limit of `name`
 /// (upstream `ResourceConfigForPod`'s `cpuLimitsDeclared`/`memoryLimitsDeclared`).
 fn limits_declared(pod: &Pod, name: &str) -> bool {
@@ -128,12 +156,12 @@ fn limits_declared(pod: &Pod, name: &str) -> bool {
 /// and the quota or memory limit when every container has that limit; a best-effort one the
 /// fewest shares.
 pub fn pod_resource_config(pod: &Pod) -> PodResourceConfig {
-    let cpu_shares = milli_cpu_to_shares(pod_total(pod, false, "cpu", true));
+    let cpu_shares = milli_cpu_to_shares(pod_with_overhead(pod, false, "cpu", true));
     let quota = (
-        milli_cpu_to_quota(pod_total(pod, true, "cpu", true), QUOTA_PERIOD),
+        milli_cpu_to_quota(pod_with_overhead(pod, true, "cpu", true), QUOTA_PERIOD),
         QUOTA_PERIOD,
     );
-    let memory = pod_total(pod, true, "memory", false);
+    let memory = pod_with_overhead(pod, true, "memory", false);
     match pod_qos(pod) {
         qos_class::GUARANTEED => PodResourceConfig {
             cpu_shares,
@@ -407,6 +435,48 @@ mod tests {
             PodResourceConfig {
                 cpu_shares: 2,
                 cpu_quota: None,
+                memory_limit: None,
+            }
+        );
+    }
+
+    /// Upstream `PodRequests`/`PodLimits` with the pod's overhead, as e2e_node's "Pod cgroup
+    /// should be sum of overhead and resource limits" checks it: the overhead is added to the
+    /// requests and to each non-zero limit, never to a limit the pod does not have.
+    #[test]
+    fn test_resource_config_for_pod_with_overhead() {
+        let mut guaranteed = pod(
+            serde_json::json!([
+                {"name": "a", "resources": {"requests": {"cpu": "100m", "memory": "100Mi"},
+                                            "limits": {"cpu": "100m", "memory": "100Mi"}}},
+            ]),
+            serde_json::json!([]),
+        );
+        guaranteed.spec.as_mut().unwrap().overhead = Some(
+            serde_json::from_value(serde_json::json!({"cpu": "200m", "memory": "140Mi"})).unwrap(),
+        );
+        assert_eq!(
+            pod_resource_config(&guaranteed),
+            PodResourceConfig {
+                cpu_shares: 307,
+                cpu_quota: Some((30_000, 100_000)),
+                memory_limit: Some(240 << 20),
+            }
+        );
+        // Burstable without a memory limit: none is made from the overhead alone.
+        let mut burstable = pod(
+            serde_json::json!([{"name": "a", "resources": {"requests": {"cpu": "100m"},
+                                                           "limits": {"cpu": "100m"}}}]),
+            serde_json::json!([]),
+        );
+        burstable.spec.as_mut().unwrap().overhead = Some(
+            serde_json::from_value(serde_json::json!({"cpu": "50m", "memory": "10Mi"})).unwrap(),
+        );
+        assert_eq!(
+            pod_resource_config(&burstable),
+            PodResourceConfig {
+                cpu_shares: 153,
+                cpu_quota: Some((15_000, 100_000)),
                 memory_limit: None,
             }
         );

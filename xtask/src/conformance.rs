@@ -25,6 +25,10 @@
 //!   server) in a private containerd's network namespace and starts Rustlet there once that
 //!   API server answers (the same runner).
 //!
+//!   `--containerd pinned` runs it on the containerd, shim and runc of `tools/containerd`
+//!   ([`crate::containerd`]) instead of the machine's: the recursive read-only mount specs
+//!   that need a runtime with handler features (containerd 2).
+//!
 //! * `ci`: the fixed subset `.ci/run` runs (issue 27, "CI and the record"): every volume spec
 //!   and one spec of each node feature of `e2e.test` ([`CI_CLUSTER_FOCUS`]), then the node-only
 //!   features of `e2e_node.test` ([`CI_NODE_FOCUS`]); it fails when any spec did.
@@ -726,8 +730,14 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
             )
         }
         _ => {
+            let (runtime, args) = Containerd::take(args)?;
+            let args = &args[..];
             let opts = Options::parse(args)?;
             let bin = build(root)?;
+            let path_first = match runtime {
+                Containerd::System => None,
+                Containerd::Pinned => Some(crate::containerd::build(root)?),
+            };
             match (opts.mode, opts.suite) {
                 (Mode::DryRun, _) => dry_run(root, &opts, &bin).map(drop),
                 (Mode::Run, suite) => {
@@ -741,7 +751,7 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
                     if opts.skip == SKIP {
                         forwarded.push(format!("--skip={}", skip_on_this_machine(SKIP)));
                     }
-                    runner(root, &forwarded)
+                    runner_with(root, &forwarded, path_first.as_deref())
                 }
             }
         }
@@ -900,8 +910,57 @@ fn dry_run(root: &Path, opts: &Options, bin: &Path) -> Result<usize> {
 /// `conformance`: it holds the private containerd, the images and the agent) with `args`, as
 /// root in a private mount namespace, failing where a privileged part or the control plane
 /// is missing instead of skipping.
+/// Which containerd (with its shim and runc) a run's private containerd is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Containerd {
+    /// The machine's, found on `PATH` (Debian's 1.6).
+    System,
+    /// The pinned one of `tools/containerd` ([`crate::containerd::build`]).
+    Pinned,
+}
+
+impl Containerd {
+    /// Takes `--containerd system|pinned` (`--flag value` or `--flag=value`) out of the
+    /// arguments; the rest go to [`Options::parse`] and the runner.
+    pub fn take(args: &[String]) -> Result<(Self, Vec<String>)> {
+        let mut runtime = Containerd::System;
+        let mut rest = Vec::with_capacity(args.len());
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let value = match arg.split_once('=') {
+                Some(("--containerd", v)) => v.to_owned(),
+                None if arg == "--containerd" => {
+                    it.next().cloned().context("--containerd needs a value")?
+                }
+                _ => {
+                    rest.push(arg.clone());
+                    continue;
+                }
+            };
+            runtime = match value.as_str() {
+                "system" => Containerd::System,
+                "pinned" => Containerd::Pinned,
+                other => bail!("--containerd {other:?}: expected system or pinned"),
+            };
+        }
+        Ok((runtime, rest))
+    }
+}
+
 fn runner(root: &Path, args: &[String]) -> Result<()> {
+    runner_with(root, args, None)
+}
+
+/// [`runner`] with `path_first` (a directory of programs) first on the runner's `PATH`.
+fn runner_with(root: &Path, args: &[String], path_first: Option<&Path>) -> Result<()> {
     let mut cmd = Command::new("unshare");
+    if let Some(dir) = path_first {
+        let mut paths = vec![dir.to_path_buf()];
+        paths.extend(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        ));
+        cmd.env("PATH", std::env::join_paths(paths).context("PATH")?);
+    }
     cmd.args([
         "-m",
         "--propagation",
@@ -1090,6 +1149,24 @@ mod tests {
         assert!(Options::parse(&strings(&["--procs", "0"])).is_err());
         assert!(Options::parse(&strings(&["--focus"])).is_err());
         assert!(Options::parse(&strings(&["--fast"])).is_err());
+    }
+
+    /// Issue 27 (item 3): `--containerd` is taken out of the arguments in both spellings (the
+    /// runner would refuse it), the machine's by default.
+    #[test]
+    fn the_containerd_option_is_taken_before_the_runner_sees_it() {
+        let args = strings(&["--suite=node", "--containerd", "pinned", "--focus", "RRO"]);
+        let (runtime, rest) = Containerd::take(&args).unwrap();
+        assert_eq!(runtime, Containerd::Pinned);
+        assert_eq!(rest, strings(&["--suite=node", "--focus", "RRO"]));
+        let (runtime, rest) = Containerd::take(&strings(&["--containerd=system"])).unwrap();
+        assert_eq!((runtime, rest.len()), (Containerd::System, 0));
+        assert_eq!(
+            Containerd::take(&strings(&["--procs=2"])).unwrap().0,
+            Containerd::System
+        );
+        assert!(Containerd::take(&strings(&["--containerd", "1.7"])).is_err());
+        assert!(Containerd::take(&strings(&["--containerd"])).is_err());
     }
 
     /// Issue 27 (harness 3): a dry run is ginkgo's `--dry-run` on `e2e.test` with the focus

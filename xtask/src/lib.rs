@@ -13,6 +13,7 @@
 pub mod busybox;
 pub mod cluster;
 pub mod conformance;
+pub mod containerd;
 pub mod metrics_server;
 
 use std::path::{Path, PathBuf};

@@ -37,7 +37,7 @@
 mod public_api;
 mod tidy;
 
-use xtask::{busybox, cluster, conformance, metrics_server, workspace_root};
+use xtask::{busybox, cluster, conformance, containerd, metrics_server, workspace_root};
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -59,6 +59,7 @@ fn main() -> Result<()> {
         "bench" => bench(&root),
         "cluster" => cluster::main(&root, &args[1..]),
         "metrics-server" => metrics_server::main(&root, &args[1..]),
+        "containerd" => containerd::main(&root, &args[1..]),
         "conformance" => conformance::main(&root, &args[1..]),
         "fuzz" => fuzz(&root, &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {

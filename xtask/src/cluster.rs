@@ -369,11 +369,7 @@ pub fn build(root: &Path) -> Result<PathBuf> {
     if !status.success() {
         bail!("go build of the control plane failed: {status}");
     }
-    if bin.exists() {
-        fs::remove_dir_all(&bin).with_context(|| format!("removing {}", bin.display()))?;
-    }
-    fs::rename(&staging, &bin)
-        .with_context(|| format!("moving {} to {}", staging.display(), bin.display()))?;
+    crate::replace_dir(&staging, &bin)?;
     eprintln!(
         "xtask: cluster: built in {:.0?} into {}",
         started.elapsed(),

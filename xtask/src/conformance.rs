@@ -697,11 +697,7 @@ fn build_binaries(root: &Path) -> Result<PathBuf> {
         }
         eprintln!("xtask: conformance: {name} built in {:.0?}", step.elapsed());
     }
-    if bin.exists() {
-        fs::remove_dir_all(&bin).with_context(|| format!("removing {}", bin.display()))?;
-    }
-    fs::rename(&staging, &bin)
-        .with_context(|| format!("moving {} to {}", staging.display(), bin.display()))?;
+    crate::replace_dir(&staging, &bin)?;
     eprintln!(
         "xtask: conformance: built in {:.0?} into {}",
         started.elapsed(),

@@ -13,6 +13,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+use crate::cluster::required_version as required;
+
 const CONTAINERD: &str = "github.com/containerd/containerd/v2";
 const RUNC: &str = "github.com/opencontainers/runc";
 
@@ -22,18 +24,6 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
         Some("build") => build(root).map(|bin| println!("{}", bin.display())),
         _ => bail!("usage: cargo xtask containerd build"),
     }
-}
-
-/// The version `go_mod` requires of `module`.
-fn required(go_mod: &str, module: &str) -> Result<String> {
-    go_mod
-        .lines()
-        .map(|l| l.trim().trim_start_matches("require").trim())
-        .filter_map(|l| l.strip_prefix(module)?.strip_prefix(' '))
-        .map(|rest| rest.split_whitespace().next().unwrap_or_default())
-        .find(|v| v.starts_with('v'))
-        .map(str::to_owned)
-        .with_context(|| format!("no require line for {module}"))
 }
 
 /// The pinned containerd and runc versions (`v2.4.2`, `v1.5.3`).
@@ -104,11 +94,7 @@ pub fn build(root: &Path) -> Result<PathBuf> {
             bail!("go build of {name} failed: {status}");
         }
     }
-    if dir.exists() {
-        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-    }
-    fs::rename(&staging, &dir)
-        .with_context(|| format!("moving {} to {}", staging.display(), dir.display()))?;
+    crate::replace_dir(&staging, &dir)?;
     eprintln!(
         "xtask: containerd: built in {:.0?} into {}",
         started.elapsed(),

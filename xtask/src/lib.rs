@@ -18,10 +18,22 @@ pub mod metrics_server;
 
 use std::path::{Path, PathBuf};
 
+use anyhow::{Context, Result};
+
 /// The workspace root: the parent of this crate's manifest directory.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()
+}
+
+/// Puts a finished build's `staging` directory in the place of `dir` (the cached one, if any,
+/// goes first): a cache directory is whole or absent, never half built.
+pub(crate) fn replace_dir(staging: &Path, dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    std::fs::rename(staging, dir)
+        .with_context(|| format!("moving {} to {}", staging.display(), dir.display()))
 }

@@ -29,14 +29,7 @@ pub fn pinned_version(root: &Path) -> Result<String> {
 }
 
 fn parse_version(go_mod: &str) -> Result<String> {
-    go_mod
-        .lines()
-        .map(|l| l.trim().trim_start_matches("require").trim())
-        .filter_map(|l| l.strip_prefix(MODULE)?.strip_prefix(' '))
-        .map(|rest| rest.split_whitespace().next().unwrap_or_default())
-        .find(|v| v.starts_with('v'))
-        .map(str::to_owned)
-        .with_context(|| format!("no require line for {MODULE}"))
+    crate::cluster::required_version(go_mod, MODULE)
 }
 
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/rustlet/metrics-server-<v>/bin/metrics-server`.
@@ -86,11 +79,7 @@ pub fn build(root: &Path) -> Result<PathBuf> {
     if !status.success() {
         bail!("go build of metrics-server failed: {status}");
     }
-    if dir.exists() {
-        fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
-    }
-    fs::rename(&staging, dir)
-        .with_context(|| format!("moving {} to {}", staging.display(), dir.display()))?;
+    crate::replace_dir(&staging, dir)?;
     eprintln!(
         "xtask: metrics-server: built in {:.0?} into {}",
         started.elapsed(),

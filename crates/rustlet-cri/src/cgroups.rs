@@ -29,6 +29,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rustlet_core::qos::{pod_qos, qos_class};
 use rustlet_core::quantity::{quantity_ceil, quantity_milli_ceil};
 
@@ -76,6 +77,12 @@ fn container_quantity(container: &Container, limits: bool, name: &str, milli: bo
             .as_ref()?
             .get(name)
     });
+    quantity_value(q, milli)
+}
+
+/// A quantity in milli-units (CPU) or whole units (bytes), rounded up; 0 when absent or out of
+/// range.
+fn quantity_value(q: Option<&Quantity>, milli: bool) -> i64 {
     let v = q.and_then(|q| {
         if milli {
             quantity_milli_ceil(q)
@@ -119,14 +126,7 @@ fn overhead(pod: &Pod, name: &str, milli: bool) -> i64 {
         .as_ref()
         .and_then(|s| s.overhead.as_ref())
         .and_then(|o| o.get(name));
-    let v = q.and_then(|q| {
-        if milli {
-            quantity_milli_ceil(q)
-        } else {
-            quantity_ceil(q)
-        }
-    });
-    v.and_then(|v| i64::try_from(v).ok()).unwrap_or(0)
+    quantity_value(q, milli)
 }
 
 /// Upstream `PodRequests` (the overhead added) or `PodLimits` (the overhead added to a

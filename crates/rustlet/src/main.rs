@@ -37,30 +37,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// One malloc arena for the whole process (glibc's `M_ARENA_MAX`), set before any thread
-/// exists. glibc gives threads arenas of their own (up to eight per core): the runtime's
-/// workers and the blocking pool's threads each kept freed memory the others could not reuse.
-/// Measured with the agent bench (issue 29, three runs each): peak RSS at 1,000 pods
-/// 85.6-90.3 MiB with glibc's default, 77.4-78.9 MiB with one arena, the storm's pace the
-/// same; `MALLOC_ARENA_MAX` in the environment still decides when set.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn one_malloc_arena() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
-        return;
-    }
-    // SAFETY: `mallopt` only sets an allocator parameter; called first thing in `main`, before
-    // any other thread runs, so no allocation races with it.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn one_malloc_arena() {}
-
 fn main() -> ExitCode {
-    one_malloc_arena();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

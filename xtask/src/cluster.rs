@@ -78,7 +78,7 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
         "up" => {
             let bin = build(root)?;
             up(&bin, &opts).map(drop)?;
-            print_usage(&bin, &opts.dir);
+            print_usage(&bin, &opts.dir, &opts.nodes);
             Ok(())
         }
         "down" => down(&opts.dir),
@@ -1078,16 +1078,38 @@ fn env_lines(bin: &Path, dir: &Path) -> String {
     )
 }
 
-fn print_usage(bin: &Path, dir: &Path) {
+fn print_usage(bin: &Path, dir: &Path, nodes: &[String]) {
     println!("The control plane is up (everything in {}).", dir.display());
     println!("Use it with:\n");
     print!("{}", env_lines(bin, dir));
     println!("kubectl get ns");
+    for node in nodes {
+        println!(
+            "\nRun node {node} (as root):\n\n{}",
+            node_command(dir, node)
+        );
+    }
     println!(
         "\nA node's kubeconfig: {}/node-<name>.kubeconfig. Stop it with: cargo xtask cluster down --dir {}",
         dir.display(),
         dir.display()
     );
+}
+
+/// The agent's command line for `node` of the cluster in `dir`: its kubeconfig, and the node
+/// certificate as the serving certificate of its port 10250 (the API server verifies kubelets
+/// with the cluster CA: with the agent's own self-signed pair `kubectl logs` and `exec` fail
+/// with "certificate signed by unknown authority"), the node IP that certificate names
+/// (127.0.0.1: without `--node-ip` the agent reports the host's address, which it does not),
+/// and the cluster CA for its clients (the API server's own client certificate among them).
+fn node_command(dir: &Path, node: &str) -> String {
+    let d = dir.display();
+    format!(
+        "rustlet --node-name {node} --root-dir /var/lib/rustlet-{node} --node-ip 127.0.0.1 \\\n  \
+         --kubeconfig {d}/node-{node}.kubeconfig \\\n  \
+         --tls-cert-file {d}/pki/node-{node}.crt --tls-private-key-file {d}/pki/node-{node}.key \\\n  \
+         --client-ca-file {d}/pki/ca.crt"
+    )
 }
 
 /// `up` with one node, the checks of the issue with `kubectl`, `down`, and no process left.
@@ -1397,6 +1419,48 @@ mod tests {
         assert!(text.contains("IP Address:10.88.0.1"), "{text}");
         assert!(text.contains("IP Address:127.0.0.1"), "{text}");
         assert!(text.contains("DNS:node-a"), "{text}");
+    }
+
+    /// `up` prints each node's command line: every file it names is one `up` wrote, and the
+    /// serving certificate names the node IP it gives (a self-signed pair or another address
+    /// makes `kubectl logs` fail with an x509 error).
+    #[test]
+    fn the_printed_node_command_names_the_files_up_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout {
+            dir: dir.path().to_owned(),
+        };
+        write_pki(&layout, &["node-a".to_owned()], &[], &[]).unwrap();
+        write_file(&layout.kubeconfig("node-node-a"), "x").unwrap();
+        let command = node_command(dir.path(), "node-a");
+        let words: Vec<&str> = command.split_whitespace().filter(|w| *w != "\\").collect();
+        let value = |flag: &str| {
+            let i = words
+                .iter()
+                .position(|w| *w == flag)
+                .unwrap_or_else(|| panic!("{flag}"));
+            words[i + 1]
+        };
+        for (flag, file) in [
+            ("--kubeconfig", layout.kubeconfig("node-node-a")),
+            ("--tls-cert-file", layout.pki("node-node-a.crt")),
+            ("--tls-private-key-file", layout.pki("node-node-a.key")),
+            ("--client-ca-file", layout.pki("ca.crt")),
+        ] {
+            assert_eq!(Path::new(value(flag)), file, "{flag}");
+            assert!(file.is_file(), "{flag}: {}", file.display());
+        }
+        assert_eq!(value("--node-name"), "node-a");
+        let out = Command::new("openssl")
+            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+            .arg(layout.pki("node-node-a.crt"))
+            .output()
+            .unwrap();
+        let names = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            names.contains(&format!("IP Address:{}", value("--node-ip"))),
+            "{names}"
+        );
     }
 
     /// The pinned Kubernetes is the release the workspace's k8s-openapi version feature names.

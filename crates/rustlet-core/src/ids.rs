@@ -1,20 +1,22 @@
 //! Identifier newtypes with upstream precedent (`types.UID`, `UniquePodName`, `UniqueVolumeName`).
 //!
-//! A newtype keeps a pod UID from being passed where a volume name is expected; each wraps a
-//! `String` and converts cheaply in both directions.
+//! A newtype keeps a pod UID from being passed where a volume name is expected. Each holds its
+//! text once, shared (`Arc<str>`): the volume manager's caches, its pending operations and its
+//! events key on these names, and a clone is a count, not a copy of the text.
 
 use std::fmt;
+use std::sync::Arc;
 
 macro_rules! string_newtype {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Wraps a string.
             pub fn new(value: impl Into<String>) -> Self {
-                Self(value.into())
+                Self(Arc::from(value.into()))
             }
 
             /// The identifier as a string slice.
@@ -27,9 +29,9 @@ macro_rules! string_newtype {
                 self.0.is_empty()
             }
 
-            /// Unwraps the string.
+            /// The identifier as an owned string (a copy of the text).
             pub fn into_string(self) -> String {
-                self.0
+                String::from(&*self.0)
             }
         }
 
@@ -41,13 +43,13 @@ macro_rules! string_newtype {
 
         impl From<String> for $name {
             fn from(value: String) -> Self {
-                Self(value)
+                Self(Arc::from(value))
             }
         }
 
         impl From<&str> for $name {
             fn from(value: &str) -> Self {
-                Self(value.to_owned())
+                Self(Arc::from(value))
             }
         }
 
@@ -86,7 +88,7 @@ string_newtype!(
 impl PodUid {
     /// A pod's `metadata.uid` (empty when it has none).
     pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
-        Self::new(pod.metadata.uid.clone().unwrap_or_default())
+        Self::from(pod.metadata.uid.as_deref().unwrap_or(""))
     }
 
     /// The UID as the name of its pod's directories (`<root>/pods/<uid>`, the pod's log
@@ -162,13 +164,13 @@ impl From<PodUid> for UniquePodName {
 impl UniqueVolumeName {
     /// Upstream `GetUniqueVolumeName(pluginName, volumeName)`: `<plugin>/<volume>`.
     pub fn for_plugin(plugin: &str, volume: &str) -> Self {
-        Self(format!("{plugin}/{volume}"))
+        Self(Arc::from(format!("{plugin}/{volume}")))
     }
 
     /// Upstream `GetUniqueVolumeNameFromSpecWithPod`: `<plugin>/<pod uid>-<volume>`, the name
     /// of a volume that is not shared between pods (emptyDir, configMap, ...).
     pub fn for_pod(plugin: &str, pod: &UniquePodName, volume: &str) -> Self {
-        Self(format!("{plugin}/{pod}-{volume}"))
+        Self(Arc::from(format!("{plugin}/{pod}-{volume}")))
     }
 }
 
@@ -187,6 +189,17 @@ mod tests {
             UniqueVolumeName::for_plugin("kubernetes.io/fake", "disk-1").as_str(),
             "kubernetes.io/fake/disk-1"
         );
+    }
+
+    #[test]
+    fn a_clone_shares_the_text_instead_of_copying_it() {
+        let volume = UniqueVolumeName::for_pod("kubernetes.io/empty-dir", &"uid-1".into(), "v");
+        let copy = volume.clone();
+        assert_eq!(copy, volume);
+        assert_eq!(copy.as_str().as_ptr(), volume.as_str().as_ptr());
+        let pod = UniquePodName::from(PodUid::new("uid-2"));
+        assert_eq!(pod.clone().as_str().as_ptr(), pod.as_str().as_ptr());
+        assert_eq!(pod.into_string(), "uid-2");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! cargo bench -p rustlet-status --features test-util --bench status
 //! ```
 //!
-//! * `set_pod_status/5_containers`: one accepted update of a 5-container pod (target < 5 µs).
+//! * `set_pod_status/5_containers`: one accepted update of a 5-container pod (target < 5 µs),
+//!   beside one deep copy of the status, R11's comparison alone and one status freed alone.
 //! * `full_batch/10000_unchanged`: the 10 s batch over 10,000 synced, unchanged pods (target
 //!   < 5 ms, zero API calls), beside upstream's shape of the same work (copy, normalise and
 //!   compare every pod's API status on every tick).
@@ -106,6 +107,18 @@ fn bench_set_pod_status(c: &mut Criterion) {
     // The floor: one deep copy of the status, which upstream's SetPodStatus makes too.
     c.bench_function("set_pod_status/5_containers_floor_deep_copy", |b| {
         b.iter(|| black_box(statuses[0].clone()))
+    });
+    // What the accepted path cannot skip, each alone (issue 29: how close its floor is): R11's
+    // field-by-field comparison of the new status with the cached one (two equal statuses: the
+    // whole walk), and freeing the cached status the new one replaces (the free half of the
+    // deep copy above).
+    let gates = FeatureGates::default();
+    let twin = statuses[0].clone();
+    c.bench_function("set_pod_status/5_containers_r11_compare_alone", |b| {
+        b.iter(|| black_box(is_pod_status_by_kubelet_equal(&statuses[0], &twin, &gates)))
+    });
+    c.bench_function("set_pod_status/5_containers_free_alone", |b| {
+        b.iter_batched(|| statuses[0].clone(), drop, BATCH)
     });
     c.bench_function("set_pod_status/5_containers_unchanged", |b| {
         b.iter_batched(

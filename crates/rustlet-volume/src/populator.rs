@@ -79,7 +79,13 @@ pub fn pod_volume_names(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>) {
 }
 
 fn unique_pod_name(pod: &Pod) -> UniquePodName {
-    UniquePodName::new(pod.metadata.uid.clone().unwrap_or_default())
+    UniquePodName::from(pod_uid_str(pod))
+}
+
+/// The pod's UID as the populator's maps take it for a lookup (they key on [`UniquePodName`],
+/// which borrows as `str`): the full pass over every pod allocates no name for a pod it knows.
+fn pod_uid_str(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
 /// What V20 gave for one volume of a pod.
@@ -331,13 +337,12 @@ impl Populator {
     /// writes made newer versions faster than passes came, and the desired state kept a second
     /// typed copy of each until then). Anything else is left to the passes.
     pub fn refresh_pod_object(&self, pod: &Arc<Pod>) {
-        let pod_name = unique_pod_name(pod);
-        if self.processed().get(&pod_name) != Some(&true) {
+        if self.processed().get(pod_uid_str(pod)) != Some(&true) {
             return;
         }
         {
             let mut registered = self.registered();
-            match registered.get_mut(&pod_name) {
+            match registered.get_mut(pod_uid_str(pod)) {
                 Some(kept)
                     if !Arc::ptr_eq(kept, pod)
                         && kept.spec == pod.spec
@@ -350,7 +355,7 @@ impl Populator {
                 _ => return,
             }
         }
-        self.dsw.refresh_pod(&pod_name, pod);
+        self.dsw.refresh_pod(&unique_pod_name(pod), pod);
     }
 
     /// V21: the pod is processed again on the next pass (the entry stays, with `false`).
@@ -378,15 +383,14 @@ impl Populator {
         }
         // V22 for every pod the desired state or the populator's own maps know; the same
         // decision per pod as a pass of what changed makes.
-        let known: HashMap<UniquePodName, &Arc<Pod>> =
-            pods.iter().map(|p| (unique_pod_name(p), p)).collect();
+        let known: HashMap<&str, &Arc<Pod>> = pods.iter().map(|p| (pod_uid_str(p), p)).collect();
         let mut names: HashSet<UniquePodName> = self.dsw.pods().into_iter().collect();
         names.extend(self.dsw.pods_with_errors());
         names.extend(self.processed().keys().cloned());
         names.extend(self.downward().keys().cloned());
         names.extend(self.registered().keys().cloned());
         for name in &names {
-            self.remove_pod(name, known.get(name).copied());
+            self.remove_pod(name, known.get(name.as_str()).copied());
         }
         if sources_ready {
             self.has_added_pods.store(true, Ordering::Release);
@@ -407,7 +411,7 @@ impl Populator {
             .status
             .as_ref()
             .is_some_and(|s| rustlet_core::pod::PodPhase::of(s).is_terminal())
-            && !self.processed().contains_key(&unique_pod_name(pod));
+            && !self.processed().contains_key(pod_uid_str(pod));
         if !skip && !finished_before {
             self.process_pod_volumes(pod);
         }
@@ -499,24 +503,24 @@ impl Populator {
 
     /// V19.
     fn process_pod_volumes(&self, pod: &Arc<Pod>) {
-        let pod_name = unique_pod_name(pod);
-        if self.processed().get(&pod_name) == Some(&true) {
+        if self.processed().get(pod_uid_str(pod)) == Some(&true) {
             // The latest version replaces the one kept, so a pod is held once, not twice. The
             // version the desired state holds is the one kept here: the same object (every
             // pass of an idle node, over every pod) needs no look at the desired state.
             {
                 let mut registered = self.registered();
-                match registered.get_mut(&pod_name) {
+                match registered.get_mut(pod_uid_str(pod)) {
                     Some(kept) if Arc::ptr_eq(kept, pod) => return,
                     Some(kept) => *kept = pod.clone(),
                     None => {
-                        registered.insert(pod_name.clone(), pod.clone());
+                        registered.insert(unique_pod_name(pod), pod.clone());
                     }
                 }
             }
-            self.dsw.refresh_pod(&pod_name, pod);
+            self.dsw.refresh_pod(&unique_pod_name(pod), pod);
             return;
         }
+        let pod_name = unique_pod_name(pod);
         if let Some(objects) = &self.objects {
             // Again on every reprocess: a changed spec adds its new references first.
             objects.register_pod(pod);

@@ -785,3 +785,35 @@ async fn item14_the_manifest_scan_runs_on_the_blocking_pool() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+/// Issue 29: a scan keeps its files in byte order and finds them by bytes; for the entries of
+/// one directory that is the order and the equality of paths (phase 2 gives a new object to
+/// the first file in name order).
+#[test]
+fn a_scans_files_are_in_path_order_and_found_as_paths_are() {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    use super::SortedPaths;
+
+    let dir = Path::new("/etc/kubernetes/manifests");
+    let names = [
+        "b.yaml", "a.yaml", "a.yml", "a", "ä.json", "A.yaml", "a.yaml", "a-b.json", "a.b.yaml",
+    ];
+    let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+    let sorted = SortedPaths::from(paths.clone());
+    let by_path: BTreeSet<PathBuf> = paths.into_iter().collect();
+    assert!(
+        sorted.iter().eq(by_path.iter()),
+        "one copy of each, in path order"
+    );
+    for path in &by_path {
+        assert!(sorted.contains(path), "{}", path.display());
+    }
+    assert!(!sorted.contains(&dir.join("c.yaml")));
+    assert!(!sorted.contains(Path::new("/etc/kubernetes/a.yaml")));
+    assert!(sorted.contains_all(by_path.iter()));
+    let mut more = by_path.clone();
+    more.insert(dir.join("gone.yaml"));
+    assert!(!sorted.contains_all(more.iter()));
+}

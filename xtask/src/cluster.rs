@@ -1372,6 +1372,16 @@ impl Drop for TestCluster {
 mod tests {
     use super::*;
 
+    /// `openssl x509 -ext subjectAltName` of a certificate: its names, as text.
+    fn subject_alt_names(cert: &Path) -> String {
+        let out = Command::new("openssl")
+            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+            .arg(cert)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// An `up` without the nodes of an earlier one leaves none of their kubeconfigs or
     /// certificates (they named the earlier port and CA: rustlet's first try against the
     /// cluster met `client error (Connect)` through such a kubeconfig); others stay.
@@ -1410,12 +1420,7 @@ mod tests {
             dir: dir.path().to_owned(),
         };
         write_pki(&layout, &["node-a".to_owned()], &[], &[[10, 88, 0, 1]]).unwrap();
-        let out = Command::new("openssl")
-            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
-            .arg(layout.pki("node-node-a.crt"))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = subject_alt_names(&layout.pki("node-node-a.crt"));
         assert!(text.contains("IP Address:10.88.0.1"), "{text}");
         assert!(text.contains("IP Address:127.0.0.1"), "{text}");
         assert!(text.contains("DNS:node-a"), "{text}");
@@ -1451,12 +1456,7 @@ mod tests {
             assert!(file.is_file(), "{flag}: {}", file.display());
         }
         assert_eq!(value("--node-name"), "node-a");
-        let out = Command::new("openssl")
-            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
-            .arg(layout.pki("node-node-a.crt"))
-            .output()
-            .unwrap();
-        let names = String::from_utf8_lossy(&out.stdout);
+        let names = subject_alt_names(&layout.pki("node-node-a.crt"));
         assert!(
             names.contains(&format!("IP Address:{}", value("--node-ip"))),
             "{names}"
@@ -1686,12 +1686,7 @@ mod tests {
             let text = String::from_utf8_lossy(&text.stdout);
             assert!(text.contains(subject), "{stem}: {text}");
         }
-        let san = Command::new("openssl")
-            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
-            .arg(layout.pki("apiserver.crt"))
-            .output()
-            .unwrap();
-        let san = String::from_utf8_lossy(&san.stdout);
+        let san = subject_alt_names(&layout.pki("apiserver.crt"));
         assert!(
             san.contains("IP Address:127.0.0.1")
                 && san.contains("IP Address:10.88.0.1")

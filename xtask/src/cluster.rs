@@ -1083,10 +1083,13 @@ fn print_usage(bin: &Path, dir: &Path, nodes: &[String]) {
     println!("Use it with:\n");
     print!("{}", env_lines(bin, dir));
     println!("kubectl get ns");
+    let layout = Layout {
+        dir: dir.to_owned(),
+    };
     for node in nodes {
         println!(
             "\nRun node {node} (as root):\n\n{}",
-            node_command(dir, node)
+            node_command(&layout, node)
         );
     }
     println!(
@@ -1096,19 +1099,25 @@ fn print_usage(bin: &Path, dir: &Path, nodes: &[String]) {
     );
 }
 
-/// The agent's command line for `node` of the cluster in `dir`: its kubeconfig, and the node
-/// certificate as the serving certificate of its port 10250 (the API server verifies kubelets
-/// with the cluster CA: with the agent's own self-signed pair `kubectl logs` and `exec` fail
-/// with "certificate signed by unknown authority"), the node IP that certificate names
-/// (127.0.0.1: without `--node-ip` the agent reports the host's address, which it does not),
-/// and the cluster CA for its clients (the API server's own client certificate among them).
-fn node_command(dir: &Path, node: &str) -> String {
-    let d = dir.display();
+/// The agent's command line for `node` of the cluster laid out in `layout`: its kubeconfig,
+/// and the node certificate as the serving certificate of its port 10250 (the API server
+/// verifies kubelets with the cluster CA: with the agent's own self-signed pair `kubectl logs`
+/// and `exec` fail with "certificate signed by unknown authority"), the node IP that
+/// certificate names (127.0.0.1: without `--node-ip` the agent reports the host's address,
+/// which it does not), and the cluster CA for its clients (the API server's own client
+/// certificate among them).
+fn node_command(layout: &Layout, node: &str) -> String {
+    let stem = format!("node-{node}");
+    let path = |p: PathBuf| p.display().to_string();
     format!(
         "rustlet --node-name {node} --root-dir /var/lib/rustlet-{node} --node-ip 127.0.0.1 \\\n  \
-         --kubeconfig {d}/node-{node}.kubeconfig \\\n  \
-         --tls-cert-file {d}/pki/node-{node}.crt --tls-private-key-file {d}/pki/node-{node}.key \\\n  \
-         --client-ca-file {d}/pki/ca.crt"
+         --kubeconfig {} \\\n  \
+         --tls-cert-file {} --tls-private-key-file {} \\\n  \
+         --client-ca-file {}",
+        path(layout.kubeconfig(&stem)),
+        path(layout.pki(&format!("{stem}.crt"))),
+        path(layout.pki(&format!("{stem}.key"))),
+        path(layout.pki("ca.crt")),
     )
 }
 
@@ -1437,7 +1446,7 @@ mod tests {
         };
         write_pki(&layout, &["node-a".to_owned()], &[], &[]).unwrap();
         write_file(&layout.kubeconfig("node-node-a"), "x").unwrap();
-        let command = node_command(dir.path(), "node-a");
+        let command = node_command(&layout, "node-a");
         let words: Vec<&str> = command.split_whitespace().filter(|w| *w != "\\").collect();
         let value = |flag: &str| {
             let i = words

@@ -14,9 +14,10 @@ macro_rules! string_newtype {
         pub struct $name(Arc<str>);
 
         impl $name {
-            /// Wraps a string.
-            pub fn new(value: impl Into<String>) -> Self {
-                Self(Arc::from(value.into()))
+            /// The identifier with this text: one allocation, whatever string type holds it
+            /// (a `String` given by value would be copied once anyway into the shared text).
+            pub fn new(value: impl AsRef<str>) -> Self {
+                Self(Arc::from(value.as_ref()))
             }
 
             /// The identifier as a string slice.

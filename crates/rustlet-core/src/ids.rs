@@ -162,6 +162,14 @@ impl From<PodUid> for UniquePodName {
     }
 }
 
+/// A pod's unique name is its UID (upstream `GetUniquePodName`): the UID shares the name's
+/// text (no allocation).
+impl From<&UniquePodName> for PodUid {
+    fn from(name: &UniquePodName) -> Self {
+        PodUid(name.0.clone())
+    }
+}
+
 impl UniqueVolumeName {
     /// Upstream `GetUniqueVolumeName(pluginName, volumeName)`: `<plugin>/<volume>`.
     pub fn for_plugin(plugin: &str, volume: &str) -> Self {
@@ -200,6 +208,11 @@ mod tests {
         assert_eq!(copy.as_str().as_ptr(), volume.as_str().as_ptr());
         let pod = UniquePodName::from(PodUid::new("uid-2"));
         assert_eq!(pod.clone().as_str().as_ptr(), pod.as_str().as_ptr());
+        let uid = PodUid::from(&pod);
+        assert_eq!(
+            (uid.as_str(), uid.as_str().as_ptr()),
+            ("uid-2", pod.as_str().as_ptr())
+        );
         assert_eq!(pod.into_string(), "uid-2");
     }
 

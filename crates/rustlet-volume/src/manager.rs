@@ -180,7 +180,7 @@ pub struct VolumeInfo {
 pub struct VolumeManager {
     dsw: Arc<DesiredStateOfWorld>,
     asw: Arc<ActualStateOfWorld>,
-    populator: Populator,
+    pub(crate) populator: Populator,
     pods: Arc<dyn PodSource>,
     states: Arc<dyn PodStateProvider>,
     reconciler: Reconciler,

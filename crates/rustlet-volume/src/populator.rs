@@ -126,6 +126,8 @@ pub struct Populator {
     /// processed again (V21), waiting for a claim lookup, or kept by V22's quirk (a mount may
     /// still complete).
     recheck: Mutex<HashSet<UniquePodName>>,
+    /// How many times a pod was asked to be processed again (V21), for the tests of who asks.
+    reprocess_requests: std::sync::atomic::AtomicU64,
 }
 
 /// Identical inline volumes (the replicas of one template) share one copy in the desired
@@ -208,6 +210,7 @@ impl Populator {
             node: NodeIdentity::default(),
             cursors: Mutex::new((0, 0)),
             recheck: Mutex::new(HashSet::new()),
+            reprocess_requests: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -360,8 +363,15 @@ impl Populator {
 
     /// V21: the pod is processed again on the next pass (the entry stays, with `false`).
     pub fn reprocess_pod(&self, pod_name: &UniquePodName) {
+        self.reprocess_requests.fetch_add(1, Ordering::Relaxed);
         self.processed().insert(pod_name.clone(), false);
         self.recheck().insert(pod_name.clone());
+    }
+
+    /// How many times [`Self::reprocess_pod`] was called.
+    #[cfg_attr(not(test), expect(dead_code, reason = "the tests' count of who asks"))]
+    pub(crate) fn reprocess_requests(&self) -> u64 {
+        self.reprocess_requests.load(Ordering::Relaxed)
     }
 
     /// One upstream `populatorLoop`; sets the has-added-pods flag after a full pass made while
@@ -399,6 +409,11 @@ impl Populator {
 
     /// The add half of a pass, for one pod of the source.
     fn add_pod(&self, pod: &Arc<Pod>, steady: bool) {
+        // The object processed last time: nothing to do whatever its state (the question
+        // below, its UID's allocation and a lookup, was half of a full pass of an idle node).
+        if self.is_processed_object(pod) {
+            return;
+        }
         let uid = PodUid::of(pod);
         let skip = if steady {
             self.states.should_pod_containers_be_terminating(&uid)
@@ -451,10 +466,10 @@ impl Populator {
             changed
                 .into_iter()
                 .chain(state_changed)
-                .map(|uid| UniquePodName::new(uid.as_str())),
+                .map(UniquePodName::from),
         );
         for name in visit {
-            let known = self.pods.pod(&PodUid::new(name.as_str()));
+            let known = self.pods.pod(&PodUid::from(&name));
             if let Some(pod) = &known {
                 self.add_pod(pod, steady);
             }
@@ -466,7 +481,7 @@ impl Populator {
     /// its pairs once its runtime is gone (but V22's quirk), and forgets what the populator
     /// kept of a pod that is neither in the source nor in the desired state.
     fn remove_pod(&self, name: &UniquePodName, known: Option<&Arc<Pod>>) {
-        let uid = PodUid::new(name.as_str());
+        let uid = PodUid::from(name);
         let runtime_removed = self.states.should_pod_runtime_be_removed(&uid);
         if runtime_removed {
             for volume in self.dsw.volume_names_for_pod(name).into_values() {
@@ -499,6 +514,19 @@ impl Populator {
                 objects.unregister_pod(&pod);
             }
         }
+    }
+
+    /// This very object was processed (no newer version came since): processing it again
+    /// would change nothing.
+    fn is_processed_object(&self, pod: &Arc<Pod>) -> bool {
+        let uid = pod_uid_str(pod);
+        // One lock at a time (no order between the two to keep).
+        let processed = self.processed().get(uid) == Some(&true);
+        processed
+            && self
+                .registered()
+                .get(uid)
+                .is_some_and(|kept| Arc::ptr_eq(kept, pod))
     }
 
     /// V19.

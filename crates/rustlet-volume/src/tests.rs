@@ -14,7 +14,10 @@ use crate::testing::FakePods;
 /// The pod workers' view (a [`FakePods`]), counting how many pods the populator asks about.
 struct CountingStates {
     inner: Arc<FakePods>,
+    /// Questions whether a pod's runtime is removed.
     asked: AtomicUsize,
+    /// Questions whether a pod's containers should be terminating.
+    asked_terminating: AtomicUsize,
 }
 
 impl CountingStates {
@@ -22,6 +25,7 @@ impl CountingStates {
         Self {
             inner,
             asked: AtomicUsize::new(0),
+            asked_terminating: AtomicUsize::new(0),
         }
     }
 
@@ -35,6 +39,7 @@ impl CountingStates {
 
 impl crate::populator::PodStateProvider for CountingStates {
     fn should_pod_containers_be_terminating(&self, uid: &rustlet_core::PodUid) -> bool {
+        self.asked_terminating.fetch_add(1, Ordering::SeqCst);
         self.inner.should_pod_containers_be_terminating(uid)
     }
     fn should_pod_runtime_be_removed(&self, uid: &rustlet_core::PodUid) -> bool {

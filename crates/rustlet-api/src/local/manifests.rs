@@ -400,7 +400,7 @@ pub struct DirectorySync {
     dir: PathBuf,
     node_name: String,
     store: Arc<Store>,
-    files: BTreeMap<PathBuf, Applied>,
+    files: BTreeMap<FileKey, Applied>,
     uids: UidState,
     statuses: StatusState,
     /// Per file: the content (hash) the errors were reported for, and their messages.
@@ -668,7 +668,7 @@ impl DirectorySync {
         if file_stamp.is_some()
             && self
                 .files
-                .get(path)
+                .get(path.as_os_str())
                 .is_some_and(|a| !a.hash.is_empty() && a.stamp == file_stamp)
         {
             return None;
@@ -696,7 +696,7 @@ impl DirectorySync {
             }
         };
         let hash = digest(&SHA256, text.as_bytes()).as_ref().to_vec();
-        if let Some(applied) = self.files.get_mut(path)
+        if let Some(applied) = self.files.get_mut(path.as_os_str())
             && applied.hash == hash
         {
             applied.stamp = file_stamp;
@@ -707,7 +707,7 @@ impl DirectorySync {
             Err(err) => {
                 // What the file applied before stays; said once for this content.
                 self.report_once(path, &hash, err, report);
-                let applied = self.files.entry(path.to_owned()).or_default();
+                let applied = self.files.entry(FileKey::from(path)).or_default();
                 applied.hash = hash;
                 applied.stamp = file_stamp;
                 return None;
@@ -823,7 +823,7 @@ impl DirectorySync {
         }
         self.reported
             .retain(|p, _| present.contains(p) || p == &self.dir);
-        if fresh.is_empty() && present.contains_all(self.files.keys()) {
+        if fresh.is_empty() && present.contains_all(self.files.keys().map(FileKey::as_path)) {
             // Nothing read and nothing gone (the safety-net scan of a quiet directory): what
             // the files provide is what it was.
             self.save_uids(&mut report, false);
@@ -838,15 +838,15 @@ impl DirectorySync {
         // conflict.
         let mut owners: BTreeMap<ObjectRef, PathBuf> = BTreeMap::new();
         for (path, applied) in &self.files {
-            if !present.contains(path) || fresh.contains_key(path) {
+            if !present.contains(path) || fresh.contains_key(path.as_path()) {
                 continue;
             }
             for reference in &applied.objects {
-                owners.insert(reference.clone(), path.clone());
+                owners.insert(reference.clone(), path.to_path_buf());
             }
         }
         for (path, (_, _, docs)) in &fresh {
-            let before = self.files.get(path).map(|a| &a.objects);
+            let before = self.files.get(path.as_os_str()).map(|a| &a.objects);
             for (_, reference, _) in docs {
                 if before.is_some_and(|b| b.contains(reference)) {
                     owners
@@ -910,7 +910,7 @@ impl DirectorySync {
                 hash
             };
             let old = self.files.insert(
-                path.clone(),
+                FileKey::from(path.as_path()),
                 Applied {
                     hash,
                     stamp: file_stamp,
@@ -920,10 +920,10 @@ impl DirectorySync {
             );
             dropped.extend(old.into_iter().flat_map(|a| a.objects));
         }
-        let gone: Vec<PathBuf> = self
+        let gone: Vec<FileKey> = self
             .files
             .keys()
-            .filter(|p| !present.contains(p) && !kept.contains(*p) && !p.exists())
+            .filter(|p| !present.contains(p) && !kept.contains(p.as_path()) && !p.exists())
             .cloned()
             .collect();
         for path in gone {
@@ -1019,6 +1019,40 @@ impl DirectorySync {
     }
 }
 
+/// A manifest's path as the key of the files applied: compared by its bytes (issue 29: a
+/// lookup in a map of 1,000 `PathBuf`s parsed path components at each of its comparisons,
+/// for every file of every 20 s scan). The files are entries of one directory, so their order
+/// by bytes is their order as paths.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct FileKey(std::ffi::OsString);
+
+impl FileKey {
+    fn as_path(&self) -> &Path {
+        Path::new(&self.0)
+    }
+}
+
+impl From<&Path> for FileKey {
+    fn from(path: &Path) -> Self {
+        Self(path.as_os_str().to_owned())
+    }
+}
+
+/// `OsString` orders as `OsStr` does: a lookup by a borrowed path's bytes finds the key.
+impl std::borrow::Borrow<std::ffi::OsStr> for FileKey {
+    fn borrow(&self) -> &std::ffi::OsStr {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for FileKey {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        self.as_path()
+    }
+}
+
 /// The manifest files of one scan, in name order (issue 29: the 20 s safety-net scan of a
 /// quiet directory of 1,000 manifests spent more of its time in `Path` comparisons, which parse
 /// components, than in its `stat`s). They are entries of one directory, so their order by
@@ -1041,7 +1075,7 @@ impl SortedPaths {
     }
 
     /// Every one of `paths` is here.
-    fn contains_all<'a>(&self, paths: impl ExactSizeIterator<Item = &'a PathBuf>) -> bool {
+    fn contains_all<'a>(&self, paths: impl ExactSizeIterator<Item = &'a Path>) -> bool {
         paths.len() <= self.0.len() && paths.into_iter().all(|p| self.contains(p))
     }
 

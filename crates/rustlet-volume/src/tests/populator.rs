@@ -269,6 +269,50 @@ fn v17_has_added_pods_waits_for_the_sources() {
     assert!(f.populator.has_added_pods().load(Ordering::SeqCst));
 }
 
+/// Issue 29: a full pass over pods whose objects are the ones processed last time asks
+/// nothing about them but whether their runtime is gone (the question whether their containers
+/// should be terminating, with its UID, was half of an idle node's full pass); a new version
+/// of a pod is looked at as before.
+#[test]
+fn a_full_pass_over_the_objects_processed_last_time_asks_only_about_removal() {
+    use std::sync::atomic::Ordering;
+    let pods = Arc::new(FakePods::default());
+    let states = Arc::new(super::CountingStates::new(pods.clone()));
+    let dsw = Arc::new(DesiredStateOfWorld::new(builtin_plugins()));
+    let asw = Arc::new(ActualStateOfWorld::new(builtin_plugins()));
+    let populator = Populator::new(dsw.clone(), asw.clone(), pods.clone(), states.clone());
+    for i in 0..10 {
+        pods.add(pod_with_volumes(
+            &format!("p{i}"),
+            vec![volume(empty_dir("v"))],
+        ));
+    }
+    populator.populate();
+    assert_eq!(dsw.pods().len(), 10);
+    let terminating = || states.asked_terminating.swap(0, Ordering::SeqCst);
+    terminating();
+    assert_eq!(
+        states.asked_by(|| populator.populate()),
+        10,
+        "removal: every pod"
+    );
+    assert_eq!(terminating(), 0, "the same objects: no other question");
+    // A new version of p3 (a label): looked at, and the desired state holds it.
+    let mut p3 = (*pod_with_volumes("p3", vec![volume(empty_dir("v"))])).clone();
+    p3.metadata.labels = Some([("v".to_owned(), "2".to_owned())].into());
+    pods.add(Arc::new(p3));
+    populator.populate();
+    assert_eq!(terminating(), 1, "the new version of p3 alone");
+    let held = dsw
+        .volumes_to_mount_for_pod(&UniquePodName::new("p3"))
+        .into_iter()
+        .map(|v| v.pod.metadata.labels.clone())
+        .collect::<Vec<_>>();
+    assert_eq!(held, vec![Some([("v".to_owned(), "2".to_owned())].into())]);
+    populator.populate();
+    assert_eq!(terminating(), 0);
+}
+
 /// Issue 15: a pass of what changed makes V19-V22's decisions for the pods the source or the
 /// pod workers named (and those asked to be processed again, or kept for a later look), not
 /// for every pod; the resync's full pass stays the safety net.

@@ -794,7 +794,7 @@ fn a_scans_files_are_in_path_order_and_found_as_paths_are() {
     use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
 
-    use super::SortedPaths;
+    use super::{FileKey, SortedPaths};
 
     let dir = Path::new("/etc/kubernetes/manifests");
     let names = [
@@ -812,8 +812,19 @@ fn a_scans_files_are_in_path_order_and_found_as_paths_are() {
     }
     assert!(!sorted.contains(&dir.join("c.yaml")));
     assert!(!sorted.contains(Path::new("/etc/kubernetes/a.yaml")));
-    assert!(sorted.contains_all(by_path.iter()));
+    assert!(sorted.contains_all(by_path.iter().map(PathBuf::as_path)));
     let mut more = by_path.clone();
     more.insert(dir.join("gone.yaml"));
-    assert!(!sorted.contains_all(more.iter()));
+    assert!(!sorted.contains_all(more.iter().map(PathBuf::as_path)));
+    // The applied files' keys: the same order, found by a borrowed path's bytes.
+    let keys: std::collections::BTreeMap<FileKey, usize> = by_path
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (FileKey::from(p.as_path()), i))
+        .collect();
+    assert!(keys.keys().map(|k| k.as_path()).eq(by_path.iter()));
+    for (i, path) in by_path.iter().enumerate() {
+        assert_eq!(keys.get(path.as_os_str()), Some(&i), "{}", path.display());
+    }
+    assert_eq!(keys.get(dir.join("c.yaml").as_os_str()), None);
 }

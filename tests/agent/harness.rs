@@ -110,11 +110,9 @@ impl Agent {
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut stream = self.connect()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
+        // HTTP/1.0: the body ends with the connection (`/pods` streams its list, which an
+        // HTTP/1.1 client receives chunked).
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).ok()?;
         let (head, body) = response.split_once("\r\n\r\n")?;

@@ -262,26 +262,38 @@ async fn healthz() -> Response<Body> {
     text(StatusCode::OK, "ok")
 }
 
+/// A `v1 PodList` written straight from the typed pods (issue 29: through a
+/// `serde_json::Value` the list was a tree of ~40 MB at 1,000 pods).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PodList<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: serde_json::Map<String, serde_json::Value>,
+    items: &'a [Pod],
+}
+
+impl<'a> PodList<'a> {
+    fn of(items: &'a [Pod]) -> Self {
+        Self {
+            kind: "PodList",
+            api_version: "v1",
+            metadata: serde_json::Map::new(),
+            items,
+        }
+    }
+}
+
 /// upstream: `getPods`, a `v1 PodList` of the pods the node should run.
 async fn pods(State(server): State<Server>) -> Response<Body> {
     let items = server.api.pods().await;
-    json(&serde_json::json!({
-        "kind": "PodList",
-        "apiVersion": "v1",
-        "metadata": {},
-        "items": items,
-    }))
+    json(&PodList::of(&items))
 }
 
 /// upstream: `getRunningPods`, a `v1 PodList` of what the runtime runs.
 async fn running_pods(State(server): State<Server>) -> Response<Body> {
     let items = server.api.running_pods().await;
-    json(&serde_json::json!({
-        "kind": "PodList",
-        "apiVersion": "v1",
-        "metadata": {},
-        "items": items,
-    }))
+    json(&PodList::of(&items))
 }
 
 /// upstream: `handleSummary`: `only_cpu_and_memory=true` asks for CPU and memory only; an

@@ -472,13 +472,16 @@ impl Syncer {
                 // Rebuilt from the pods seen below.
                 self.unsynced.clear();
                 self.finished.clear();
-                Box::new(map.iter())
+                Box::new(map.iter().map(|(uid, v)| (uid, &**v)))
             }
             Visit::These(uids) => {
                 for uid in uids.iter().filter(|uid| !map.contains_key(*uid)) {
                     self.forget(uid, &translations);
                 }
-                Box::new(uids.iter().filter_map(|uid| map.get_key_value(uid)))
+                Box::new(
+                    uids.iter()
+                        .filter_map(|uid| map.get_key_value(uid).map(|(uid, v)| (uid, &**v))),
+                )
             }
         };
         let mut pending = 0i64;

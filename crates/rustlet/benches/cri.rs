@@ -79,11 +79,7 @@ fn connect(netns: &Path) -> Option<TcpStream> {
 
 fn get(netns: &Path, path: &str) -> Option<String> {
     let mut stream = connect(netns)?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     Some(response.split_once("\r\n\r\n")?.1.to_owned())

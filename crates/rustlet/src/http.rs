@@ -142,30 +142,86 @@ impl serde::Serialize for WithStatus<'_> {
 }
 
 /// A v1 `PodList` of this node's pods with the statuses the status manager holds, written
-/// pod by pod into the body (a whole list as `serde_json::Value`s cost ~40 MB at 1,000 pods
-/// on every request).
+/// pod by pod (a whole list as `serde_json::Value`s cost ~40 MB at 1,000 pods on every
+/// request) and sent as the client reads it, [`PodListChunks::PODS`] pods to a chunk (issue
+/// 29: the whole body, 4 MB at 1,000 pods, was the largest single item of the agent's peak
+/// heap while a client polled it).
 async fn pods(State(e): State<Arc<Endpoints>>) -> Response {
     let mut pods = e.pods.pods();
     pods.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
-    let mut body = Vec::with_capacity(4096 * (pods.len() + 1));
-    body.extend_from_slice(br#"{"apiVersion":"v1","kind":"PodList","metadata":{},"items":["#);
-    for (i, pod) in pods.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        let status = e.status.get_pod_status(&PodUid::of(pod));
-        let pod = WithStatus {
-            pod,
-            status: status.as_ref(),
-        };
-        if let Err(err) = serde_json::to_writer(&mut body, &pod) {
-            return (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response();
+    let chunks = PodListChunks::new(pods, move |uid| e.status.get_pod_status(uid));
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(futures::stream::iter(chunks)),
+    )
+        .into_response()
+}
+
+/// The chunks of a `PodList` body, each serialized when asked for; `status` answers a pod's
+/// current status (`None`: the pod's own).
+struct PodListChunks<F> {
+    pods: std::vec::IntoIter<Arc<Pod>>,
+    status: F,
+    /// Where the list is: before its head, among its items, or past its end.
+    at: ListAt,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ListAt {
+    Start,
+    Items,
+    Done,
+}
+
+impl<F: Fn(&PodUid) -> Option<PodStatus>> PodListChunks<F> {
+    /// Pods per chunk: a chunk is ~100 KB.
+    const PODS: usize = 32;
+
+    fn new(pods: Vec<Arc<Pod>>, status: F) -> Self {
+        Self {
+            pods: pods.into_iter(),
+            status,
+            at: ListAt::Start,
         }
     }
-    body.extend_from_slice(b"]}");
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+impl<F: Fn(&PodUid) -> Option<PodStatus>> Iterator for PodListChunks<F> {
+    /// A serialization error ends the body early: the client sees a broken response.
+    type Item = Result<Vec<u8>, serde_json::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut chunk = Vec::with_capacity(4096 * Self::PODS);
+        match self.at {
+            ListAt::Done => return None,
+            ListAt::Start => chunk.extend_from_slice(
+                br#"{"apiVersion":"v1","kind":"PodList","metadata":{},"items":["#,
+            ),
+            ListAt::Items => {}
+        }
+        for pod in self.pods.by_ref().take(Self::PODS) {
+            if self.at == ListAt::Items {
+                chunk.push(b',');
+            }
+            self.at = ListAt::Items;
+            let status = (self.status)(&PodUid::of(&pod));
+            let pod = WithStatus {
+                pod: &pod,
+                status: status.as_ref(),
+            };
+            if let Err(err) = serde_json::to_writer(&mut chunk, &pod) {
+                self.at = ListAt::Done;
+                return Some(Err(err));
+            }
+        }
+        if self.pods.len() == 0 {
+            chunk.extend_from_slice(b"]}");
+            self.at = ListAt::Done;
+        }
+        Some(Ok(chunk))
+    }
 }
 
 async fn metrics(State(e): State<Arc<Endpoints>>) -> Response {
@@ -181,4 +237,78 @@ async fn metrics(State(e): State<Arc<Endpoints>>) -> Response {
         text,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{Pod, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::PodListChunks;
+
+    fn pod(i: usize) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("p{i:03}")),
+                uid: Some(format!("uid-{i}")),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    /// Issue 29: `/pods` is sent a chunk at a time; the chunks make one `PodList` with every
+    /// pod in order, each with the status the manager holds (its own when it holds none).
+    #[test]
+    fn the_pod_list_comes_in_chunks_that_make_one_list() {
+        let pods: Vec<_> = (0..100).map(pod).collect();
+        let chunks: Vec<Vec<u8>> = PodListChunks::new(pods, |uid| {
+            (uid.as_str() != "uid-7").then(|| PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            })
+        })
+        .map(Result::unwrap)
+        .collect();
+        assert_eq!(chunks.len(), 100_usize.div_ceil(32), "32 pods to a chunk");
+        let list: serde_json::Value = serde_json::from_slice(&chunks.concat()).unwrap();
+        assert_eq!(
+            (&list["kind"], &list["apiVersion"]),
+            (&"PodList".into(), &"v1".into())
+        );
+        let items = list["items"].as_array().unwrap();
+        let names: Vec<_> = items
+            .iter()
+            .map(|p| p["metadata"]["name"].clone())
+            .collect();
+        let expected: Vec<serde_json::Value> =
+            (0..100).map(|i| format!("p{i:03}").into()).collect();
+        assert_eq!(names, expected);
+        let phase = |i: usize| items[i]["status"]["phase"].as_str().unwrap();
+        assert_eq!(
+            (phase(6), phase(7), phase(99)),
+            ("Running", "Pending", "Running")
+        );
+        assert_eq!(items[0]["kind"], "Pod");
+    }
+
+    #[test]
+    fn no_pods_make_an_empty_list_in_one_chunk() {
+        let chunks: Vec<_> = PodListChunks::new(Vec::new(), |_| None).collect();
+        assert_eq!(chunks.len(), 1);
+        let list: serde_json::Value = serde_json::from_slice(chunks[0].as_ref().unwrap()).unwrap();
+        assert_eq!(list["items"], serde_json::json!([]));
+        // Exactly a chunk's worth: the last chunk closes the list, and none follows.
+        let pods: Vec<_> = (0..32).map(pod).collect();
+        let chunks: Vec<_> = PodListChunks::new(pods, |_| None).collect();
+        assert_eq!(chunks.len(), 1);
+        let list: serde_json::Value = serde_json::from_slice(chunks[0].as_ref().unwrap()).unwrap();
+        assert_eq!(list["items"].as_array().unwrap().len(), 32);
+    }
 }

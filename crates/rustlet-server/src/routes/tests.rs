@@ -255,6 +255,10 @@ async fn healthz_pods_and_configz_answer_as_upstream() {
     assert_eq!(status, StatusCode::OK);
     let list: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(list["kind"], "PodList");
+    assert_eq!(
+        (&list["apiVersion"], &list["metadata"]),
+        (&"v1".into(), &serde_json::json!({}))
+    );
     assert_eq!(list["items"][0]["metadata"]["name"], "web");
     let (status, body) = call(&f.app, "GET", "/runningpods/", false).await;
     assert_eq!(status, StatusCode::OK);

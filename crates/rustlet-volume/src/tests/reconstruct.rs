@@ -375,7 +375,13 @@ fn crash_in_a_storm_of_mounts_converges_without_leaks_or_double_mounts() {
             agent.manager.pod_updated();
             tokio::time::sleep(Duration::from_millis(round as u64)).await;
         });
-        rt.shutdown_background(); // the crash
+        // The crash: every task stops where it stands. A crashed process's threads stop with
+        // it, but a runtime cannot stop a blocking thread inside its closure: the one mounting
+        // is let finish its syscalls (their bookkeeping is lost with the runtime) before the
+        // next agent starts. Left running (`shutdown_background`), it mounted a new pod's
+        // tmpfs after the next agent had read the mount table, which no crash can do (CI saw
+        // a tmpfs mounted twice).
+        rt.shutdown_timeout(Duration::from_secs(30));
         for i in &leaving {
             live.remove(i);
         }

@@ -591,6 +591,49 @@ async fn steady_state_pass(root: &Path) {
         "| clone-everything shape (upstream's pass) | {} |",
         ms(upstream)
     );
+    populator_passes(PODS, &time);
+}
+
+/// The populator's passes over `count` pods of 5 emptyDirs each, every one processed already
+/// and nothing changed: the full pass (the volume manager's every 10th resync, the safety
+/// net under the change logs) and the pass over what changed (nothing).
+fn populator_passes(count: usize, time: &dyn Fn(&mut dyn FnMut()) -> Duration) {
+    use rustlet_volume::populator::Populator;
+    let plugins = builtin_plugins();
+    let dsw = Arc::new(DesiredStateOfWorld::new(plugins.clone()));
+    let asw = Arc::new(ActualStateOfWorld::new(plugins));
+    let pods = Arc::new(FakePods::default());
+    for i in 0..count {
+        let vols = (0..5)
+            .map(|v| Volume {
+                name: format!("v{v}"),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            })
+            .collect();
+        pods.add(pod_with_volumes(&format!("p-{i}"), vols));
+    }
+    let populator = Populator::new(dsw.clone(), asw, pods.clone(), pods);
+    populator.populate();
+    assert_eq!(dsw.pods().len(), count);
+    let full = time(&mut || populator.populate());
+    let changed = time(&mut || populator.populate_changed());
+    assert_eq!(dsw.pods().len(), count);
+    println!(
+        "\n4. populator passes, {count} pods x 5 volumes, every pod processed, nothing changed (median of 101)"
+    );
+    println!("| pass | median | per pod |");
+    println!("|---|---|---|");
+    for (name, d) in [
+        ("full (every pod)", full),
+        ("what changed (nothing)", changed),
+    ] {
+        println!(
+            "| {name} | {} | {:.2} us |",
+            ms(d),
+            d.as_secs_f64() * 1e6 / count as f64
+        );
+    }
 }
 
 /// Which sections run: all by default, or those named after `--` (`pass`, `latency`, `storm`;

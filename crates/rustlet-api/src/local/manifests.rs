@@ -806,7 +806,7 @@ impl DirectorySync {
             match self.read_file(path, scan, &mut report) {
                 None => {}
                 Some(Parsed::Skipped) => {
-                    kept.insert(path.clone());
+                    kept.insert(path.to_path_buf());
                 }
                 Some(Parsed::Read {
                     hash,
@@ -817,7 +817,7 @@ impl DirectorySync {
                     for err in problems {
                         self.report_once(path, &hash, err, &mut report);
                     }
-                    fresh.insert(path.clone(), (hash, stamp, objects));
+                    fresh.insert(path.to_path_buf(), (hash, stamp, objects));
                 }
             }
         }
@@ -1022,7 +1022,7 @@ impl DirectorySync {
 /// A manifest's path as the key of the files applied: compared by its bytes (issue 29: a
 /// lookup in a map of 1,000 `PathBuf`s parsed path components at each of its comparisons,
 /// for every file of every 20 s scan). The files are entries of one directory, so their order
-/// by bytes is their order as paths.
+/// by bytes is their order as paths (`OsString`'s own order: bytes).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct FileKey(std::ffi::OsString);
 
@@ -1055,22 +1055,25 @@ impl std::ops::Deref for FileKey {
 
 /// The manifest files of one scan, in name order (issue 29: the 20 s safety-net scan of a
 /// quiet directory of 1,000 manifests spent more of its time in `Path` comparisons, which parse
-/// components, than in its `stat`s). They are entries of one directory, so their order by
-/// bytes is their order as paths, and a lookup compares bytes.
-struct SortedPaths(Vec<PathBuf>);
+/// components, than in its `stat`s): [`FileKey`]s, sorted and found by their bytes.
+struct SortedPaths(Vec<FileKey>);
 
 impl From<Vec<PathBuf>> for SortedPaths {
-    fn from(mut paths: Vec<PathBuf>) -> Self {
-        paths.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
-        paths.dedup();
-        Self(paths)
+    fn from(paths: Vec<PathBuf>) -> Self {
+        let mut keys: Vec<FileKey> = paths
+            .into_iter()
+            .map(|p| FileKey(p.into_os_string()))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Self(keys)
     }
 }
 
 impl SortedPaths {
     fn contains(&self, path: &Path) -> bool {
         self.0
-            .binary_search_by(|p| p.as_os_str().cmp(path.as_os_str()))
+            .binary_search_by(|k| k.0.as_os_str().cmp(path.as_os_str()))
             .is_ok()
     }
 
@@ -1079,14 +1082,14 @@ impl SortedPaths {
         paths.len() <= self.0.len() && paths.into_iter().all(|p| self.contains(p))
     }
 
-    fn iter(&self) -> std::slice::Iter<'_, PathBuf> {
+    fn iter(&self) -> std::slice::Iter<'_, FileKey> {
         self.0.iter()
     }
 }
 
 impl<'a> IntoIterator for &'a SortedPaths {
-    type Item = &'a PathBuf;
-    type IntoIter = std::slice::Iter<'a, PathBuf>;
+    type Item = &'a FileKey;
+    type IntoIter = std::slice::Iter<'a, FileKey>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.iter()

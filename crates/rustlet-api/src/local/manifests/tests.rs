@@ -804,7 +804,10 @@ fn a_scans_files_are_in_path_order_and_found_as_paths_are() {
     let sorted = SortedPaths::from(paths.clone());
     let by_path: BTreeSet<PathBuf> = paths.into_iter().collect();
     assert!(
-        sorted.iter().eq(by_path.iter()),
+        sorted
+            .iter()
+            .map(|k| k.as_path())
+            .eq(by_path.iter().map(PathBuf::as_path)),
         "one copy of each, in path order"
     );
     for path in &by_path {

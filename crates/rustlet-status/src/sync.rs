@@ -806,7 +806,7 @@ impl SyncContext {
         {
             return WatchCopy::Behind;
         }
-        WatchCopy::Usable(Box::new((*pod).clone()))
+        WatchCopy::Usable(pod)
     }
 
     /// The watch copy once the watch has delivered our last write, polled every
@@ -837,8 +837,9 @@ const WATCH_POLL: Duration = Duration::from_millis(10);
 
 /// What the pod manager's watch has of the API pod a sync writes to.
 enum WatchCopy {
-    /// A copy to merge into and to patch with its resourceVersion as precondition.
-    Usable(Box<Pod>),
+    /// A copy to merge into and to patch with its resourceVersion as precondition: the pod
+    /// manager's own, shared (only read: the merge and the patch are new values).
+    Usable(Arc<Pod>),
     /// A copy older than our last write: the watch has not delivered it yet.
     Behind,
     /// Not the object we write to, or still behind past the allowance: read the pod.
@@ -856,7 +857,7 @@ pub(crate) async fn sync_pod(ctx: &SyncContext, work: &Work) -> SyncOutcome {
     async move {
         let cached = match ctx.config.read_strategy {
             ReadStrategy::WatchCache => match ctx.caught_up_api_pod(work).await {
-                WatchCopy::Usable(pod) => Some(*pod),
+                WatchCopy::Usable(pod) => Some(pod),
                 WatchCopy::Stale | WatchCopy::Behind => None,
                 WatchCopy::Gone => {
                     // Deviation: upstream's syncPod GETs the pod by name all the same, which
@@ -872,7 +873,7 @@ pub(crate) async fn sync_pod(ctx: &SyncContext, work: &Work) -> SyncOutcome {
         let (mut api_pod, mut from_cache) = match cached {
             Some(pod) => (pod, true),
             None => match ctx.get(status).await {
-                Ok(pod) => (pod, false),
+                Ok(pod) => (Arc::new(pod), false),
                 Err(e) if e.is_not_found() => {
                     debug!("Pod does not exist on the server");
                     return SyncOutcome::NotFound;
@@ -917,7 +918,7 @@ pub(crate) async fn sync_pod(ctx: &SyncContext, work: &Work) -> SyncOutcome {
                                 latency.record_status_updated(&pod);
                             }
                             let rv = pod.metadata.resource_version.clone();
-                            Ok((pod, rv))
+                            Ok((Arc::new(pod), rv))
                         }
                         Err(e) if e.is_conflict() && from_cache => {
                             debug!("Watch copy was stale: falling back to GET");
@@ -938,7 +939,7 @@ pub(crate) async fn sync_pod(ctx: &SyncContext, work: &Work) -> SyncOutcome {
                         Ok(done) => done,
                         Err(()) => match ctx.get(status).await {
                             Ok(pod) => {
-                                api_pod = pod;
+                                api_pod = Arc::new(pod);
                                 from_cache = false;
                                 continue;
                             }

@@ -13,7 +13,8 @@
 //! 1. Local mode: the manifests appear at once; time until every pod is Running in `/pods`
 //!    (the whole, and per pod from its manifest's write to the poll that first saw it
 //!    Running: median and p99; the poll runs every 10 ms, every 100 ms above 200 pods, and
-//!    bounds the resolution), idle CPU of the agent over 10 s
+//!    bounds the resolution), the agent's CPU time to all Running, its CPU over the 10 s
+//!    after (the start's last status writes included: a storm's tail, not idling)
 //!    with every pod running (`-- steady`: also over 60 s from 30 s after, settled), and its
 //!    peak RSS (`VmHWM`). Each run gets a fresh ext4 file
 //!    system on a loop device (`-- shared-fs`: the shared temporary directory instead, where
@@ -100,6 +101,11 @@ fn start(args: &[&str], port: u16) -> Child {
     // heap profiler's: heaptrack's `libheaptrack_preload.so` with `DUMP_HEAPTRACK_OUTPUT`).
     if let Some(preload) = std::env::var_os("RUSTLET_BENCH_AGENT_PRELOAD") {
         command.env("LD_PRELOAD", preload);
+    }
+    // `RUSTLET_BENCH_AGENT_CONFIG`: a config file for the agent (`--config`), to measure a
+    // setting against the defaults.
+    if let Some(config) = std::env::var_os("RUSTLET_BENCH_AGENT_CONFIG") {
+        command.arg("--config").arg(config);
     }
     let child = command
         .args(args)
@@ -320,6 +326,9 @@ fn local_mode(dir: &Path, pods: usize) {
         std::thread::sleep(poll);
     }
     let whole = start.elapsed();
+    // The agent's CPU for the whole start (both cores' worth: a storm bound by CPU takes at
+    // least half of this on two cores).
+    let cpu_to_running = cpu_seconds(pid);
     let mut per_pod: Vec<Duration> = seen.into_iter().flatten().collect();
     per_pod.sort();
     let cpu_before = cpu_seconds(pid);
@@ -348,6 +357,11 @@ fn local_mode(dir: &Path, pods: usize) {
         cpu / idle.as_secs_f64() * 100.0,
         idle.as_secs(),
         rss,
+    );
+    println!(
+        "  agent CPU: {:.0} ms from its start to all Running, {:.0} ms in the 10 s after",
+        cpu_to_running * 1e3,
+        cpu * 1e3
     );
     println!("  memory at the end: {memory}");
     if let Some((ticks, scheduler, threads)) = steady {

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::events::v1::Event;
 use serde::Serialize;
-use serde::de::{Deserialize, DeserializeOwned, Deserializer};
+use serde::de::{Deserialize, DeserializeOwned};
 use serde_json::{Value, json};
 
 use super::pod_status::{compute_pod_qos, default_pod_status, validate_pod_status_update};
@@ -172,15 +172,15 @@ pub fn admit(
     admitted
 }
 
-/// Admit a write of the status subresource: `object` is `stored` with the new status (the
-/// rest of the object is the stored one, which decoded when it was written). The status must
-/// decode as its kind's; a pod's is defaulted and validated against the stored one as the
-/// API server does ([`super::pod_status`]). Only the statuses (and, when a terminated
+/// Admit a write of the status subresource: `object` is the stored object with the new status
+/// (the rest of it is the stored one, which decoded when it was written), `old_status` the
+/// stored status. The status must decode as its kind's; a pod's is defaulted and validated
+/// against the stored one as the API server does ([`super::pod_status`]). Only the statuses (and, when a terminated
 /// container comes back, the spec) are decoded, and nothing is copied (each of a storm's
 /// status writes decoded and deep-copied the whole pod).
 pub fn admit_status(
     reference: &ObjectRef,
-    stored: &Value,
+    old_status: Option<&Value>,
     object: &mut Value,
 ) -> Result<(), StoreError> {
     let Some(status) = object.get("status") else {
@@ -189,8 +189,7 @@ pub fn admit_status(
     match reference.kind {
         Kind::Pod => {
             let mut new: PodStatus = decode_at(reference, "status", status)?;
-            let old = stored
-                .get("status")
+            let old = old_status
                 .and_then(|s| PodStatus::deserialize(s).ok())
                 .unwrap_or_default();
             let before = (
@@ -201,7 +200,7 @@ pub fn admit_status(
             default_pod_status(&mut new, &old);
             let mut errors = FieldErrors::default();
             let spec = || {
-                stored
+                object
                     .get("spec")
                     .and_then(|s| PodSpec::deserialize(s).ok())
                     .unwrap_or_default()
@@ -236,21 +235,26 @@ fn decode_status<K: DeserializeOwned>(
     reference: &ObjectRef,
     status: &Value,
 ) -> Result<(), StoreError> {
-    decode_at::<K, _>(reference, "status", status).map(drop)
+    decode_at::<K>(reference, "status", status).map(drop)
 }
 
 fn decode<K: DeserializeOwned>(reference: &ObjectRef, object: Value) -> Result<K, StoreError> {
-    decode_at(reference, "", object)
+    decode_at(reference, "", &object)
 }
 
-/// Decodes what `deserializer` holds, found at `at` in the object (`""`: the object itself);
-/// an error names the field path from the object's root, as the API server's do.
-fn decode_at<'de, K: Deserialize<'de>, D: Deserializer<'de>>(
+/// Decodes `value`, found at `at` in the object (`""`: the object itself); an error names the
+/// field path from the object's root, as the API server's do. The path is tracked only when
+/// the plain decode fails: tracking it costs an allocation for every key of the object, and
+/// nearly every write decodes.
+fn decode_at<K: DeserializeOwned>(
     reference: &ObjectRef,
     at: &str,
-    deserializer: D,
+    value: &Value,
 ) -> Result<K, StoreError> {
-    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+    if let Ok(decoded) = K::deserialize(value) {
+        return Ok(decoded);
+    }
+    serde_path_to_error::deserialize(value).map_err(|err| {
         let inner = field_path(err.path());
         let inner = if inner == "." { "" } else { inner.as_str() };
         let path = match (at, inner) {

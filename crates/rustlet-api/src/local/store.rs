@@ -593,15 +593,17 @@ fn field<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
 
 /// 16 bytes in the API's textual UID form (8-4-4-4-12 hex digits).
 fn uuid_text(bytes: &[u8]) -> String {
-    let hex: String = bytes[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    // One allocation: a store's storm writes an event UID per container start.
+    let mut text = String::with_capacity(36);
+    for (i, b) in bytes[..16].iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push(char::from(DIGITS[usize::from(b >> 4)]));
+        text.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    text
 }
 
 /// A UID made from `seed` in the API's textual form (8-4-4-4-12 hex digits).
@@ -899,14 +901,15 @@ impl Store {
         }
         let preconditions = Preconditions::from_body(&object);
         let mut inner = self.lock();
-        let stored = Self::stored(&inner, &reference)?;
-        Self::check(&reference, &stored, &preconditions)?;
-        let mut updated = stored.clone();
+        let mut updated = Self::stored(&inner, &reference)?;
+        Self::check(&reference, &updated, &preconditions)?;
+        // Only the status changes: the old one is kept to compare with, not the whole object.
+        let old_status = updated.get("status").cloned();
         set_status(&mut updated, object.get("status"));
-        if updated == stored {
+        if updated.get("status") == old_status.as_ref() {
             return Ok(updated);
         }
-        admit_status(&reference, &stored, &mut updated)?;
+        admit_status(&reference, old_status.as_ref(), &mut updated)?;
         self.write_modified(&mut inner, &reference, &mut updated);
         Ok(updated)
     }
@@ -927,19 +930,19 @@ impl Store {
         }
         let preconditions = Preconditions::from_body(patch);
         let mut inner = self.lock();
-        let stored = Self::stored(&inner, reference)?;
+        let mut object = Self::stored(&inner, reference)?;
         // A patch has no storage preconditions: as the API server, the resourceVersion in the
         // body is compared first (409), then validation finds an immutable UID changed (422).
         Self::check(
             reference,
-            &stored,
+            &object,
             &Preconditions {
                 uid: None,
                 resource_version: preconditions.resource_version.clone(),
             },
         )?;
         if let Some(uid) = &preconditions.uid
-            && field(&stored, "/metadata/uid") != Some(uid.as_str())
+            && field(&object, "/metadata/uid") != Some(uid.as_str())
         {
             return Err(StoreError::Invalid(format!(
                 "{} {:?} is invalid: metadata.uid: Invalid value: {uid:?}: field is immutable",
@@ -947,12 +950,17 @@ impl Store {
                 reference.name
             )));
         }
-        let mut object = stored.clone();
+        // A status write changes the status, and a node's strategic patch also its labels and
+        // annotations: the old status is kept to compare with and to admit against, and the
+        // whole object only for that node patch (not a copy of every pod's whole object).
+        let old_status = object.get("status").cloned();
+        let node_merge = kind == PatchKind::StrategicMerge && reference.kind == Kind::Node;
+        let old_object = node_merge.then(|| object.clone());
         match kind {
             PatchKind::Json => {
                 let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                     .map_err(|e| StoreError::Invalid(format!("a JSON patch: {e}")))?;
-                let mut patched = stored.clone();
+                let mut patched = object.clone();
                 json_patch::patch(&mut patched, &ops)
                     .map_err(|e| StoreError::Invalid(format!("the JSON patch failed: {e}")))?;
                 set_status(&mut object, patched.get("status"));
@@ -980,10 +988,14 @@ impl Store {
                 }
             }
         }
-        if object == stored {
+        let unchanged = match &old_object {
+            Some(old) => *old == object,
+            None => object.get("status") == old_status.as_ref(),
+        };
+        if unchanged {
             return Ok(object);
         }
-        admit_status(reference, &stored, &mut object)?;
+        admit_status(reference, old_status.as_ref(), &mut object)?;
         self.write_modified(&mut inner, reference, &mut object);
         Ok(object)
     }

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::super::store::{Kind, ObjectRef, Store, StoreError};
-use super::{Operation, admit, image_pull_policy};
+use super::{Operation, admit, admit_status, image_pull_policy};
 
 fn invalid(result: Result<Value, StoreError>) -> String {
     match result {
@@ -34,6 +34,24 @@ fn a_malformed_document_names_the_field() {
         "{message}"
     );
     assert!(message.contains("invalid type"), "{message}");
+}
+
+#[test]
+fn a_malformed_status_names_the_field_and_a_good_one_is_admitted() {
+    let reference = ObjectRef::new(Kind::Pod, "ns", "web");
+    let old = json!({"phase": "Pending"});
+    let mut object = pod(json!({"containers": [{"name": "c", "image": "busybox"}]}));
+    object["status"] = json!({"phase": "Running", "containerStatuses": [
+        {"name": "c", "image": "busybox", "imageID": "", "ready": true, "restartCount": "x"}]});
+    let message = invalid(admit_status(&reference, Some(&old), &mut object).map(|()| Value::Null));
+    assert!(
+        message.starts_with(
+            "Pod \"web\" is invalid: status.containerStatuses[0].restartCount: invalid type"
+        ),
+        "{message}"
+    );
+    object["status"]["containerStatuses"][0]["restartCount"] = json!(0);
+    admit_status(&reference, Some(&old), &mut object).unwrap();
 }
 
 #[test]

@@ -509,3 +509,26 @@ fn unscheduled_and_finished_pods_go_at_once_and_a_later_delete_shortens_the_grac
         Ok(Deleted::Removed(_))
     ));
 }
+
+#[test]
+fn uids_are_the_api_text_form_of_their_bytes() {
+    // The first 16 bytes of SHA-256("default/p0"), as the API writes a UID: a UID made from a
+    // seed must stay the same text from one version of the agent to the next (local mode
+    // keeps them on disk).
+    assert_eq!(
+        uid_from(b"default/p0"),
+        "5f421a62-42e1-74a1-9bef-2edce4d70e3e"
+    );
+    let random = random_uid();
+    let groups: Vec<usize> = random.split('-').map(str::len).collect();
+    assert_eq!(groups, [8, 4, 4, 4, 12], "{random}");
+    assert!(
+        random
+            .bytes()
+            .all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{random}"
+    );
+    assert_eq!(&random[14..15], "4", "version 4: {random}");
+    assert!("89ab".contains(&random[19..20]), "the variant: {random}");
+    assert_ne!(random_uid(), random);
+}

@@ -175,9 +175,9 @@ pub fn admit(
 /// Admit a write of the status subresource: `object` is the stored object with the new status
 /// (the rest of it is the stored one, which decoded when it was written), `old_status` the
 /// stored status. The status must decode as its kind's; a pod's is defaulted and validated
-/// against the stored one as the API server does ([`super::pod_status`]). Only the statuses (and, when a terminated
-/// container comes back, the spec) are decoded, and nothing is copied (each of a storm's
-/// status writes decoded and deep-copied the whole pod).
+/// against the stored one as the API server does ([`super::pod_status`]). Only the statuses
+/// (and, when a terminated container comes back, the spec) are decoded, and nothing is copied
+/// (each of a storm's status writes decoded and deep-copied the whole pod).
 pub fn admit_status(
     reference: &ObjectRef,
     old_status: Option<&Value>,

@@ -241,8 +241,17 @@ impl StatusManager {
 
     /// The cached status of a pod; a mirror pod's UID is translated to its static pod's.
     pub fn get_pod_status(&self, uid: &PodUid) -> Option<PodStatus> {
+        self.with_pod_status(uid, |status| status.cloned())
+    }
+
+    /// [`Self::get_pod_status`] lent instead of copied: `f` sees the cached status (`None`
+    /// when there is none) under the cache's read lock, so it must be short (serializing one
+    /// status is; waiting on anything is not). For readers of many pods at once, such as a
+    /// `/pods` listing, that would otherwise copy every status.
+    pub fn with_pod_status<R>(&self, uid: &PodUid, f: impl FnOnce(Option<&PodStatus>) -> R) -> R {
         let uid = self.shared.pods.translate_pod_uid(uid);
-        self.shared.read().get(&uid).map(|v| v.status.clone())
+        let map = self.shared.read();
+        f(map.get(&uid).map(|v| &v.status))
     }
 
     /// The cached entry of a pod (version, finished mark, status), by source UID.

@@ -703,12 +703,21 @@ impl Tasks {
         }
     }
 
-    /// Starts queued work while there is room.
+    /// Starts queued work while there is room. Queued work writes the pod's status as it is
+    /// when its sync starts, not as it was when planned: in a storm, a pod that waited in the
+    /// queue while it started would otherwise be written twice (its planned status, then,
+    /// rechecked, the newer one), the second write waiting for the watch to deliver the first.
+    /// Versions in between are skipped, as they are when changes come between two batches.
     fn fill(&mut self, ctx: &Arc<SyncContext>) {
         while self.set.len() < self.limit {
-            let Some(work) = self.queue.pop_front() else {
+            let Some(mut work) = self.queue.pop_front() else {
                 return;
             };
+            if let Some(latest) = ctx.shared.read().get(&work.cache_uid)
+                && latest.version > work.status.version
+            {
+                work.status = (**latest).clone();
+            }
             self.spawn(ctx, work);
         }
     }

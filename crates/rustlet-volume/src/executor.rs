@@ -288,7 +288,7 @@ impl OperationExecutor {
                 );
                 ops.finish(&job.key, outcome);
             }
-            // Once for the pod's jobs, all recorded: each notice wakes every waiter.
+            // Once for the pod's jobs, all recorded (the pod's waiter was woken by each record).
             Self::notify(&changed);
         })
     }

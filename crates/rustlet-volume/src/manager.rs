@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use rustlet_core::{PodChanges, PodUid, UniquePodName, UniqueVolumeName};
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -189,11 +189,22 @@ pub struct VolumeManager {
     plugins: PluginManager,
     config: VolumeManagerConfig,
     wake: Notify,
-    changed: watch::Sender<u64>,
     synced: AtomicBool,
     metrics: VolumeMetrics,
     /// ConfigMaps and Secrets of content volumes: their changes are written into the volumes.
     objects: Option<Arc<dyn VolumeObjects>>,
+}
+
+/// How often a wait on a pod's mounts looks again without a signal of its pod: upstream's
+/// `podAttachAndMountRetryInterval`, at which upstream polls. The pod's own signals wake the
+/// wait at once; the poll is the floor under them, not the way waits end.
+pub(crate) const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// The wait's poll, first due one [`WAIT_POLL`] from now.
+fn wait_poll() -> tokio::time::Interval {
+    let mut poll = tokio::time::interval_at(Instant::now() + WAIT_POLL, WAIT_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    poll
 }
 
 fn pod_name_of(pod: &Pod) -> UniquePodName {
@@ -248,7 +259,6 @@ impl VolumeManager {
             plugins: deps.plugins,
             config,
             wake: Notify::new(),
-            changed: watch::channel(0).0,
             synced: AtomicBool::new(false),
             metrics,
             objects: deps.objects,
@@ -317,7 +327,6 @@ impl VolumeManager {
         {
             self.synced.store(true, Ordering::Release);
         }
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// V69: rebuilds the actual state from the pod directories (before the first pass). The
@@ -522,10 +531,13 @@ impl VolumeManager {
             return Ok(());
         }
         self.populator.reprocess_pod(&pod_name);
-        let mut changes = self.changed.subscribe();
-        let mut ops = self.executor.subscribe();
+        // The pod's own signals, taken before the state is read: what the wait looks at is
+        // the pod's errors and volumes (desired state) and its mounts (actual state).
+        let mut desired = self.dsw.pod_signal(&pod_name);
+        let mut actual = self.asw.pod_signal(&pod_name);
         self.wake.notify_one();
         let deadline = Instant::now() + self.config.wait_timeout;
+        let mut poll = wait_poll();
         let cause = loop {
             let mut errors = std::mem::take(&mut early_errors);
             errors.extend(self.dsw.pop_pod_errors(&pod_name));
@@ -537,8 +549,9 @@ impl VolumeManager {
                 return Ok(());
             }
             tokio::select! {
-                changed = changes.changed() => if changed.is_err() { break WaitCause::DeadlineExceeded },
-                changed = ops.changed() => if changed.is_err() { break WaitCause::DeadlineExceeded },
+                () = desired.changed() => {}
+                () = actual.changed() => {}
+                _ = poll.tick() => {}
                 () = tokio::time::sleep_until(deadline) => break WaitCause::DeadlineExceeded,
             }
         };
@@ -579,18 +592,18 @@ impl VolumeManager {
     pub async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), WaitError> {
         let pod_name = pod_name_of(pod);
         self.populator.reprocess_pod(&pod_name);
-        let mut changes = self.changed.subscribe();
-        let mut ops = self.executor.subscribe();
+        let mut actual = self.asw.pod_signal(&pod_name);
         self.wake.notify_one();
         let deadline = Instant::now() + self.config.wait_timeout;
+        let mut poll = wait_poll();
         loop {
             let mounted = self.asw.mounted_volumes_for_pod(&pod_name);
             if mounted.is_empty() {
                 return Ok(());
             }
             tokio::select! {
-                changed = changes.changed() => if changed.is_err() { break },
-                changed = ops.changed() => if changed.is_err() { break },
+                () = actual.changed() => {}
+                _ = poll.tick() => {}
                 () = tokio::time::sleep_until(deadline) => break,
             }
         }

@@ -151,7 +151,7 @@ async fn pods(State(e): State<Arc<Endpoints>>) -> Response {
     pods.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
-    let chunks = PodListChunks::new(pods, move |uid| e.status.get_pod_status(uid));
+    let chunks = PodListChunks::new(pods, move |uid, write| e.status.with_pod_status(uid, write));
     (
         [(header::CONTENT_TYPE, "application/json")],
         axum::body::Body::from_stream(futures::stream::iter(chunks)),
@@ -159,8 +159,8 @@ async fn pods(State(e): State<Arc<Endpoints>>) -> Response {
         .into_response()
 }
 
-/// The chunks of a `PodList` body, each serialized when asked for; `status` answers a pod's
-/// current status (`None`: the pod's own).
+/// The chunks of a `PodList` body, each serialized when asked for; `status` lends a pod's
+/// current status to the writer it is given (`None`: the pod's own), so no status is copied.
 struct PodListChunks<F> {
     pods: std::vec::IntoIter<Arc<Pod>>,
     status: F,
@@ -175,7 +175,10 @@ enum ListAt {
     Done,
 }
 
-impl<F: Fn(&PodUid) -> Option<PodStatus>> PodListChunks<F> {
+/// Lends a pod's current status to a writer (see [`PodListChunks`]).
+type LendStatus<'a> = dyn FnMut(Option<&PodStatus>) + 'a;
+
+impl<F: Fn(&PodUid, &mut LendStatus<'_>)> PodListChunks<F> {
     /// Pods per chunk: a chunk is ~100 KB.
     const PODS: usize = 32;
 
@@ -188,7 +191,7 @@ impl<F: Fn(&PodUid) -> Option<PodStatus>> PodListChunks<F> {
     }
 }
 
-impl<F: Fn(&PodUid) -> Option<PodStatus>> Iterator for PodListChunks<F> {
+impl<F: Fn(&PodUid, &mut LendStatus<'_>)> Iterator for PodListChunks<F> {
     /// A serialization error ends the body early: the client sees a broken response.
     type Item = Result<Vec<u8>, serde_json::Error>;
 
@@ -206,12 +209,12 @@ impl<F: Fn(&PodUid) -> Option<PodStatus>> Iterator for PodListChunks<F> {
                 chunk.push(b',');
             }
             self.at = ListAt::Items;
-            let status = (self.status)(&PodUid::of(&pod));
-            let pod = WithStatus {
-                pod: &pod,
-                status: status.as_ref(),
-            };
-            if let Err(err) = serde_json::to_writer(&mut chunk, &pod) {
+            let mut written = Ok(());
+            (self.status)(&PodUid::of(&pod), &mut |status| {
+                let pod = WithStatus { pod: &pod, status };
+                written = serde_json::to_writer(&mut chunk, &pod);
+            });
+            if let Err(err) = written {
                 self.at = ListAt::Done;
                 return Some(Err(err));
             }
@@ -268,11 +271,12 @@ mod tests {
     #[test]
     fn the_pod_list_comes_in_chunks_that_make_one_list() {
         let pods: Vec<_> = (0..100).map(pod).collect();
-        let chunks: Vec<Vec<u8>> = PodListChunks::new(pods, |uid| {
-            (uid.as_str() != "uid-7").then(|| PodStatus {
-                phase: Some("Running".into()),
-                ..Default::default()
-            })
+        let running = PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        };
+        let chunks: Vec<Vec<u8>> = PodListChunks::new(pods, |uid, write| {
+            write((uid.as_str() != "uid-7").then_some(&running));
         })
         .map(Result::unwrap)
         .collect();
@@ -300,13 +304,13 @@ mod tests {
 
     #[test]
     fn no_pods_make_an_empty_list_in_one_chunk() {
-        let chunks: Vec<_> = PodListChunks::new(Vec::new(), |_| None).collect();
+        let chunks: Vec<_> = PodListChunks::new(Vec::new(), |_, write| write(None)).collect();
         assert_eq!(chunks.len(), 1);
         let list: serde_json::Value = serde_json::from_slice(chunks[0].as_ref().unwrap()).unwrap();
         assert_eq!(list["items"], serde_json::json!([]));
         // Exactly a chunk's worth: the last chunk closes the list, and none follows.
         let pods: Vec<_> = (0..32).map(pod).collect();
-        let chunks: Vec<_> = PodListChunks::new(pods, |_| None).collect();
+        let chunks: Vec<_> = PodListChunks::new(pods, |_, write| write(None)).collect();
         assert_eq!(chunks.len(), 1);
         let list: serde_json::Value = serde_json::from_slice(chunks[0].as_ref().unwrap()).unwrap();
         assert_eq!(list["items"].as_array().unwrap().len(), 32);

@@ -246,6 +246,63 @@ async fn the_running_task_keeps_max_concurrent_syncs_requests_in_flight() {
     handle.await.unwrap();
 }
 
+/// A pod whose status changes while its planned sync waits in the queue (more changed pods
+/// than `max_concurrent_syncs`) is written once, with the status it has when its sync starts;
+/// the pods already in flight are written again with their newer status. Before, each queued
+/// pod was written twice: its planned status, then, rechecked, the newer one.
+#[tokio::test(start_paused = true)]
+async fn a_queued_sync_writes_the_status_the_pod_has_when_it_starts() {
+    let config = StatusManagerConfig {
+        api_qps: f64::INFINITY,
+        ..StatusManagerConfig::default()
+    };
+    let limit = config.max_concurrent_syncs;
+    let (manager, client, pods, cancel, handle) = started(config);
+    client.set_latency(Duration::from_millis(5));
+    let many: Vec<Pod> = (0..4 * limit)
+        .map(|i| {
+            let mut pod = test_pod();
+            pod.metadata.name = Some(format!("pod-{i}"));
+            pod.metadata.uid = Some(format!("uid-{i}"));
+            let stored = client.put_pod(pod);
+            pods.add_pod(stored.clone());
+            stored
+        })
+        .collect();
+    for pod in &many {
+        manager.set_pod_status(pod, random_status(1));
+    }
+    // The first `limit` syncs are in flight; the others wait in the queue.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    for pod in &many {
+        manager.set_pod_status(pod, random_status(2));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let actions = client.take_actions();
+    let mut written_twice = 0;
+    for pod in &many {
+        let name = pod.metadata.name.as_deref().unwrap();
+        let patches = actions
+            .iter()
+            .filter(|a| a.verb == Verb::Patch && a.name == name)
+            .count();
+        assert!(patches == 1 || patches == 2, "{name}: {patches} PATCHes");
+        written_twice += usize::from(patches == 2);
+        let message = client.pod("new", name).unwrap().status.unwrap().message;
+        assert_eq!(
+            message.as_deref(),
+            Some("random-2"),
+            "{name}: the latest status"
+        );
+    }
+    assert_eq!(
+        written_twice, limit,
+        "only the pods in flight are written twice"
+    );
+    cancel.cancel();
+    handle.await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn failed_sync_is_retried_after_a_backoff_not_the_next_batch() {
     let config = StatusManagerConfig {

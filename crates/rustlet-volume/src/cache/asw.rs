@@ -4,9 +4,11 @@
 //! possibly mounted, never as absent.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use rustlet_core::{PodUid, UniquePodName, UniqueVolumeName};
 
+use super::signals::{PodSignal, PodSignals};
 use super::small_map::SmallMap;
 use super::{Generational, Scope, Touch, Touched};
 use crate::plugin::{PluginError, PluginManager, unique_volume_name};
@@ -226,6 +228,8 @@ struct Inner {
 pub struct ActualStateOfWorld {
     state: Generational<Inner>,
     plugins: PluginManager,
+    /// Signals to the tasks waiting on a pod's mounts: every change to a pod's entries.
+    signals: Arc<PodSignals>,
 }
 
 impl ActualStateOfWorld {
@@ -234,7 +238,14 @@ impl ActualStateOfWorld {
         Self {
             state: Generational::default(),
             plugins,
+            signals: Arc::default(),
         }
+    }
+
+    /// A signal of the changes to `pod`'s mount entries from now on (each mark as mounted,
+    /// uncertain or unmounted). Take it before reading the state it is about.
+    pub(crate) fn pod_signal(&self, pod: &UniquePodName) -> PodSignal {
+        self.signals.subscribe(pod)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
@@ -322,6 +333,13 @@ impl ActualStateOfWorld {
 
     /// V32: records a pod's mount in the given state.
     pub fn mark_volume_as_mounted(&self, opts: MarkVolumeOpts) -> Result<(), AswError> {
+        let pod_name = opts.pod_name.clone();
+        let marked = self.mark_pod_entry(opts);
+        self.signals.notify(&pod_name);
+        marked
+    }
+
+    fn mark_pod_entry(&self, opts: MarkVolumeOpts) -> Result<(), AswError> {
         let mut inner = self.write(Touch::Volume(&opts.volume_name));
         if inner.volumes.contains_key(&opts.volume_name) {
             inner
@@ -394,6 +412,8 @@ impl ActualStateOfWorld {
                 inner.by_pod.remove(pod_name);
             }
         }
+        drop(inner);
+        self.signals.notify(pod_name);
     }
 
     /// V36: removes a volume with no pods left.

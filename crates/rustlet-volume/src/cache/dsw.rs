@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, Volume};
 use rustlet_core::quantity::quantity_ceil;
 use rustlet_core::{UniquePodName, UniqueVolumeName};
 
+use super::signals::{PodSignal, PodSignals};
 use super::small_map::SmallMap;
 use super::{Generational, Scope, Touch, Touched};
 use crate::plugin::{PluginError, PluginManager, unique_volume_name};
@@ -95,6 +96,9 @@ fn to_mount(
 pub struct DesiredStateOfWorld {
     state: Generational<Inner>,
     plugins: PluginManager,
+    /// Signals to the tasks waiting on a pod's mounts: a pod's volumes added or removed, an
+    /// error recorded for it.
+    signals: Arc<PodSignals>,
 }
 
 const PV_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
@@ -161,7 +165,14 @@ impl DesiredStateOfWorld {
         Self {
             state: Generational::default(),
             plugins,
+            signals: Arc::default(),
         }
+    }
+
+    /// A signal of the changes to `pod`'s volumes and errors from now on. Take it before
+    /// reading the state it is about.
+    pub(crate) fn pod_signal(&self, pod: &UniquePodName) -> PodSignal {
+        self.signals.subscribe(pod)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
@@ -254,6 +265,8 @@ impl DesiredStateOfWorld {
                 remountable,
             },
         );
+        drop(guard);
+        self.signals.notify(pod_name);
         Ok(volume_name)
     }
 
@@ -312,6 +325,8 @@ impl DesiredStateOfWorld {
                 inner.by_pod.remove(pod_name);
             }
         }
+        drop(guard);
+        self.signals.notify(pod_name);
     }
 
     /// A read view held across many lookups (one lock acquisition for a whole pass).
@@ -499,6 +514,8 @@ impl DesiredStateOfWorld {
         if errors.len() <= MAX_POD_ERRORS {
             errors.insert(error.into());
         }
+        drop(inner);
+        self.signals.notify(pod_name);
     }
 
     /// V28: the pod's errors, sorted, and clears them.

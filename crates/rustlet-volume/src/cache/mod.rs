@@ -2,6 +2,7 @@
 
 pub mod asw;
 pub mod dsw;
+pub(crate) mod signals;
 mod small_map;
 
 use std::collections::HashSet;

@@ -228,6 +228,44 @@ async fn wait_for_attach_and_mount_then_unmount_with_the_fake_mounter() {
     r.stop().await;
 }
 
+/// Issue 29: a wait is woken by its own pod's changes (the mount recorded, then the unmount),
+/// not by upstream's 300 ms poll, which stays only as the floor under the signals; and a
+/// pod's wait is not woken by other pods' mounts (`cache::signals`).
+#[tokio::test(start_paused = true)]
+async fn a_wait_ends_on_its_pods_own_signal_not_on_the_poll() {
+    let root = tempfile::tempdir().unwrap();
+    let r = start(
+        root.path(),
+        Arc::new(FakeMounter::new()),
+        Duration::from_secs(120),
+    );
+    let pod = pod_with_volumes(
+        "p1",
+        vec![empty_dir("cache", None), empty_dir("mem", Some("Memory"))],
+    );
+    r.pods.add(pod.clone());
+    r.manager.pod_updated();
+    let started = tokio::time::Instant::now();
+    r.manager.wait_for_attach_and_mount(&pod).await.unwrap();
+    let mounted = tokio::time::Instant::now() - started;
+    assert!(
+        mounted < crate::manager::WAIT_POLL,
+        "mounted after {mounted:?}"
+    );
+
+    r.pods.remove("p1");
+    r.pods.set_runtime_removed("p1");
+    r.manager.pod_updated();
+    let started = tokio::time::Instant::now();
+    r.manager.wait_for_unmount(&pod).await.unwrap();
+    let unmounted = tokio::time::Instant::now() - started;
+    assert!(
+        unmounted < crate::manager::WAIT_POLL,
+        "unmounted after {unmounted:?}"
+    );
+    r.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn v4_populator_errors_fail_the_wait_early() {
     let root = tempfile::tempdir().unwrap();
@@ -249,8 +287,8 @@ async fn v4_populator_errors_fail_the_wait_early() {
     let started = tokio::time::Instant::now();
     let err = r.manager.wait_for_attach_and_mount(&pod).await.unwrap_err();
     assert!(
-        tokio::time::Instant::now() - started < Duration::from_secs(2),
-        "early, not at the deadline"
+        tokio::time::Instant::now() - started < crate::manager::WAIT_POLL,
+        "at the error, not at the deadline (nor at the next poll)"
     );
     let WaitError::NotMounted {
         unmounted,

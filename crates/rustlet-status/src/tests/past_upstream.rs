@@ -208,11 +208,18 @@ fn started(
     (manager, client, pods, cancel, handle)
 }
 
-/// The running task with more changed pods than `max_concurrent_syncs`: exactly that many
-/// requests run at once (the others wait as plans, not as started tasks), every pod gets its
-/// one PATCH, and the drain takes the batches' time.
-#[tokio::test(start_paused = true)]
-async fn the_running_task_keeps_max_concurrent_syncs_requests_in_flight() {
+/// The running task (no rate limit, 5 ms per request) with four times
+/// `max_concurrent_syncs` pods whose status was just set (`random_status(1)`).
+struct Changed {
+    limit: usize,
+    manager: Arc<StatusManager>,
+    client: FakePodStatusClient,
+    many: Vec<Pod>,
+    cancel: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+fn four_times_as_many_changed_pods_as_syncs_at_once() -> Changed {
     let config = StatusManagerConfig {
         api_qps: f64::INFINITY,
         ..StatusManagerConfig::default()
@@ -220,7 +227,23 @@ async fn the_running_task_keeps_max_concurrent_syncs_requests_in_flight() {
     let limit = config.max_concurrent_syncs;
     let (manager, client, pods, cancel, handle) = started(config);
     client.set_latency(Duration::from_millis(5));
-    let many: Vec<Pod> = (0..4 * limit)
+    let many = pods_in_api(&client, &pods, 4 * limit);
+    for pod in &many {
+        manager.set_pod_status(pod, random_status(1));
+    }
+    Changed {
+        limit,
+        manager,
+        client,
+        many,
+        cancel,
+        handle,
+    }
+}
+
+/// `count` pods (`pod-<i>`, UID `uid-<i>`), in the API and in the pod manager.
+fn pods_in_api(client: &FakePodStatusClient, pods: &FakePodManager, count: usize) -> Vec<Pod> {
+    (0..count)
         .map(|i| {
             let mut pod = test_pod();
             pod.metadata.name = Some(format!("pod-{i}"));
@@ -229,21 +252,27 @@ async fn the_running_task_keeps_max_concurrent_syncs_requests_in_flight() {
             pods.add_pod(stored.clone());
             stored
         })
-        .collect();
-    for pod in &many {
-        manager.set_pod_status(pod, random_status(1));
-    }
+        .collect()
+}
+
+/// The running task with more changed pods than `max_concurrent_syncs`: exactly that many
+/// requests run at once (the others wait as plans, not as started tasks), every pod gets its
+/// one PATCH, and the drain takes the batches' time.
+#[tokio::test(start_paused = true)]
+async fn the_running_task_keeps_max_concurrent_syncs_requests_in_flight() {
+    let c = four_times_as_many_changed_pods_as_syncs_at_once();
     tokio::time::sleep(Duration::from_millis(5 * 4 + 2)).await;
-    let patched = client
+    let patched = c
+        .client
         .take_actions()
         .iter()
         .filter(|a| a.verb == Verb::Patch)
         .count();
-    assert_eq!(patched, 4 * limit, "every pod synced in four rounds");
-    assert_eq!(client.max_in_flight_total(), limit);
-    assert_eq!(client.max_in_flight_per_pod(), 1);
-    cancel.cancel();
-    handle.await.unwrap();
+    assert_eq!(patched, 4 * c.limit, "every pod synced in four rounds");
+    assert_eq!(c.client.max_in_flight_total(), c.limit);
+    assert_eq!(c.client.max_in_flight_per_pod(), 1);
+    c.cancel.cancel();
+    c.handle.await.unwrap();
 }
 
 /// A pod whose status changes while its planned sync waits in the queue (more changed pods
@@ -252,35 +281,16 @@ async fn the_running_task_keeps_max_concurrent_syncs_requests_in_flight() {
 /// pod was written twice: its planned status, then, rechecked, the newer one.
 #[tokio::test(start_paused = true)]
 async fn a_queued_sync_writes_the_status_the_pod_has_when_it_starts() {
-    let config = StatusManagerConfig {
-        api_qps: f64::INFINITY,
-        ..StatusManagerConfig::default()
-    };
-    let limit = config.max_concurrent_syncs;
-    let (manager, client, pods, cancel, handle) = started(config);
-    client.set_latency(Duration::from_millis(5));
-    let many: Vec<Pod> = (0..4 * limit)
-        .map(|i| {
-            let mut pod = test_pod();
-            pod.metadata.name = Some(format!("pod-{i}"));
-            pod.metadata.uid = Some(format!("uid-{i}"));
-            let stored = client.put_pod(pod);
-            pods.add_pod(stored.clone());
-            stored
-        })
-        .collect();
-    for pod in &many {
-        manager.set_pod_status(pod, random_status(1));
-    }
+    let c = four_times_as_many_changed_pods_as_syncs_at_once();
     // The first `limit` syncs are in flight; the others wait in the queue.
     tokio::time::sleep(Duration::from_millis(1)).await;
-    for pod in &many {
-        manager.set_pod_status(pod, random_status(2));
+    for pod in &c.many {
+        c.manager.set_pod_status(pod, random_status(2));
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let actions = client.take_actions();
+    let actions = c.client.take_actions();
     let mut written_twice = 0;
-    for pod in &many {
+    for pod in &c.many {
         let name = pod.metadata.name.as_deref().unwrap();
         let patches = actions
             .iter()
@@ -288,7 +298,7 @@ async fn a_queued_sync_writes_the_status_the_pod_has_when_it_starts() {
             .count();
         assert!(patches == 1 || patches == 2, "{name}: {patches} PATCHes");
         written_twice += usize::from(patches == 2);
-        let message = client.pod("new", name).unwrap().status.unwrap().message;
+        let message = c.client.pod("new", name).unwrap().status.unwrap().message;
         assert_eq!(
             message.as_deref(),
             Some("random-2"),
@@ -296,11 +306,11 @@ async fn a_queued_sync_writes_the_status_the_pod_has_when_it_starts() {
         );
     }
     assert_eq!(
-        written_twice, limit,
+        written_twice, c.limit,
         "only the pods in flight are written twice"
     );
-    cancel.cancel();
-    handle.await.unwrap();
+    c.cancel.cancel();
+    c.handle.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,7 +1,8 @@
 //! The `VolumeManager` facade (upstream `volume_manager.go`, V1-V16), event-driven: the
 //! populator runs when pods change, the reconciler when the desired or actual state changes,
-//! and waiters are woken by those changes instead of polling every 300 ms. A periodic resync
-//! stays as a safety net.
+//! and a waiter is woken by the changes to its own pod (the caches' per-pod signals) instead
+//! of polling every 300 ms; upstream's 300 ms poll stays only as the floor under the signals,
+//! and a periodic resync as a safety net.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;

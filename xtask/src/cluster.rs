@@ -67,10 +67,41 @@ const SA_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 /// How long `up` waits for each stage (this machine's cores are shared: be generous).
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// What `cargo xtask cluster --help` prints.
+const USAGE: &str = "\
+usage: cargo xtask cluster <task> [options]
+
+tasks:
+  build   builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl at
+          the versions tools/k8s/go.mod pins, into a cache outside the repository
+  up      starts a control plane on 127.0.0.1 and prints how to run nodes against it
+  down    stops what `up` started in the directory (removes nothing)
+  env     prints the KUBECONFIG and PATH exports for the directory
+  smoke   `up` with one node, checks the Node authorizer and NodeRestriction, then `down`
+
+options (up, down, env, smoke):
+  --dir D                          the cluster's directory (default <temp dir>/rustlet-cluster)
+  --nodes a,b                      a client certificate and kubeconfig for each of these nodes
+  --node-monitor-grace-period 20s  kube-controller-manager's grace period
+  --apiserver-ip IP                one more address the API server's certificate names
+  --audit                          the API server's audit log, in <dir>/logs/audit.log
+  --aggregation                    the aggregation layer, for extension API servers
+";
+
+/// `-h`, `--help` or `help` anywhere among the arguments.
+fn wants_help(args: &[String]) -> bool {
+    args.iter()
+        .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
+}
+
 /// `cargo xtask cluster <sub> [options]`.
 pub fn main(root: &Path, args: &[String]) -> Result<()> {
+    if wants_help(args) {
+        print!("{USAGE}");
+        return Ok(());
+    }
     let Some((sub, rest)) = args.split_first() else {
-        bail!("usage: cargo xtask cluster <build|up|down|env|smoke> [options]");
+        bail!("a task is needed\n\n{USAGE}");
     };
     let opts = Options::parse(rest)?;
     match sub.as_str() {
@@ -88,7 +119,7 @@ pub fn main(root: &Path, args: &[String]) -> Result<()> {
             Ok(())
         }
         "smoke" => smoke(root, &opts),
-        other => bail!("unknown cluster task {other:?}: expected build, up, down, env or smoke"),
+        other => bail!("unknown cluster task {other:?}\n\n{USAGE}"),
     }
 }
 
@@ -1535,6 +1566,37 @@ mod tests {
             }
         );
         assert!(parse_go_mod("module x\n").is_err());
+    }
+
+    /// `--help` prints the usage (anywhere among the arguments), and the usage names every
+    /// task `main` runs and every option `Options::parse` takes.
+    #[test]
+    fn the_usage_is_printed_for_help_and_names_every_task_and_option() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        assert!(wants_help(&args(&["--help"])));
+        assert!(wants_help(&args(&["up", "-h"])));
+        assert!(wants_help(&args(&["help"])));
+        assert!(!wants_help(&args(&["up", "--dir", "/tmp/c"])));
+        assert!(main(Path::new("/nonexistent"), &args(&["--help"])).is_ok());
+        for task in ["build", "up", "down", "env", "smoke"] {
+            assert!(USAGE.contains(&format!("\n  {task} ")), "{task}");
+        }
+        let source = include_str!("cluster.rs");
+        let parse = &source[source.find("fn parse(").unwrap()..];
+        let parse = &parse[..parse.find("other => bail!").unwrap()];
+        let flags: Vec<&str> = parse
+            .split('"')
+            .filter(|part| part.starts_with("--") && !part.contains(' '))
+            .collect();
+        assert!(flags.len() >= 6, "{flags:?}");
+        for flag in flags {
+            assert!(
+                USAGE.contains(&format!("  {flag} ")),
+                "{flag} is not in the usage"
+            );
+        }
+        let unknown = main(Path::new("/nonexistent"), &args(&["frobnicate"])).unwrap_err();
+        assert!(unknown.to_string().contains("usage:"), "{unknown}");
     }
 
     #[test]

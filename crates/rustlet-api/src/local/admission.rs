@@ -188,36 +188,17 @@ pub fn admit_status(
     };
     match reference.kind {
         Kind::Pod => {
-            let mut new: PodStatus = decode_at(reference, "status", status)?;
-            let old = old_status
-                .and_then(|s| PodStatus::deserialize(s).ok())
-                .unwrap_or_default();
-            let before = (
-                new.pod_ip.clone(),
-                new.pod_ips.clone(),
-                new.qos_class.clone(),
-            );
-            default_pod_status(&mut new, &old);
-            let mut errors = FieldErrors::default();
             let spec = || {
                 object
                     .get("spec")
                     .and_then(|s| PodSpec::deserialize(s).ok())
                     .unwrap_or_default()
             };
-            validate_pod_status_update(&new, &old, &spec, &mut errors);
-            errors.into_result(reference)?;
-            if before
-                != (
-                    new.pod_ip.clone(),
-                    new.pod_ips.clone(),
-                    new.qos_class.clone(),
-                )
-            {
-                let status = &mut object["status"];
-                status["podIP"] = json!(new.pod_ip);
-                status["podIPs"] = json!(new.pod_ips);
-                status["qosClass"] = json!(new.qos_class);
+            let old = old_status
+                .and_then(|s| PodStatus::deserialize(s).ok())
+                .unwrap_or_default();
+            if let Some(defaults) = admit_pod_status(reference, old, status, &spec)? {
+                defaults.apply(&mut object["status"]);
             }
             Ok(())
         }
@@ -229,6 +210,52 @@ pub fn admit_status(
         // No status subresource: refused before any status write gets here.
         Kind::ConfigMap | Kind::Secret | Kind::Lease | Kind::Event => Ok(()),
     }
+}
+
+/// What the API server's status strategy sets in a pod status it admits (its IPs and QoS
+/// class, defaulted from the old status), when that differs from what was written.
+#[derive(Debug)]
+pub(crate) struct PodStatusDefaults {
+    pod_ip: Option<String>,
+    pod_ips: Option<Vec<k8s_openapi::api::core::v1::PodIP>>,
+    qos_class: Option<String>,
+}
+
+impl PodStatusDefaults {
+    /// Sets them in `status` (JSON).
+    pub(crate) fn apply(self, status: &mut Value) {
+        status["podIP"] = json!(self.pod_ip);
+        status["podIPs"] = json!(self.pod_ips);
+        status["qosClass"] = json!(self.qos_class);
+    }
+}
+
+/// [`admit_status`] of a pod's `status` (JSON) over its old one (decoded; the default when
+/// there was none), the spec read only when the validation needs it: a 422 that names the
+/// field, or the defaults to set (`None`: none change what was written).
+pub(crate) fn admit_pod_status(
+    reference: &ObjectRef,
+    old: PodStatus,
+    status: &Value,
+    spec: &dyn Fn() -> PodSpec,
+) -> Result<Option<PodStatusDefaults>, StoreError> {
+    let mut new: PodStatus = decode_at(reference, "status", status)?;
+    let before = (
+        new.pod_ip.clone(),
+        new.pod_ips.clone(),
+        new.qos_class.clone(),
+    );
+    default_pod_status(&mut new, &old);
+    let mut errors = FieldErrors::default();
+    validate_pod_status_update(&new, &old, spec, &mut errors);
+    errors.into_result(reference)?;
+    let after = (new.pod_ip, new.pod_ips, new.qos_class);
+    let changed = before != after;
+    Ok(changed.then_some(PodStatusDefaults {
+        pod_ip: after.0,
+        pod_ips: after.1,
+        qos_class: after.2,
+    }))
 }
 
 fn decode_status<K: DeserializeOwned>(

@@ -5,19 +5,24 @@
 //! `deletionTimestamp`, UID and resourceVersion preconditions (a conflict on mismatch), and
 //! watches that resume from a resourceVersion (or answer "gone" when it is too old).
 //!
-//! Objects are kept as JSON, the shape they have on the wire.
+//! Objects are kept as JSON, the shape they have on the wire. A pod's text is kept cut where
+//! its status begins, so a status write (most of a storm's writes) parses and encodes only the
+//! status and copies the rest (`PodCut`).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use ring::digest::{SHA256, digest};
 use rustlet_core::patch::apply_status_patch;
 use rustlet_status::{Clock, SystemClock};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use super::admission::{Operation, admit, admit_status};
+use super::admission::{Operation, admit, admit_pod_status, admit_status};
 
 /// How a store keeps its past.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -413,6 +418,103 @@ pub struct StoredObject {
     json: Box<str>,
     fields: Box<[(&'static str, Box<str>)]>,
     resource_version: u64,
+    /// A pod's text, where a status write cuts it (`None`: not a pod, or laid out otherwise).
+    cut: Option<PodCut>,
+}
+
+/// Where a stored pod's text is cut so that a status write parses and encodes only the status:
+/// the spec (most of a pod) is copied as text. `json[rv]` is `metadata.resourceVersion`'s
+/// value and `json[uid]` `metadata.uid`'s, without their quotes (each taken only when it has
+/// no escapes, so the text is the value); the status is the object's last member, and
+/// `json[..status_at]` is everything before it (`json[status_at..]` is `,"status":{…}}`, or
+/// the closing `}` when there is no status).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PodCut {
+    rv: Range<usize>,
+    uid: Option<Range<usize>>,
+    status_at: usize,
+}
+
+/// `,"status":`, between the rest of a cut pod's text and its status.
+const STATUS_MEMBER: &str = ",\"status\":";
+
+/// A selectable field's text, when it is a scalar.
+fn selectable_text(found: &Value) -> Option<Box<str>> {
+    let text = match found {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    Some(text.into_boxed_str())
+}
+
+/// `value`'s compact JSON appended to `out` (`serde_json`'s own encoding).
+fn encode_into(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    serde_json::to_writer(out, value).expect("a Value and a str always encode");
+}
+
+/// `object` as compact JSON, byte for byte `object.to_string()`, with where a status write
+/// cuts it when it is laid out for that (an object whose metadata is an object with a
+/// resourceVersion, and whose status, if any, comes last).
+fn encode_pod(object: &Value) -> (String, Option<PodCut>) {
+    let Value::Object(members) = object else {
+        return (object.to_string(), None);
+    };
+    let mut out = Vec::with_capacity(2048);
+    let (mut rv, mut uid, mut status_at) = (None, None, None);
+    let mut laid_out = true;
+    out.push(b'{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if key == "status" {
+            laid_out &= i > 0 && i + 1 == members.len();
+            status_at = Some(out.len());
+        }
+        if i > 0 {
+            out.push(b',');
+        }
+        encode_into(&mut out, key);
+        out.push(b':');
+        match value {
+            Value::Object(metadata) if key == "metadata" => {
+                out.push(b'{');
+                for (j, (name, value)) in metadata.iter().enumerate() {
+                    if j > 0 {
+                        out.push(b',');
+                    }
+                    encode_into(&mut out, name);
+                    out.push(b':');
+                    let start = out.len();
+                    encode_into(&mut out, value);
+                    // The value's text between its quotes is the value: no escapes.
+                    let plain = match value {
+                        Value::String(text) => {
+                            (out.len() - start == text.len() + 2).then(|| start + 1..out.len() - 1)
+                        }
+                        _ => None,
+                    };
+                    match name.as_str() {
+                        "resourceVersion" => rv = plain,
+                        "uid" => uid = plain,
+                        _ => {}
+                    }
+                }
+                out.push(b'}');
+            }
+            _ => encode_into(&mut out, value),
+        }
+    }
+    out.push(b'}');
+    let json = String::from_utf8(out).expect("serde_json writes UTF-8");
+    let cut = match rv {
+        Some(rv) if laid_out => Some(PodCut {
+            rv,
+            uid,
+            status_at: status_at.unwrap_or(json.len() - 1),
+        }),
+        _ => None,
+    };
+    (json, cut)
 }
 
 impl StoredObject {
@@ -422,22 +524,84 @@ impl StoredObject {
             .iter()
             .filter_map(|name| {
                 let found = name.split('.').try_fold(object, |v, key| v.get(key))?;
-                let text = match found {
-                    Value::String(s) => s.clone(),
-                    Value::Bool(b) => b.to_string(),
-                    Value::Number(n) => n.to_string(),
-                    _ => return None,
-                };
-                Some((*name, text.into_boxed_str()))
+                Some((*name, selectable_text(found)?))
             })
             .collect();
         let resource_version = field(object, "/metadata/resourceVersion")
             .and_then(|rv| rv.parse().ok())
             .unwrap_or(0);
+        let (json, cut) = if kind == Kind::Pod {
+            encode_pod(object)
+        } else {
+            (object.to_string(), None)
+        };
         Self {
-            json: object.to_string().into_boxed_str(),
+            json: json.into_boxed_str(),
             fields,
             resource_version,
+            cut,
+        }
+    }
+
+    /// A cut pod's status text (`None`: it has none).
+    fn status_text(&self, cut: &PodCut) -> Option<&str> {
+        self.json
+            .get(cut.status_at..self.json.len() - 1)?
+            .strip_prefix(STATUS_MEMBER)
+    }
+
+    /// This cut pod under resourceVersion `resource_version` with status `status` (and its
+    /// text): the text before the status is copied, its resourceVersion replaced; the
+    /// selectable fields of the status are taken from `status`, the others kept.
+    fn with_status(
+        &self,
+        cut: &PodCut,
+        kind: Kind,
+        resource_version: u64,
+        (status, status_text): (&Value, &str),
+    ) -> Self {
+        let rv_text = resource_version.to_string();
+        let head = &self.json[..cut.status_at];
+        let mut json = String::with_capacity(
+            head.len() + rv_text.len() + STATUS_MEMBER.len() + status_text.len() + 1,
+        );
+        json.push_str(&head[..cut.rv.start]);
+        json.push_str(&rv_text);
+        json.push_str(&head[cut.rv.end..]);
+        json.push_str(STATUS_MEMBER);
+        json.push_str(status_text);
+        json.push('}');
+        let shift = |at: usize| {
+            if at >= cut.rv.end {
+                at - cut.rv.len() + rv_text.len()
+            } else {
+                at
+            }
+        };
+        let fields = kind
+            .selectable_fields()
+            .iter()
+            .filter_map(|name| match name.strip_prefix("status.") {
+                Some(path) => {
+                    let found = path.split('.').try_fold(status, |v, key| v.get(key))?;
+                    Some((*name, selectable_text(found)?))
+                }
+                None => self
+                    .fields
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(n, v)| (*n, v.clone())),
+            })
+            .collect();
+        Self {
+            json: json.into_boxed_str(),
+            fields,
+            resource_version,
+            cut: Some(PodCut {
+                rv: cut.rv.start..cut.rv.start + rv_text.len(),
+                uid: cut.uid.as_ref().map(|uid| shift(uid.start)..shift(uid.end)),
+                status_at: shift(cut.status_at),
+            }),
         }
     }
 
@@ -591,6 +755,37 @@ fn field<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
     object.pointer(pointer).and_then(Value::as_str)
 }
 
+/// A precondition on `what` (`UID`, `ResourceVersion`) that the stored object does not meet.
+fn precondition_failed(
+    reference: &ObjectRef,
+    what: &str,
+    expected: &str,
+    found: &str,
+) -> StoreError {
+    StoreError::Conflict {
+        reference: reference.clone(),
+        message: format!(
+            "the {what} in the precondition ({expected}) does not match the {what} in record ({found}); the object might have been deleted and then recreated"
+        ),
+    }
+}
+
+/// A patch whose `metadata.uid` is not the stored one: the API server's validation refuses
+/// the change of an immutable field.
+fn uid_changed(reference: &ObjectRef, uid: &str) -> StoreError {
+    StoreError::Invalid(format!(
+        "{} {:?} is invalid: metadata.uid: Invalid value: {uid:?}: field is immutable",
+        reference.kind.name(),
+        reference.name
+    ))
+}
+
+/// What a status write leaves stored, with the object as a tree when the write built one.
+struct Written {
+    stored: Arc<StoredObject>,
+    tree: Option<Value>,
+}
+
 /// 16 bytes in the API's textual UID form (8-4-4-4-12 hex digits).
 fn uuid_text(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -718,9 +913,20 @@ impl Store {
     }
 
     /// Store a changed object under a new resourceVersion and announce it as MODIFIED.
-    fn write_modified(&self, inner: &mut Inner, reference: &ObjectRef, object: &mut Value) {
+    fn write_modified(
+        &self,
+        inner: &mut Inner,
+        reference: &ObjectRef,
+        object: &mut Value,
+    ) -> Arc<StoredObject> {
         Self::bump(inner, object);
         let shared = Arc::new(StoredObject::new(reference.kind, object));
+        self.replace(inner, reference, shared.clone());
+        shared
+    }
+
+    /// Store `shared` as `reference`'s new version and announce it as MODIFIED.
+    fn replace(&self, inner: &mut Inner, reference: &ObjectRef, shared: Arc<StoredObject>) {
         let previous = inner.objects.insert(reference.clone(), shared.clone());
         self.commit_change(
             inner,
@@ -818,12 +1024,7 @@ impl Store {
             let Some(expected) = expected else { continue };
             let found = field(stored, pointer).unwrap_or("");
             if found != expected {
-                return Err(StoreError::Conflict {
-                    reference: reference.clone(),
-                    message: format!(
-                        "the {what} in the precondition ({expected}) does not match the {what} in record ({found}); the object might have been deleted and then recreated"
-                    ),
-                });
+                return Err(precondition_failed(reference, what, expected, found));
             }
         }
         Ok(())
@@ -922,6 +1123,32 @@ impl Store {
         patch: &Value,
         kind: PatchKind,
     ) -> Result<Value, StoreError> {
+        let written = self.write_status_patch(reference, patch, kind)?;
+        Ok(written.tree.unwrap_or_else(|| written.stored.to_value()))
+    }
+
+    /// [`Store::patch_status`], answered with the stored version itself (its text and fields),
+    /// not a tree: what a client that decodes the result as its type wants. A pod's status
+    /// write then parses and encodes only the status, not the whole pod.
+    pub(crate) fn patch_status_shared(
+        &self,
+        reference: &ObjectRef,
+        patch: &Value,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        let kind = if reference.kind == Kind::Pod {
+            PatchKind::StrategicMerge
+        } else {
+            PatchKind::Merge
+        };
+        Ok(self.write_status_patch(reference, patch, kind)?.stored)
+    }
+
+    fn write_status_patch(
+        &self,
+        reference: &ObjectRef,
+        patch: &Value,
+        kind: PatchKind,
+    ) -> Result<Written, StoreError> {
         if !reference.kind.has_status() {
             return Err(StoreError::Invalid(format!(
                 "{} has no status subresource",
@@ -930,6 +1157,24 @@ impl Store {
         }
         let preconditions = Preconditions::from_body(patch);
         let mut inner = self.lock();
+        if reference.kind == Kind::Pod && kind != PatchKind::Json {
+            let stored = inner
+                .objects
+                .get(reference)
+                .cloned()
+                .ok_or_else(|| StoreError::NotFound(reference.clone()))?;
+            if let Some(cut) = &stored.cut {
+                let stored = self.patch_cut_pod_status(
+                    &mut inner,
+                    reference,
+                    (&stored, cut),
+                    patch,
+                    &preconditions,
+                    kind,
+                )?;
+                return Ok(Written { stored, tree: None });
+            }
+        }
         let mut object = Self::stored(&inner, reference)?;
         // A patch has no storage preconditions: as the API server, the resourceVersion in the
         // body is compared first (409), then validation finds an immutable UID changed (422).
@@ -944,11 +1189,7 @@ impl Store {
         if let Some(uid) = &preconditions.uid
             && field(&object, "/metadata/uid") != Some(uid.as_str())
         {
-            return Err(StoreError::Invalid(format!(
-                "{} {:?} is invalid: metadata.uid: Invalid value: {uid:?}: field is immutable",
-                reference.kind.name(),
-                reference.name
-            )));
+            return Err(uid_changed(reference, uid));
         }
         // A status write changes the status, and a node's strategic patch also its labels and
         // annotations: the old status is kept to compare with and to admit against, and the
@@ -993,11 +1234,95 @@ impl Store {
             None => object.get("status") == old_status.as_ref(),
         };
         if unchanged {
-            return Ok(object);
+            let stored = inner
+                .objects
+                .get(reference)
+                .cloned()
+                .expect("read under the same lock");
+            return Ok(Written {
+                stored,
+                tree: Some(object),
+            });
         }
         admit_status(reference, old_status.as_ref(), &mut object)?;
-        self.write_modified(&mut inner, reference, &mut object);
-        Ok(object)
+        let stored = self.write_modified(&mut inner, reference, &mut object);
+        Ok(Written {
+            stored,
+            tree: Some(object),
+        })
+    }
+
+    /// A pod's status patch on its text ([`PodCut`]): the same preconditions, patch and
+    /// admission as on the whole pod, with only the status parsed and encoded (and the spec
+    /// read only if the admission asks for it).
+    fn patch_cut_pod_status(
+        &self,
+        inner: &mut Inner,
+        reference: &ObjectRef,
+        (stored, cut): (&Arc<StoredObject>, &PodCut),
+        patch: &Value,
+        preconditions: &Preconditions,
+        kind: PatchKind,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        if let Some(expected) = &preconditions.resource_version {
+            let found = &stored.json[cut.rv.clone()];
+            if found != expected {
+                return Err(precondition_failed(
+                    reference,
+                    "ResourceVersion",
+                    expected,
+                    found,
+                ));
+            }
+        }
+        if let Some(uid) = &preconditions.uid
+            && cut.uid.as_ref().map(|at| &stored.json[at.clone()]) != Some(uid.as_str())
+        {
+            return Err(uid_changed(reference, uid));
+        }
+        let Some(status_patch) = patch.get("status") else {
+            return Ok(stored.clone());
+        };
+        // The old status is parsed once, patched in place, and compared as text: the same
+        // text is the same status (a patch keeps the members' order).
+        let old_text = stored.status_text(cut);
+        let mut status = match old_text {
+            Some(text) => {
+                serde_json::from_str(text).expect("the store wrote this text from a Value")
+            }
+            None => json!({}),
+        };
+        if kind == PatchKind::StrategicMerge {
+            apply_status_patch(&mut status, status_patch);
+        } else {
+            json_merge(&mut status, status_patch);
+        }
+        let mut status_text = status.to_string();
+        if old_text == Some(status_text.as_str()) {
+            return Ok(stored.clone());
+        }
+        let old = old_text
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default();
+        let spec = || {
+            serde_json::from_str::<Value>(&stored.json)
+                .ok()
+                .and_then(|pod| PodSpec::deserialize(pod.get("spec")?).ok())
+                .unwrap_or_default()
+        };
+        if let Some(defaults) = admit_pod_status(reference, old, &status, &spec)? {
+            defaults.apply(&mut status);
+            status_text = status.to_string();
+        }
+        inner.resource_version += 1;
+        let shared = Arc::new(stored.with_status(
+            cut,
+            reference.kind,
+            inner.resource_version,
+            (&status, &status_text),
+        ));
+        self.replace(inner, reference, shared.clone());
+        Ok(shared)
     }
 
     /// Delete. A pod with a grace period (given, else its

@@ -532,3 +532,163 @@ fn uids_are_the_api_text_form_of_their_bytes() {
     assert!("89ab".contains(&random[19..20]), "the variant: {random}");
     assert_ne!(random_uid(), random);
 }
+
+/// The cut of a pod's text ([`PodCut`]) is where its values are: its text is
+/// `Value::to_string`'s, byte for byte, and a pod not laid out for cutting is not cut.
+#[test]
+fn a_pods_text_is_its_trees_encoding_cut_where_its_status_begins() {
+    let annotations = json!({"a\"quoted\"": "line\nbreak \u{1F600} \\ \"resourceVersion\":\"9\""});
+    let cases = [
+        json!({"apiVersion":"v1","kind":"Pod",
+            "metadata":{"name":"p","labels":{"resourceVersion":"label"},"annotations":annotations,
+                "uid":"u-1","resourceVersion":"12"},
+            "spec":{"containers":[{"name":"c"}]},"status":{"phase":"Running","podIP":"10.0.0.1"}}),
+        json!({"kind":"Pod","metadata":{"resourceVersion":"9","uid":"u-2","name":"q"},"spec":{},
+            "status":{"phase":"Pending"}}),
+        json!({"kind":"Pod","metadata":{"resourceVersion":"7"},"spec":{}}),
+        json!({"kind":"Pod","metadata":{"resourceVersion":"7","uid":"with\"quote"},"status":{}}),
+        // Not cut: the status is not last, the resourceVersion is missing or not text, no
+        // metadata object.
+        json!({"kind":"Pod","metadata":{"resourceVersion":"7"},"status":{},"spec":{}}),
+        json!({"kind":"Pod","metadata":{"uid":"u"},"status":{}}),
+        json!({"kind":"Pod","metadata":{"resourceVersion":7},"status":{}}),
+        json!({"kind":"Pod","metadata":"resourceVersion","status":{}}),
+        json!(["not", "an", "object"]),
+    ];
+    let mut cut_count = 0;
+    for object in &cases {
+        let (json, cut) = encode_pod(object);
+        assert_eq!(json, object.to_string());
+        let Some(cut) = cut else { continue };
+        cut_count += 1;
+        assert_eq!(&json[cut.rv.clone()], object["metadata"]["resourceVersion"]);
+        assert_eq!(
+            cut.uid.clone().map(|at| &json[at]),
+            object["metadata"]["uid"]
+                .as_str()
+                .filter(|uid| !uid.contains('"')),
+        );
+        match object.get("status") {
+            Some(status) => {
+                assert_eq!(&json[cut.status_at..], format!("{STATUS_MEMBER}{status}}}"))
+            }
+            None => assert_eq!(&json[cut.status_at..], "}"),
+        }
+        // A status written on the text under a resourceVersion one digit longer is what
+        // encoding the patched tree stores.
+        let stored = StoredObject::new(Kind::Pod, object);
+        let status = json!({"phase": "Running", "podIP": "10.0.0.9"});
+        let written = stored.with_status(&cut, Kind::Pod, 1000, (&status, &status.to_string()));
+        let mut expected = object.clone();
+        expected["metadata"]["resourceVersion"] = json!("1000");
+        expected["status"] = status;
+        assert_eq!(written, StoredObject::new(Kind::Pod, &expected));
+        assert_eq!(written.field("status.podIP"), "10.0.0.9");
+    }
+    assert_eq!(cut_count, 4);
+}
+
+/// A pod's status writes go through its text (the spec is copied, not parsed): each version
+/// they store is exactly what encoding the patched pod afresh stores (text, selectable
+/// fields, cut), with the same preconditions, merge, no-op and admission as the whole-tree
+/// write.
+#[test]
+fn a_pod_status_write_on_its_text_stores_what_a_fresh_encoding_would() {
+    let store = store();
+    // The first write below takes the resourceVersion from 9 to 10, one digit longer.
+    for filler in 0..7 {
+        store.create(pod(&format!("filler-{filler}"))).unwrap();
+    }
+    let mut manifest = pod("a");
+    manifest["metadata"]["labels"] = json!({"resourceVersion": "label"});
+    manifest["metadata"]["annotations"] = json!({"note": "a \"quoted\" \u{e9}\n"});
+    let created = store.create(manifest).unwrap();
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+    assert_eq!(rv(&created), 9);
+    let condition = |type_: &str, status: &str| json!({"type": type_, "status": status});
+    let patches = [
+        json!({"metadata":{"uid":uid},"status":{"phase":"Pending","hostIP":"127.0.0.1",
+            "conditions":[condition("Initialized","True"), condition("Ready","False")]}}),
+        json!({"metadata":{"uid":uid},"status":{"phase":"Running","podIP":"10.0.0.2",
+            "podIPs":[{"ip":"10.0.0.2"}],"conditions":[condition("Ready","True")]}}),
+        json!({"status":{"$setElementOrder/conditions":[{"type":"Ready"},{"type":"Initialized"}],
+            "conditions":[condition("PodScheduled","True")]}}),
+        json!({"status":{"conditions":[{"type":"Initialized","$patch":"delete"}],
+            "message":"m\u{e9} \"x\"","hostIP":null}}),
+    ];
+    let mut previous = store.get(&pod_ref("a")).unwrap();
+    for patch in &patches {
+        let written = store.patch_status_shared(&pod_ref("a"), patch).unwrap();
+        assert!(written.cut.is_some());
+        let tree = written.to_value();
+        assert_eq!(*written, StoredObject::new(Kind::Pod, &tree));
+        assert_eq!(written.field("status.phase"), tree["status"]["phase"]);
+        assert_eq!(rv(&tree), rv(&previous) + 1);
+        // Only the status and the resourceVersion changed.
+        let (mut before, mut after) = (previous.clone(), tree.clone());
+        for object in [&mut before, &mut after] {
+            object.as_object_mut().unwrap().remove("status");
+            object["metadata"]["resourceVersion"] = json!(null);
+        }
+        assert_eq!(before, after);
+        assert_eq!(store.get(&pod_ref("a")).unwrap(), tree);
+        previous = tree;
+    }
+    let status = &previous["status"];
+    assert_eq!(status["phase"], "Running");
+    assert_eq!(status["podIP"], "10.0.0.2");
+    assert_eq!(status["qosClass"], "BestEffort");
+    assert!(status.get("hostIP").is_none());
+    let types: Vec<&str> = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["Ready", "PodScheduled"]);
+    // A patch that changes nothing writes nothing; refused preconditions write nothing.
+    let same = store
+        .patch_status_shared(&pod_ref("a"), &json!({"status":{"phase":"Running"}}))
+        .unwrap();
+    assert_eq!(same.resource_version(), rv(&previous));
+    let stale = json!({"metadata":{"resourceVersion":"1"},"status":{"phase":"Failed"}});
+    let err = store
+        .patch_status_shared(&pod_ref("a"), &stale)
+        .unwrap_err();
+    assert_eq!(err.code(), 409);
+    assert!(err.to_string().contains("in record ("), "{err}");
+    let other = json!({"metadata":{"uid":"other"},"status":{"phase":"Failed"}});
+    assert_eq!(
+        store
+            .patch_status_shared(&pod_ref("a"), &other)
+            .unwrap_err()
+            .code(),
+        422
+    );
+    assert_eq!(store.get(&pod_ref("a")).unwrap(), previous);
+}
+
+/// The admission of a status written on the text reads the spec when it needs it: a
+/// container that terminated may be reported running again under `restartPolicy: Always`,
+/// not under `Never`.
+#[test]
+fn a_status_write_on_the_text_is_validated_against_the_spec() {
+    let store = store();
+    let state = |state: Value| {
+        json!({"status":{"containerStatuses":[{"name":"c","image":"busybox","imageID":"",
+            "ready":false,"restartCount":0,"state":state}]}})
+    };
+    for (name, policy, code) in [("always", "Always", None), ("never", "Never", Some(422))] {
+        let mut manifest = pod(name);
+        manifest["spec"]["restartPolicy"] = json!(policy);
+        store.create(manifest).unwrap();
+        store
+            .patch_status_shared(&pod_ref(name), &state(json!({"terminated":{"exitCode":1}})))
+            .unwrap();
+        let running = store.patch_status_shared(
+            &pod_ref(name),
+            &state(json!({"running":{"startedAt":"2026-12-02T10:00:00Z"}})),
+        );
+        assert_eq!(running.err().map(|e| e.code()), code, "{policy}");
+    }
+}

@@ -1,0 +1,213 @@
+//! The local store's status writes: what local mode pays for each pod status the status
+//! manager writes (a 1,000-pod storm writes ~1,500), beside the floors it is made of.
+//!
+//! ```sh
+//! cargo bench -p rustlet-api --bench store
+//! ```
+//!
+//! * `status_patch/{pending,running}`: one strategic-merge status patch of a stored pod (the
+//!   agent bench's pod: one container, two emptyDir volumes), as `LocalPodStatusClient` sends
+//!   it (UID precondition), through `Store::patch_status`, and through the client with the
+//!   written pod decoded as the status manager takes it.
+//! * Floors: the stored pod's whole text parsed and written again (what a write that treats
+//!   the pod as one tree pays before any work of its own), and its status alone.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::Criterion;
+use k8s_openapi::api::core::v1::Pod;
+use rustlet_api::local::LocalPodStatusClient;
+use rustlet_api::local::store::{Kind, ObjectRef, Store};
+use rustlet_status::PodStatusClient;
+use serde_json::{Value, json};
+
+const PODS: usize = 1000;
+
+/// The agent bench's manifest, as the directory intake stores it.
+fn pod(i: usize) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("p{i}"),
+            "namespace": "default",
+            "annotations": {"kubernetes.io/config.source": "file"},
+        },
+        "spec": {
+            "nodeName": "bench",
+            "containers": [{
+                "name": "c",
+                "image": "busybox",
+                "volumeMounts": [
+                    {"name": "disk", "mountPath": "/disk"},
+                    {"name": "mem", "mountPath": "/mem"},
+                ],
+            }],
+            "volumes": [
+                {"name": "disk", "emptyDir": {}},
+                {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+            ],
+        },
+    })
+}
+
+fn conditions(ready: bool) -> Value {
+    let unready = (!ready).then_some("containers with unready status: [c]");
+    let condition = |type_: &str, status: bool, message: Option<&str>| {
+        let mut c = json!({
+            "lastTransitionTime": "2026-12-07T09:39:05Z",
+            "status": if status { "True" } else { "False" },
+            "type": type_,
+        });
+        if let Some(message) = message {
+            c["message"] = json!(message);
+            c["reason"] = json!("ContainersNotReady");
+        }
+        c
+    };
+    json!([
+        condition("PodReadyToStartContainers", ready, None),
+        condition("Initialized", true, None),
+        condition("Ready", ready, unready),
+        condition("ContainersReady", ready, unready),
+        condition("PodScheduled", true, None),
+    ])
+}
+
+/// The status manager's first patch of a pod (Pending, its container being created).
+fn pending_patch(uid: &str) -> Value {
+    json!({
+        "metadata": {"uid": uid},
+        "status": {
+            "conditions": conditions(false),
+            "containerStatuses": [{
+                "image": "busybox", "imageID": "", "name": "c", "ready": false,
+                "restartCount": 0, "started": false,
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+                "volumeMounts": [
+                    {"mountPath": "/disk", "name": "disk"},
+                    {"mountPath": "/mem", "name": "mem"},
+                ],
+            }],
+            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+            "phase": "Pending",
+            "startTime": "2026-12-07T09:39:05Z",
+        },
+    })
+}
+
+/// The status manager's patch once the pod runs.
+fn running_patch(uid: &str) -> Value {
+    json!({
+        "metadata": {"uid": uid},
+        "status": {
+            "conditions": conditions(true),
+            "containerStatuses": [{
+                "containerID": "simulated://0000000000000002",
+                "image": "busybox", "imageID": "busybox", "name": "c", "ready": true,
+                "restartCount": 0, "started": true,
+                "state": {"running": {"startedAt": "2026-12-07T09:39:05Z"}},
+                "volumeMounts": [
+                    {"mountPath": "/disk", "name": "disk"},
+                    {"mountPath": "/mem", "name": "mem"},
+                ],
+            }],
+            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+            "phase": "Running",
+            "podIP": "10.88.0.2", "podIPs": [{"ip": "10.88.0.2"}],
+            "startTime": "2026-12-07T09:39:05Z",
+        },
+    })
+}
+
+/// A store of `PODS` pods; each pod's reference, UID, and its two patches (applied in turn,
+/// every patch is a write).
+fn filled() -> (Arc<Store>, Vec<(ObjectRef, Value, Value)>) {
+    let store = Arc::new(Store::default());
+    let pods = (0..PODS)
+        .map(|i| {
+            let created = store.create(pod(i)).expect("create");
+            let uid = created["metadata"]["uid"].as_str().expect("uid").to_owned();
+            let reference = ObjectRef::new(Kind::Pod, "default", &format!("p{i}"));
+            (reference, pending_patch(&uid), running_patch(&uid))
+        })
+        .collect();
+    (store, pods)
+}
+
+fn status_patch(c: &mut Criterion) {
+    let mut group = c.benchmark_group("status_patch");
+    let (store, pods) = filled();
+    // Every pod Running once, so the floors measure a pod as the storm leaves it.
+    for (reference, _, running) in &pods {
+        store.patch_status(reference, running).expect("patch");
+    }
+    let mut turn = 0usize;
+    group.bench_function("store_pending_then_running", |b| {
+        b.iter(|| {
+            let (reference, pending, running) = &pods[turn % PODS];
+            let patch = if (turn / PODS).is_multiple_of(2) {
+                pending
+            } else {
+                running
+            };
+            turn += 1;
+            black_box(store.patch_status(reference, patch).expect("patch"));
+        })
+    });
+    let client = LocalPodStatusClient::new(store.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    group.bench_function("client_pending_then_running", |b| {
+        b.iter(|| {
+            let (reference, pending, running) = &pods[turn % PODS];
+            let patch = if (turn / PODS).is_multiple_of(2) {
+                pending
+            } else {
+                running
+            };
+            turn += 1;
+            let pod: Pod = runtime
+                .block_on(client.patch_pod_status("default", &reference.name, patch))
+                .expect("patch");
+            black_box(pod);
+        })
+    });
+    let stored = store.get(&pods[0].0).expect("get");
+    let text = stored.to_string();
+    let status_text = stored["status"].to_string();
+    group.bench_function("floor_whole_pod_parsed_and_written", |b| {
+        b.iter(|| {
+            let value: Value = serde_json::from_str(black_box(&text)).expect("parse");
+            black_box(value.to_string());
+        })
+    });
+    group.bench_function("floor_status_parsed_and_written", |b| {
+        b.iter(|| {
+            let value: Value = serde_json::from_str(black_box(&status_text)).expect("parse");
+            black_box(value.to_string());
+        })
+    });
+    group.bench_function("floor_whole_pod_decoded_from_text", |b| {
+        b.iter(|| {
+            let pod: Pod = serde_json::from_str(black_box(&text)).expect("decode");
+            black_box(pod);
+        })
+    });
+    group.bench_function("floor_whole_pod_decoded_through_a_value", |b| {
+        b.iter(|| {
+            let value: Value = serde_json::from_str(black_box(&text)).expect("parse");
+            let pod: Pod = serde_json::from_value(value).expect("decode");
+            black_box(pod);
+        })
+    });
+    group.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    status_patch(&mut c);
+    c.final_summary();
+}

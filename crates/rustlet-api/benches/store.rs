@@ -11,6 +11,8 @@
 //!   written pod decoded as the status manager takes it.
 //! * Floors: the stored pod's whole text parsed and written again (what a write that treats
 //!   the pod as one tree pays before any work of its own), and its status alone.
+//! * `events/local_recorder_event`: one event about a pod into the store, as local mode's
+//!   `LocalEventRecorder` writes it (a storm writes three per container).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -206,8 +208,38 @@ fn status_patch(c: &mut Criterion) {
     group.finish();
 }
 
+/// One event about a pod into a store of 1,000 pods' events (a storm records three per
+/// container: Pulled, Created, Started), as local mode records it.
+fn events(c: &mut Criterion) {
+    use rustlet_api::local::events::LocalEventRecorder;
+    use rustlet_volume::events::{EventKind, EventRecorder};
+    let mut group = c.benchmark_group("events");
+    let store = Arc::new(Store::default());
+    let recorder = LocalEventRecorder::new(
+        store.clone(),
+        Arc::new(rustlet_status::SystemClock),
+        "kubelet",
+        "bench",
+    );
+    let pods: Vec<Pod> = (0..PODS)
+        .map(|i| serde_json::from_value(store.create(pod(i)).expect("create")).expect("pod"))
+        .collect();
+    let mut turn = 0usize;
+    group.bench_function("local_recorder_event", |b| {
+        b.iter(|| {
+            let pod = &pods[turn % PODS];
+            // A new message each time: each event is a new object, as a storm's are.
+            let message = format!("Started container c ({turn})");
+            turn += 1;
+            recorder.event(pod, EventKind::Normal, "Started", &message);
+        })
+    });
+    group.finish();
+}
+
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     status_patch(&mut c);
+    events(&mut c);
     c.final_summary();
 }

@@ -5,12 +5,14 @@
 //! cargo bench -p rustlet-api --bench store
 //! ```
 //!
-//! * `status_patch/{pending,running}`: one strategic-merge status patch of a stored pod (the
-//!   agent bench's pod: one container, two emptyDir volumes), as `LocalPodStatusClient` sends
-//!   it (UID precondition), through `Store::patch_status`, and through the client with the
-//!   written pod decoded as the status manager takes it.
-//! * Floors: the stored pod's whole text parsed and written again (what a write that treats
-//!   the pod as one tree pays before any work of its own), and its status alone.
+//! * `status_patch/{store,client}_pending_then_running`: one strategic-merge status patch of a
+//!   stored pod (the agent bench's pod: one container, two emptyDir volumes), its Pending and
+//!   its Running patch in turn, as `LocalPodStatusClient` sends it (UID precondition): through
+//!   `Store::patch_status`, and through the client with the written pod decoded as the status
+//!   manager takes it.
+//! * `status_patch/floor_*`: the stored pod's whole text parsed and written again (what a
+//!   write that treats the pod as one tree pays before any work of its own), its status alone,
+//!   and the pod decoded from its text and through a `Value` tree.
 //! * `events/local_recorder_event`: one event about a pod into the store, as local mode's
 //!   `LocalEventRecorder` writes it (a storm writes three per container).
 
@@ -77,50 +79,36 @@ fn conditions(ready: bool) -> Value {
     ])
 }
 
-/// The status manager's first patch of a pod (Pending, its container being created).
-fn pending_patch(uid: &str) -> Value {
-    json!({
-        "metadata": {"uid": uid},
-        "status": {
-            "conditions": conditions(false),
-            "containerStatuses": [{
-                "image": "busybox", "imageID": "", "name": "c", "ready": false,
-                "restartCount": 0, "started": false,
-                "state": {"waiting": {"reason": "ContainerCreating"}},
-                "volumeMounts": [
-                    {"mountPath": "/disk", "name": "disk"},
-                    {"mountPath": "/mem", "name": "mem"},
-                ],
-            }],
-            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
-            "phase": "Pending",
-            "startTime": "2026-12-07T09:39:05Z",
-        },
-    })
-}
-
-/// The status manager's patch once the pod runs.
-fn running_patch(uid: &str) -> Value {
-    json!({
-        "metadata": {"uid": uid},
-        "status": {
-            "conditions": conditions(true),
-            "containerStatuses": [{
-                "containerID": "simulated://0000000000000002",
-                "image": "busybox", "imageID": "busybox", "name": "c", "ready": true,
-                "restartCount": 0, "started": true,
-                "state": {"running": {"startedAt": "2026-12-07T09:39:05Z"}},
-                "volumeMounts": [
-                    {"mountPath": "/disk", "name": "disk"},
-                    {"mountPath": "/mem", "name": "mem"},
-                ],
-            }],
-            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
-            "phase": "Running",
-            "podIP": "10.88.0.2", "podIPs": [{"ip": "10.88.0.2"}],
-            "startTime": "2026-12-07T09:39:05Z",
-        },
-    })
+/// The status manager's patch of a pod: its first (Pending, the container being created), or
+/// once it runs.
+fn status_patch(uid: &str, running: bool) -> Value {
+    let mut container = json!({
+        "image": "busybox", "imageID": "", "name": "c", "ready": false,
+        "restartCount": 0, "started": false,
+        "state": {"waiting": {"reason": "ContainerCreating"}},
+        "volumeMounts": [
+            {"mountPath": "/disk", "name": "disk"},
+            {"mountPath": "/mem", "name": "mem"},
+        ],
+    });
+    let mut status = json!({
+        "conditions": conditions(running),
+        "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+        "phase": "Pending",
+        "startTime": "2026-12-07T09:39:05Z",
+    });
+    if running {
+        container["containerID"] = json!("simulated://0000000000000002");
+        container["imageID"] = json!("busybox");
+        container["ready"] = json!(true);
+        container["started"] = json!(true);
+        container["state"] = json!({"running": {"startedAt": "2026-12-07T09:39:05Z"}});
+        status["phase"] = json!("Running");
+        status["podIP"] = json!("10.88.0.2");
+        status["podIPs"] = json!([{"ip": "10.88.0.2"}]);
+    }
+    status["containerStatuses"] = json!([container]);
+    json!({"metadata": {"uid": uid}, "status": status})
 }
 
 /// A store of `PODS` pods; each pod's reference, UID, and its two patches (applied in turn,
@@ -132,13 +120,29 @@ fn filled() -> (Arc<Store>, Vec<(ObjectRef, Value, Value)>) {
             let created = store.create(pod(i)).expect("create");
             let uid = created["metadata"]["uid"].as_str().expect("uid").to_owned();
             let reference = ObjectRef::new(Kind::Pod, "default", &format!("p{i}"));
-            (reference, pending_patch(&uid), running_patch(&uid))
+            (
+                reference,
+                status_patch(&uid, false),
+                status_patch(&uid, true),
+            )
         })
         .collect();
     (store, pods)
 }
 
-fn status_patch(c: &mut Criterion) {
+/// The next write, turn by turn: every pod's Pending patch, then every pod's Running patch,
+/// and again (so each patch changes the pod).
+fn next_write<'a>(
+    pods: &'a [(ObjectRef, Value, Value)],
+    turn: &mut usize,
+) -> (&'a ObjectRef, &'a Value) {
+    let (reference, pending, running) = &pods[*turn % PODS];
+    let pending_turn = (*turn / PODS).is_multiple_of(2);
+    *turn += 1;
+    (reference, if pending_turn { pending } else { running })
+}
+
+fn status_writes(c: &mut Criterion) {
     let mut group = c.benchmark_group("status_patch");
     let (store, pods) = filled();
     // Every pod Running once, so the floors measure a pod as the storm leaves it.
@@ -148,13 +152,7 @@ fn status_patch(c: &mut Criterion) {
     let mut turn = 0usize;
     group.bench_function("store_pending_then_running", |b| {
         b.iter(|| {
-            let (reference, pending, running) = &pods[turn % PODS];
-            let patch = if (turn / PODS).is_multiple_of(2) {
-                pending
-            } else {
-                running
-            };
-            turn += 1;
+            let (reference, patch) = next_write(&pods, &mut turn);
             black_box(store.patch_status(reference, patch).expect("patch"));
         })
     });
@@ -164,13 +162,7 @@ fn status_patch(c: &mut Criterion) {
         .expect("runtime");
     group.bench_function("client_pending_then_running", |b| {
         b.iter(|| {
-            let (reference, pending, running) = &pods[turn % PODS];
-            let patch = if (turn / PODS).is_multiple_of(2) {
-                pending
-            } else {
-                running
-            };
-            turn += 1;
+            let (reference, patch) = next_write(&pods, &mut turn);
             let pod: Pod = runtime
                 .block_on(client.patch_pod_status("default", &reference.name, patch))
                 .expect("patch");
@@ -239,7 +231,7 @@ fn events(c: &mut Criterion) {
 
 fn main() {
     let mut c = Criterion::default().configure_from_args();
-    status_patch(&mut c);
+    status_writes(&mut c);
     events(&mut c);
     c.final_summary();
 }

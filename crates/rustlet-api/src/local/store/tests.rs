@@ -36,6 +36,16 @@ fn rv(object: &Value) -> u64 {
         .unwrap()
 }
 
+/// The types of a status's conditions, in order.
+fn condition_types(status: &Value) -> Vec<&str> {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect()
+}
+
 fn pod_ref(name: &str) -> ObjectRef {
     ObjectRef::new(Kind::Pod, "ns", name)
 }
@@ -105,13 +115,10 @@ fn status_subresource_changes_only_status_and_update_never_changes_status() {
             &json!({"status":{"conditions":[{"type":"Initialized","status":"True"}]}}),
         )
         .unwrap();
-    let types: Vec<&str> = patched["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["type"].as_str().unwrap())
-        .collect();
-    assert_eq!(types, ["Ready", "Initialized"]);
+    assert_eq!(
+        condition_types(&patched["status"]),
+        ["Ready", "Initialized"]
+    );
     // An update with another status keeps the stored one.
     let mut replacement = patched.clone();
     replacement["status"] = json!({"phase":"Failed"});
@@ -639,13 +646,7 @@ fn a_pod_status_write_on_its_text_stores_what_a_fresh_encoding_would() {
     assert_eq!(status["podIP"], "10.0.0.2");
     assert_eq!(status["qosClass"], "BestEffort");
     assert!(status.get("hostIP").is_none());
-    let types: Vec<&str> = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["type"].as_str().unwrap())
-        .collect();
-    assert_eq!(types, ["Ready", "PodScheduled"]);
+    assert_eq!(condition_types(status), ["Ready", "PodScheduled"]);
     // A patch that changes nothing writes nothing; refused preconditions write nothing.
     let same = store
         .patch_status_shared(&pod_ref("a"), &json!({"status":{"phase":"Running"}}))

@@ -35,11 +35,12 @@ pub fn client_error(err: StoreError) -> ClientError {
     }
 }
 
-fn decode_pod(object: Value) -> Result<Pod, ClientError> {
-    serde_json::from_value(object).map_err(|e| ClientError::Api {
+/// A stored pod that does not decode as one: the store's fault, a 500.
+fn decode_failed(e: serde_json::Error) -> ClientError {
+    ClientError::Api {
         code: 500,
         message: format!("decode pod: {e}"),
-    })
+    }
 }
 
 /// The status manager's `PodStatusClient` over the local store.
@@ -62,7 +63,7 @@ impl PodStatusClient for LocalPodStatusClient {
             .store
             .get(&ObjectRef::new(Kind::Pod, namespace, name))
             .map_err(client_error)?;
-        decode_pod(object)
+        serde_json::from_value(object).map_err(decode_failed)
     }
 
     async fn patch_pod_status(
@@ -77,10 +78,7 @@ impl PodStatusClient for LocalPodStatusClient {
             .map_err(client_error)?;
         // Straight from the text: the status manager reads this pod and lets it go, so the
         // exact list sizes a `Value` tree gives (`StoredObject::decode`) buy nothing here.
-        serde_json::from_str(stored.json()).map_err(|e| ClientError::Api {
-            code: 500,
-            message: format!("decode pod: {e}"),
-        })
+        serde_json::from_str(stored.json()).map_err(decode_failed)
     }
 
     async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ClientError> {

@@ -355,6 +355,18 @@ pub enum PatchKind {
     Json,
 }
 
+impl PatchKind {
+    /// What [`Store::patch_status`] takes for a kind's status: a pod's a strategic merge
+    /// patch, any other's a JSON merge patch.
+    fn of_status(kind: Kind) -> Self {
+        if kind == Kind::Pod {
+            PatchKind::StrategicMerge
+        } else {
+            PatchKind::Merge
+        }
+    }
+}
+
 /// Equality field selectors, as the API accepts them: `a.b=x,c.d==y,e!=z`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FieldSelector(pub(crate) Vec<(String, bool, String)>);
@@ -438,8 +450,10 @@ struct PodCut {
 /// `,"status":`, between the rest of a cut pod's text and its status.
 const STATUS_MEMBER: &str = ",\"status\":";
 
-/// A selectable field's text, when it is a scalar.
-fn selectable_text(found: &Value) -> Option<Box<str>> {
+/// The text of the field at dotted `path` under `root` (`spec.nodeName`), when it is a
+/// scalar: what a field selector compares.
+fn selectable_text(root: &Value, path: &str) -> Option<Box<str>> {
+    let found = path.split('.').try_fold(root, |v, key| v.get(key))?;
     let text = match found {
         Value::String(s) => s.clone(),
         Value::Bool(b) => b.to_string(),
@@ -522,10 +536,7 @@ impl StoredObject {
         let fields = kind
             .selectable_fields()
             .iter()
-            .filter_map(|name| {
-                let found = name.split('.').try_fold(object, |v, key| v.get(key))?;
-                Some((*name, selectable_text(found)?))
-            })
+            .filter_map(|name| Some((*name, selectable_text(object, name)?)))
             .collect();
         let resource_version = field(object, "/metadata/resourceVersion")
             .and_then(|rv| rv.parse().ok())
@@ -556,7 +567,6 @@ impl StoredObject {
     fn with_status(
         &self,
         cut: &PodCut,
-        kind: Kind,
         resource_version: u64,
         (status, status_text): (&Value, &str),
     ) -> Self {
@@ -578,14 +588,11 @@ impl StoredObject {
                 at
             }
         };
-        let fields = kind
+        let fields = Kind::Pod
             .selectable_fields()
             .iter()
             .filter_map(|name| match name.strip_prefix("status.") {
-                Some(path) => {
-                    let found = path.split('.').try_fold(status, |v, key| v.get(key))?;
-                    Some((*name, selectable_text(found)?))
-                }
+                Some(path) => Some((*name, selectable_text(status, path)?)),
                 None => self
                     .fields
                     .iter()
@@ -1082,12 +1089,7 @@ impl Store {
     /// JSON merge patch. `metadata.uid` and `metadata.resourceVersion` in the patch are
     /// preconditions; nothing outside `status` changes.
     pub fn patch_status(&self, reference: &ObjectRef, patch: &Value) -> Result<Value, StoreError> {
-        let kind = if reference.kind == Kind::Pod {
-            PatchKind::StrategicMerge
-        } else {
-            PatchKind::Merge
-        };
-        self.patch_status_as(reference, patch, kind)
+        self.patch_status_as(reference, patch, PatchKind::of_status(reference.kind))
     }
 
     /// PUT of the status subresource: the body's `status` replaces the stored one; nothing else
@@ -1135,11 +1137,7 @@ impl Store {
         reference: &ObjectRef,
         patch: &Value,
     ) -> Result<Arc<StoredObject>, StoreError> {
-        let kind = if reference.kind == Kind::Pod {
-            PatchKind::StrategicMerge
-        } else {
-            PatchKind::Merge
-        };
+        let kind = PatchKind::of_status(reference.kind);
         Ok(self.write_status_patch(reference, patch, kind)?.stored)
     }
 
@@ -1315,12 +1313,8 @@ impl Store {
             status_text = status.to_string();
         }
         inner.resource_version += 1;
-        let shared = Arc::new(stored.with_status(
-            cut,
-            reference.kind,
-            inner.resource_version,
-            (&status, &status_text),
-        ));
+        let shared =
+            Arc::new(stored.with_status(cut, inner.resource_version, (&status, &status_text)));
         self.replace(inner, reference, shared.clone());
         Ok(shared)
     }

@@ -585,7 +585,7 @@ fn a_pods_text_is_its_trees_encoding_cut_where_its_status_begins() {
         // encoding the patched tree stores.
         let stored = StoredObject::new(Kind::Pod, object);
         let status = json!({"phase": "Running", "podIP": "10.0.0.9"});
-        let written = stored.with_status(&cut, Kind::Pod, 1000, (&status, &status.to_string()));
+        let written = stored.with_status(&cut, 1000, (&status, &status.to_string()));
         let mut expected = object.clone();
         expected["metadata"]["resourceVersion"] = json!("1000");
         expected["status"] = status;

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use rustlet_mount::testing::{PrivilegedDir, privileged_dir};
 
-use crate::harness::{Agent, condition, mounts_under, run_to_end, start};
+use crate::harness::{Agent, condition, mounts_under, run_to_end, start, start_with_env};
 
 const WEB: &str = "apiVersion: v1
 kind: Pod
@@ -382,6 +382,66 @@ fn bad_manifests_and_an_unknown_volume_type_leave_the_other_pods_unharmed() {
     }
     assert!(agent.pod("evil").is_none());
     assert!(agent.terminate().success());
+}
+
+/// Upstream's kubelet without an API server logs each event ("Event occurred", at verbosity 3)
+/// and sends none; so does local mode, at debug level: a started pod's `Started` and an
+/// unsupported volume's `FailedMount` warning are in the log, and nothing shows them at the
+/// default level.
+#[test]
+fn local_events_are_logged_at_debug_as_a_kubelet_without_an_api_server_does() {
+    let nfs = WEB
+        .replace("name: web", "name: nfs")
+        .replace("emptyDir: {}", "nfs: {server: example.invalid, path: /x}");
+    let Some(local) = Local::new(
+        "local_events_are_logged",
+        &[("web.yaml", WEB), ("nfs.yaml", &nfs)],
+    ) else {
+        return;
+    };
+    let log = local.dir.path().join("agent.log");
+    let agent = start_with_env(
+        None,
+        &local.args(),
+        &[("RUSTLET_LOG", "info,rustlet_volume::events=debug")],
+        &log,
+    );
+    agent.wait_for_phase("web", "Running");
+    let event = |object: &str, kind: &str, reason: &str| {
+        std::fs::read_to_string(&log).unwrap().lines().any(|l| {
+            l.contains("Event occurred")
+                && l.contains(&format!("object={object} "))
+                && l.contains(&format!("type=\"{kind}\" reason=\"{reason}\""))
+        })
+    };
+    agent.wait_for("web's Started event in the log", || {
+        event("default/web", "Normal", "Started").then_some(())
+    });
+    agent.wait_for("nfs's FailedMount event in the log", || {
+        event("default/nfs", "Warning", "FailedMount").then_some(())
+    });
+    assert!(agent.terminate().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("no API server: events are logged at debug level, not sent"),
+        "{text}"
+    );
+
+    // At the default level, no event is logged: the failed sync that raises nfs's
+    // FailedMount is logged, the event is not.
+    std::fs::remove_file(&log).unwrap();
+    let agent = local.start();
+    agent.wait_for("nfs's failed sync in the log", || {
+        let text = std::fs::read_to_string(&log).unwrap();
+        text.lines()
+            .any(|l| {
+                l.contains("pod=default/nfs") && l.contains("Unable to attach or mount volumes")
+            })
+            .then_some(())
+    });
+    assert!(agent.terminate().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("Event occurred"), "{text}");
 }
 
 const FIXED: &str = "apiVersion: v1

@@ -12,7 +12,6 @@ use nix::fcntl::{Flock, FlockArg};
 use prometheus_client::registry::Registry;
 use rustlet_api::content::ObjectSourceConfig;
 use rustlet_api::local::LocalPodStatusClient;
-use rustlet_api::local::events::LocalEventRecorder;
 use rustlet_api::local::manifests::DirectorySync;
 use rustlet_api::local::store::{Store, StoreConfig};
 use rustlet_api::node::machine::{HostMachine, Machine as _};
@@ -39,7 +38,7 @@ use rustlet_status::{
     StatusMetrics, SystemClock,
 };
 use rustlet_volume::claims::NodeIdentity;
-use rustlet_volume::events::EventRecorder;
+use rustlet_volume::events::{EventRecorder, LoggedEvents};
 use rustlet_volume::manager::{VolumeManager, VolumeManagerConfig, VolumeManagerDeps};
 use rustlet_volume::node::{NodeStatus, NothingAttached};
 use rustlet_volume::objects::VolumeObjects;
@@ -120,17 +119,15 @@ async fn connect(config: &AgentConfig, registry: &mut Registry) -> Result<Api> {
             for error in &report.errors {
                 warn!("{error}");
             }
+            // As upstream's kubelet without an API server: events are logged (at debug level,
+            // upstream's verbosity 3), not kept; nothing could read them from the agent's store.
+            info!("no API server: events are logged at debug level, not sent");
             let stop = CancellationToken::new();
             let intake = tokio::spawn(manifests.run(stop.clone()));
             return Ok(Api {
                 backend: Backend::Local(store.clone()),
                 status_client: Arc::new(LocalPodStatusClient::new(store.clone())),
-                events: Arc::new(LocalEventRecorder::new(
-                    store,
-                    Arc::new(SystemClock),
-                    "kubelet",
-                    &config.node_name,
-                )),
+                events: Arc::new(LoggedEvents),
                 registrar: None,
                 client: None,
                 intake: Some((stop, intake)),

@@ -243,6 +243,71 @@ fn classify(path: &Path, document: usize, value: &Value) -> Result<ObjectRef, Ma
     })
 }
 
+/// Who provides which object in a scan ([`DirectorySync::sync`]): an unchanged file keeps its
+/// objects, a changed file that still has one keeps it, and any other goes to the first
+/// changed file, in path order, that has it.
+#[derive(Default)]
+struct Owners {
+    /// A changed file was read (and `before` taken).
+    started: bool,
+    /// The file each object came from before the scan.
+    before: BTreeMap<ObjectRef, PathBuf>,
+    /// The objects of each changed file read so far.
+    read: BTreeMap<PathBuf, BTreeSet<ObjectRef>>,
+    /// The first changed file, in path order, that has each object.
+    first: BTreeMap<ObjectRef, PathBuf>,
+}
+
+impl Owners {
+    /// The scan's first changed file is about to be applied: what the files provided before.
+    fn start(&mut self, files: &BTreeMap<FileKey, Applied>) {
+        self.started = true;
+        self.before = files
+            .iter()
+            .flat_map(|(path, applied)| {
+                applied
+                    .objects
+                    .iter()
+                    .map(|r| (r.clone(), path.to_path_buf()))
+            })
+            .collect();
+    }
+
+    /// The changed file at `path` (read in path order) has `docs`.
+    fn read(&mut self, path: &Path, docs: &[Doc]) {
+        for (_, reference, _) in docs {
+            if !self.first.contains_key(reference) {
+                self.first.insert(reference.clone(), path.to_owned());
+            }
+        }
+        let objects = docs.iter().map(|(_, r, _)| r.clone()).collect();
+        self.read.insert(path.to_owned(), objects);
+    }
+
+    /// Every object of the changed file at `path` has its owner settled: none was provided
+    /// by a present file later in path order, which is not read yet.
+    fn settled(&self, path: &Path, docs: &[Doc], present: &SortedPaths) -> bool {
+        docs.iter().all(|(_, reference, _)| {
+            self.before.get(reference).is_none_or(|before| {
+                before.as_os_str() <= path.as_os_str() || !present.contains(before)
+            })
+        })
+    }
+
+    /// The file that provides `reference`, once settled.
+    fn owner(&self, reference: &ObjectRef, present: &SortedPaths) -> Option<&Path> {
+        match self.before.get(reference) {
+            Some(before) if present.contains(before) && !self.read.contains_key(before) => {
+                Some(before)
+            }
+            Some(before) if self.read.get(before).is_some_and(|o| o.contains(reference)) => {
+                Some(before)
+            }
+            _ => self.first.get(reference).map(PathBuf::as_path),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Applied {
     /// The content hash; empty while a document of the file waits, so it is read again.
@@ -797,11 +862,20 @@ impl DirectorySync {
             })
             .collect::<Vec<_>>()
             .into();
-        // Phase 1: read every changed file (a file that cannot be read or parsed keeps what it
-        // applied before).
+        // Every changed file is read in path order (a file that cannot be read or parsed
+        // keeps what it applied before). As the API server answers AlreadyExists to a second
+        // create, an object stays with the file that provides it already (an unchanged file,
+        // or a changed one that still has it); a new one goes to the first file in path order.
+        // A file that moved an object away in this scan gives it up first, so a move is not a
+        // conflict. A changed file is applied as soon as that settles its objects: at once,
+        // unless one of them was provided by a file later in path order, which must be read
+        // first. Only those files' documents wait, so a burst of new manifests is not held
+        // in memory all at once (issue 29: the parsed documents of 1,000 new pods were ~4 MB).
         let scan = std::time::SystemTime::now();
-        let mut fresh: BTreeMap<PathBuf, Fresh> = BTreeMap::new();
+        let mut owners = Owners::default();
+        let mut waiting: Vec<(PathBuf, Fresh)> = Vec::new();
         let mut kept: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut dropped: BTreeSet<ObjectRef> = BTreeSet::new();
         for path in &present {
             match self.read_file(path, scan, &mut report) {
                 None => {}
@@ -817,13 +891,29 @@ impl DirectorySync {
                     for err in problems {
                         self.report_once(path, &hash, err, &mut report);
                     }
-                    fresh.insert(path.to_path_buf(), (hash, stamp, objects));
+                    let path = path.to_path_buf();
+                    if !owners.started {
+                        owners.start(&self.files);
+                    }
+                    owners.read(&path, &objects);
+                    if owners.settled(&path, &objects, &present) {
+                        self.apply_file(
+                            path,
+                            (hash, stamp, objects),
+                            &owners,
+                            &present,
+                            &mut dropped,
+                            &mut report,
+                        );
+                    } else {
+                        waiting.push((path, (hash, stamp, objects)));
+                    }
                 }
             }
         }
         self.reported
             .retain(|p, _| present.contains(p) || p == &self.dir);
-        if fresh.is_empty() && present.contains_all(self.files.keys().map(FileKey::as_path)) {
+        if !owners.started && present.contains_all(self.files.keys().map(FileKey::as_path)) {
             // Nothing read and nothing gone (the safety-net scan of a quiet directory): what
             // the files provide is what it was.
             self.save_uids(&mut report, false);
@@ -831,94 +921,8 @@ impl DirectorySync {
             self.save_statuses(&mut report);
             return report;
         }
-        // Phase 2: who provides what. As the API server answers AlreadyExists to a second
-        // create, an object stays with the file that provides it already (an unchanged file,
-        // or a changed one that still has it); a new one goes to the first file in name order.
-        // A file that moved an object away in this scan gives it up first, so a move is not a
-        // conflict.
-        let mut owners: BTreeMap<ObjectRef, PathBuf> = BTreeMap::new();
-        for (path, applied) in &self.files {
-            if !present.contains(path) || fresh.contains_key(path.as_path()) {
-                continue;
-            }
-            for reference in &applied.objects {
-                owners.insert(reference.clone(), path.to_path_buf());
-            }
-        }
-        for (path, (_, _, docs)) in &fresh {
-            let before = self.files.get(path.as_os_str()).map(|a| &a.objects);
-            for (_, reference, _) in docs {
-                if before.is_some_and(|b| b.contains(reference)) {
-                    owners
-                        .entry(reference.clone())
-                        .or_insert_with(|| path.clone());
-                }
-            }
-        }
-        for (path, (_, _, docs)) in &fresh {
-            for (_, reference, _) in docs {
-                owners
-                    .entry(reference.clone())
-                    .or_insert_with(|| path.clone());
-            }
-        }
-        // Phase 3: apply.
-        let mut dropped: BTreeSet<ObjectRef> = BTreeSet::new();
-        for (path, (hash, file_stamp, docs)) in fresh {
-            let mut objects = BTreeSet::new();
-            let mut uid_keys = BTreeSet::new();
-            let mut waiting = false;
-            let mut conflicted = false;
-            for (document, reference, value) in docs {
-                let owner = owners.get(&reference);
-                if owner != Some(&path) || objects.contains(&reference) {
-                    let other = owner.cloned().unwrap_or_else(|| path.clone());
-                    let err = ManifestError::Conflict {
-                        path: path.clone(),
-                        document,
-                        reference: reference.clone(),
-                        other,
-                    };
-                    self.report_once(&path, &hash, err, &mut report);
-                    // Read again every scan, so it takes over once the other file goes.
-                    conflicted |= owner != Some(&path);
-                    continue;
-                }
-                let object = self.prepare(&path, value, &reference, &mut uid_keys);
-                match self.apply(object, &reference) {
-                    Ok(Applied1::Changed) => report.applied.push(reference.clone()),
-                    Ok(Applied1::Unchanged) => {}
-                    Ok(Applied1::Waiting) => {
-                        waiting = true;
-                        report.waiting.push(reference.clone());
-                    }
-                    Err(source) => {
-                        let err = ManifestError::Apply {
-                            path: path.clone(),
-                            document: Some(document),
-                            reference: reference.clone(),
-                            source: Box::new(source),
-                        };
-                        self.report_once(&path, &hash, err, &mut report);
-                    }
-                }
-                objects.insert(reference);
-            }
-            let hash = if waiting || conflicted {
-                Vec::new()
-            } else {
-                hash
-            };
-            let old = self.files.insert(
-                FileKey::from(path.as_path()),
-                Applied {
-                    hash,
-                    stamp: file_stamp,
-                    objects,
-                    uid_keys,
-                },
-            );
-            dropped.extend(old.into_iter().flat_map(|a| a.objects));
+        for (path, fresh) in waiting {
+            self.apply_file(path, fresh, &owners, &present, &mut dropped, &mut report);
         }
         let gone: Vec<FileKey> = self
             .files
@@ -942,6 +946,74 @@ impl DirectorySync {
         self.statuses.scanned = true;
         self.save_statuses(&mut report);
         report
+    }
+
+    /// Applies a changed file's documents: the objects it provides (`owners`) are created or
+    /// updated, the others are conflicts, reported; what it provided before and no longer
+    /// does goes into `dropped`.
+    fn apply_file(
+        &mut self,
+        path: PathBuf,
+        (hash, file_stamp, docs): Fresh,
+        owners: &Owners,
+        present: &SortedPaths,
+        dropped: &mut BTreeSet<ObjectRef>,
+        report: &mut SyncReport,
+    ) {
+        let mut objects = BTreeSet::new();
+        let mut uid_keys = BTreeSet::new();
+        let mut waiting = false;
+        let mut conflicted = false;
+        for (document, reference, value) in docs {
+            let owner = owners.owner(&reference, present);
+            if owner != Some(path.as_path()) || objects.contains(&reference) {
+                let other = owner.map_or_else(|| path.clone(), Path::to_path_buf);
+                let err = ManifestError::Conflict {
+                    path: path.clone(),
+                    document,
+                    reference: reference.clone(),
+                    other,
+                };
+                self.report_once(&path, &hash, err, report);
+                // Read again every scan, so it takes over once the other file goes.
+                conflicted |= owner != Some(path.as_path());
+                continue;
+            }
+            let object = self.prepare(&path, value, &reference, &mut uid_keys);
+            match self.apply(object, &reference) {
+                Ok(Applied1::Changed) => report.applied.push(reference.clone()),
+                Ok(Applied1::Unchanged) => {}
+                Ok(Applied1::Waiting) => {
+                    waiting = true;
+                    report.waiting.push(reference.clone());
+                }
+                Err(source) => {
+                    let err = ManifestError::Apply {
+                        path: path.clone(),
+                        document: Some(document),
+                        reference: reference.clone(),
+                        source: Box::new(source),
+                    };
+                    self.report_once(&path, &hash, err, report);
+                }
+            }
+            objects.insert(reference);
+        }
+        let hash = if waiting || conflicted {
+            Vec::new()
+        } else {
+            hash
+        };
+        let old = self.files.insert(
+            FileKey::from(path.as_path()),
+            Applied {
+                hash,
+                stamp: file_stamp,
+                objects,
+                uid_keys,
+            },
+        );
+        dropped.extend(old.into_iter().flat_map(|a| a.objects));
     }
 
     /// `work` on the blocking pool, which `self` goes to and comes back from. `None` when the

@@ -699,6 +699,76 @@ fn the_same_object_in_two_files_keeps_the_first_and_the_second_takes_over_when_i
     assert_eq!(cm["data"]["k"], "one");
 }
 
+/// A changed file is applied as soon as its objects' owners are settled (issue 29); one whose
+/// object a later file provided waits for that file. Within one scan, an object that a later
+/// file still has stays with it, and one that moves to another file, earlier or later, moves
+/// without being withdrawn (its UID is kept): as if every file had been read first.
+#[test]
+fn objects_moving_between_files_in_one_scan_settle_as_if_every_file_were_read_first() {
+    let (dir, store, mut sync) = setup();
+    let cms = |names: &[(&str, &str)]| {
+        names
+            .iter()
+            .map(|(name, value)| {
+                format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: ns}}\ndata: {{k: {value}}}\n"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    let cm = |name: &str| {
+        store
+            .get(&ObjectRef::new(Kind::ConfigMap, "ns", name))
+            .unwrap()
+    };
+    let write = |file: &str, text: String| std::fs::write(dir.path().join(file), text).unwrap();
+    write("b.yaml", cms(&[("kept", "b1"), ("moved-up", "b1")]));
+    write("c.yaml", cms(&[("moved-down", "c1")]));
+    assert!(sync.sync().errors.is_empty());
+    let uid = |name: &str| cm(name)["metadata"]["uid"].clone();
+    let (moved_up, moved_down) = (uid("moved-up"), uid("moved-down"));
+
+    // One scan: a.yaml (new, sorts first) has `kept`, which b.yaml still has, and `moved-up`,
+    // which b.yaml gave up; `moved-down` goes from c.yaml to d.yaml (new, sorts last).
+    write("a.yaml", cms(&[("kept", "a"), ("moved-up", "a")]));
+    write("b.yaml", cms(&[("kept", "b2")]));
+    write("c.yaml", cms(&[("other", "c2")]));
+    write("d.yaml", cms(&[("moved-down", "d")]));
+    let report = sync.sync();
+    let messages: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(
+        messages[0].contains("a.yaml document 1: ConfigMap ns/kept already exists")
+            && messages[0].ends_with("b.yaml provides it"),
+        "{messages:?}"
+    );
+    assert_eq!(cm("kept")["data"]["k"], "b2", "b.yaml still has it");
+    assert_eq!(cm("moved-up")["data"]["k"], "a");
+    assert_eq!(
+        uid("moved-up"),
+        moved_up,
+        "moved, not withdrawn and made again"
+    );
+    assert_eq!(cm("moved-down")["data"]["k"], "d");
+    assert_eq!(
+        uid("moved-down"),
+        moved_down,
+        "moved, not withdrawn and made again"
+    );
+    assert_eq!(cm("other")["data"]["k"], "c2");
+    assert!(
+        report.removed.is_empty() && report.terminating.is_empty(),
+        "{report:?}"
+    );
+
+    // b.yaml goes: `kept` is withdrawn and a.yaml takes it over in the next scan.
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    sync.sync();
+    sync.sync();
+    assert_eq!(cm("kept")["data"]["k"], "a");
+}
+
 #[test]
 fn yaml_octal_modes_are_octal_as_the_api_server_reads_them() {
     let (dir, store, mut sync) = setup();

@@ -351,11 +351,15 @@ fn bad_flags_and_config_values_exit_2_with_one_clear_line() {
     assert!(status.success(), "{stdout_err}");
 }
 
+/// [`WEB`] as `nfs`, its disk volume of a type local mode does not support.
+fn nfs_pod() -> String {
+    WEB.replace("name: web", "name: nfs")
+        .replace("emptyDir: {}", "nfs: {server: example.invalid, path: /x}")
+}
+
 #[test]
 fn bad_manifests_and_an_unknown_volume_type_leave_the_other_pods_unharmed() {
-    let nfs = WEB
-        .replace("name: web", "name: nfs")
-        .replace("emptyDir: {}", "nfs: {server: example.invalid, path: /x}");
+    let nfs = nfs_pod();
     let Some(local) = Local::new(
         "bad_manifests_leave_the_other_pods_unharmed",
         &[
@@ -390,9 +394,7 @@ fn bad_manifests_and_an_unknown_volume_type_leave_the_other_pods_unharmed() {
 /// default level.
 #[test]
 fn local_events_are_logged_at_debug_as_a_kubelet_without_an_api_server_does() {
-    let nfs = WEB
-        .replace("name: web", "name: nfs")
-        .replace("emptyDir: {}", "nfs: {server: example.invalid, path: /x}");
+    let nfs = nfs_pod();
     let Some(local) = Local::new(
         "local_events_are_logged",
         &[("web.yaml", WEB), ("nfs.yaml", &nfs)],

@@ -103,6 +103,16 @@ mod tests {
         panic!("{text:?} not in {} within 10 s", path.display());
     }
 
+    /// The next `len` bytes a follow wrote (within 30 s).
+    async fn followed(rx: &mut tokio::io::DuplexStream, len: usize) -> String {
+        let mut got = vec![0u8; len];
+        tokio::time::timeout(Duration::from_secs(30), rx.read_exact(&mut got))
+            .await
+            .expect("the follow's lines")
+            .unwrap();
+        String::from_utf8(got).unwrap()
+    }
+
     fn names(dir: &std::path::Path) -> Vec<String> {
         let mut out: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
@@ -167,12 +177,7 @@ mod tests {
         // The follow has the file open (it gave its lines) before the first rotation: a follow
         // that starts while the file is renamed and not yet made again finds no file.
         let before: String = (0..100).map(|i| format!("before-{i}\n")).collect();
-        let mut got = vec![0u8; before.len()];
-        tokio::time::timeout(Duration::from_secs(30), rx.read_exact(&mut got))
-            .await
-            .expect("the follow's first lines")
-            .unwrap();
-        assert_eq!(String::from_utf8(got).unwrap(), before);
+        assert_eq!(followed(&mut rx, before.len()).await, before);
 
         let clock = TestClock(Arc::new(Mutex::new(
             "2026-12-03T15:00:00Z".parse().unwrap(),
@@ -233,12 +238,7 @@ mod tests {
 
         // The follow saw every line once, in order, across both rotations.
         let want = "middle\nafter\n";
-        let mut got = vec![0u8; want.len()];
-        tokio::time::timeout(Duration::from_secs(30), rx.read_exact(&mut got))
-            .await
-            .expect("the follow's lines")
-            .unwrap();
-        assert_eq!(String::from_utf8(got).unwrap(), want);
+        assert_eq!(followed(&mut rx, want.len()).await, want);
         running.0.store(false, Ordering::SeqCst);
         let stats = tokio::time::timeout(Duration::from_secs(30), follow)
             .await

@@ -873,7 +873,7 @@ impl DirectorySync {
         // in memory all at once (issue 29: the parsed documents of 1,000 new pods were ~4 MB).
         let scan = std::time::SystemTime::now();
         let mut owners = Owners::default();
-        let mut waiting: Vec<(PathBuf, Fresh)> = Vec::new();
+        let mut deferred: Vec<(PathBuf, Fresh)> = Vec::new();
         let mut kept: BTreeSet<PathBuf> = BTreeSet::new();
         let mut dropped: BTreeSet<ObjectRef> = BTreeSet::new();
         for path in &present {
@@ -906,7 +906,7 @@ impl DirectorySync {
                             &mut report,
                         );
                     } else {
-                        waiting.push((path, (hash, stamp, objects)));
+                        deferred.push((path, (hash, stamp, objects)));
                     }
                 }
             }
@@ -921,7 +921,7 @@ impl DirectorySync {
             self.save_statuses(&mut report);
             return report;
         }
-        for (path, fresh) in waiting {
+        for (path, fresh) in deferred {
             self.apply_file(path, fresh, &owners, &present, &mut dropped, &mut report);
         }
         let gone: Vec<FileKey> = self

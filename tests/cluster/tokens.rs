@@ -397,7 +397,8 @@ fn received_at(event: &Value) -> Timestamp {
 
 /// Item 4, the refresh: a pod's projected serviceAccountToken of `expirationSeconds: 600`
 /// (the API server's minimum) is requested again by the agent once 80 % of its lifetime has
-/// passed (upstream's token manager, `requiresRefresh`) and before it expires, and the file
+/// passed, less a jitter of up to ten seconds (upstream's token manager, `requiresRefresh`),
+/// and before it expires, and the file
 /// in the pod's volume is replaced with the new token, which differs and authenticates as the
 /// pod's service account bound to the pod. The audit log times the node's two TokenRequests.
 ///
@@ -480,8 +481,11 @@ fn cri_a_projected_token_is_refreshed_after_80_percent_of_its_lifetime() {
     let after = received_at(&requests[1])
         .duration_since(issued)
         .as_secs_f64();
+    // 80 % of 600 s is 480 s after the token was issued. It is reckoned from the
+    // expirationTimestamp, which is in whole seconds (up to one earlier than the audit log's
+    // time), and brought forward by the agent's jitter of up to ten seconds, as upstream's.
     assert!(
-        (480.0..600.0).contains(&after),
+        (469.0..600.0).contains(&after),
         "the second TokenRequest came {after} s after the first (of a 600 s token)"
     );
     eprintln!("the second TokenRequest came {after:.1} s after the first");

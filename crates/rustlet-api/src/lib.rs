@@ -21,7 +21,8 @@
 //! * [`objects::ApiObjects`]: ConfigMaps and Secrets that registered pods reference (one watch
 //!   per object, reference counted by pod, immutable ones no longer watched, changes announced:
 //!   upstream's watch-based manager), PVC and PV reads, and TokenRequest for projected service
-//!   account tokens (cached, renewed at 80% of their lifetime or after 24 h; a cluster only).
+//!   account tokens (cached, renewed at 80% of their lifetime or after 24 h less a jitter, the
+//!   old one served while a renewal fails; a cluster only).
 //! * [`rate_limit::RateLimitLayer`]: QPS/burst shared by every caller of one `kube::Client`;
 //!   [`client::build_clients`] builds the agent's three clients (upstream's kube, event and
 //!   heartbeat clients: a bucket for events of their own, none for the Lease and node status),

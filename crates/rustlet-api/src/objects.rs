@@ -5,7 +5,9 @@
 //!
 //! Tokens are cached per request (namespace, service account, audiences, expiration, bound pod)
 //! and requested again by upstream's token manager rule
-//! (`rustlet_volume::objects::ServiceAccountToken::requires_refresh`). The local store issues
+//! (`rustlet_volume::objects::ServiceAccountToken::requires_refresh`, with a fresh jitter of
+//! up to ten seconds per check); a failed refresh serves the cached token until it expires,
+//! and each new token drops the expired ones. The local store issues
 //! no tokens: in local mode a projected `serviceAccountToken` fails with a clear error, as it
 //! does on a standalone kubelet.
 
@@ -17,11 +19,13 @@ use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, T
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
 };
+use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Api, PostParams};
 use rustlet_core::PodUid;
 use rustlet_status::{ClientError, Clock, SystemClock};
 use rustlet_volume::objects::{
-    FetchFailure, ObjectChange, ObjectError, ServiceAccountToken, TokenRequestKey, VolumeObjects,
+    FetchFailure, MAX_REFRESH_JITTER, ObjectChange, ObjectError, ServiceAccountToken,
+    TokenRequestKey, VolumeObjects,
 };
 use tokio::sync::broadcast;
 
@@ -117,11 +121,15 @@ impl ApiObjects {
             }),
             status: None,
         };
-        let issued_at = self.clock.now();
         let answer = Api::<ServiceAccount>::namespaced(client.clone(), &key.namespace)
             .create_token_request(&key.service_account, &PostParams::default(), &request)
             .await
             .map_err(|e| fetch_failure(client_error(e)))?;
+        // The lifetime the server issued it for (it may shorten what was asked).
+        let lifetime = answer
+            .spec
+            .and_then(|spec| spec.expiration_seconds)
+            .unwrap_or(key.expiration_seconds);
         let status = answer.status.ok_or(FetchFailure::Incomplete("status"))?;
         let token = status
             .token
@@ -133,7 +141,7 @@ impl ApiObjects {
         Ok(ServiceAccountToken {
             token,
             expires_at,
-            issued_at,
+            lifetime: SignedDuration::from_secs(lifetime),
         })
     }
 }
@@ -182,8 +190,12 @@ impl VolumeObjects for ApiObjects {
         &self,
         key: &TokenRequestKey,
     ) -> Result<ServiceAccountToken, ObjectError> {
-        if let Some(cached) = self.tokens().get(key)
-            && !cached.requires_refresh(self.clock.now())
+        let now = self.clock.now();
+        // Upstream draws a jitter of whole seconds below ten for each check.
+        let jitter = SignedDuration::from_secs(fastrand::i64(0..MAX_REFRESH_JITTER.as_secs()));
+        let cached = self.tokens().get(key).cloned();
+        if let Some(cached) = &cached
+            && !cached.requires_refresh(now, jitter)
         {
             return Ok(cached.clone());
         }
@@ -196,12 +208,31 @@ impl VolumeObjects for ApiObjects {
                 ),
             ));
         };
-        let token = self
-            .request_token(client, key)
-            .await
-            .map_err(|reason| ObjectError::token(key, reason))?;
-        self.tokens().insert(key.clone(), token.clone());
-        Ok(token)
+        match self.request_token(client, key).await {
+            Ok(token) => {
+                let mut tokens = self.tokens();
+                // Upstream's token manager drops expired tokens every minute; here each new
+                // token does, so a pod's old requests do not stay behind.
+                tokens.retain(|_, held| !held.expired(now));
+                tokens.insert(key.clone(), token.clone());
+                Ok(token)
+            }
+            // Upstream: a failed refresh keeps serving the old token until it expires.
+            Err(reason) => match cached {
+                Some(cached) if !cached.expired(self.clock.now()) => {
+                    tracing::error!(
+                        namespace = %key.namespace,
+                        service_account = %key.service_account,
+                        pod = %key.pod_name,
+                        error = %reason,
+                        "couldn't refresh a service account token; the old one is served until \
+                         it expires"
+                    );
+                    Ok(cached)
+                }
+                _ => Err(ObjectError::token(key, reason)),
+            },
+        }
     }
 
     fn forget_tokens_of(&self, pod: &PodUid) {

@@ -37,23 +37,44 @@ pub struct TokenRequestKey {
     pub pod_uid: String,
 }
 
+/// Upstream's bound on the random jitter that brings a token's refresh forward (`maxJitter`), so
+/// the pods of a node do not all ask again in the same second.
+pub const MAX_REFRESH_JITTER: SignedDuration = SignedDuration::from_secs(10);
+
 /// A token and when it stops being valid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceAccountToken {
     /// The bearer token.
     pub token: String,
-    /// `status.expirationTimestamp`.
+    /// `status.expirationTimestamp` (whole seconds, by the API server's clock).
     pub expires_at: Timestamp,
-    /// When it was obtained (by this node's clock).
-    pub issued_at: Timestamp,
+    /// The answer's `spec.expirationSeconds`: the lifetime the token was issued for, so it was
+    /// issued at `expires_at - lifetime` (upstream's `iat`).
+    pub lifetime: SignedDuration,
 }
 
 impl ServiceAccountToken {
-    /// Upstream `requiresRefresh`: less than 20% of the lifetime left, or older than 24 hours.
-    pub fn requires_refresh(&self, now: Timestamp) -> bool {
-        let lifetime = self.expires_at.duration_since(self.issued_at);
-        let refresh_at = self.expires_at - lifetime / 5;
-        now >= refresh_at || now >= self.issued_at + MAX_TOKEN_AGE
+    /// When the token was issued, as upstream's token manager reckons it: its expiry less the
+    /// lifetime it was issued for (not when this node received it).
+    pub fn issued_at(&self) -> Timestamp {
+        self.expires_at - self.lifetime
+    }
+
+    /// Whether the token has expired at `now`.
+    pub fn expired(&self, now: Timestamp) -> bool {
+        now > self.expires_at
+    }
+
+    /// Upstream `requiresRefresh`, `jitter` (at most [`MAX_REFRESH_JITTER`], drawn afresh for
+    /// each check by the caller) bringing the first two forward: older than 24 hours, less than
+    /// 20 % of the lifetime (in whole seconds) left, or issued after `now` (the node's clock
+    /// went back).
+    pub fn requires_refresh(&self, now: Timestamp, jitter: SignedDuration) -> bool {
+        let issued = self.issued_at();
+        let fifth = SignedDuration::from_secs(self.lifetime.as_secs() * 20 / 100);
+        now > issued + MAX_TOKEN_AGE - jitter
+            || now > self.expires_at - fifth - jitter
+            || now < issued
     }
 }
 
@@ -277,26 +298,50 @@ mod tests {
         Timestamp::from_second(1_700_000_000 + seconds).unwrap()
     }
 
+    fn issued_for(lifetime: i64) -> ServiceAccountToken {
+        ServiceAccountToken {
+            token: "t".into(),
+            expires_at: at(lifetime),
+            lifetime: SignedDuration::from_secs(lifetime),
+        }
+    }
+
     #[test]
     fn a_token_is_refreshed_when_a_fifth_of_its_lifetime_is_left() {
-        let token = ServiceAccountToken {
-            token: "t".into(),
-            issued_at: at(0),
-            expires_at: at(3600),
-        };
-        assert!(!token.requires_refresh(at(2879)));
-        assert!(token.requires_refresh(at(2880)));
+        let token = issued_for(3600);
+        assert_eq!(token.issued_at(), at(0));
+        let none = SignedDuration::ZERO;
+        assert!(!token.requires_refresh(at(2880), none));
+        assert!(token.requires_refresh(at(2881), none));
+        // The jitter brings it forward by up to ten seconds.
+        assert!(!token.requires_refresh(at(2870), MAX_REFRESH_JITTER));
+        assert!(token.requires_refresh(at(2871), MAX_REFRESH_JITTER));
+        // A fifth of the lifetime in whole seconds, as upstream's integer arithmetic.
+        let odd = issued_for(3607);
+        assert!(!odd.requires_refresh(at(3607 - 721), none));
+        assert!(odd.requires_refresh(at(3607 - 720), none));
     }
 
     #[test]
     fn a_long_lived_token_is_refreshed_after_a_day() {
-        let token = ServiceAccountToken {
-            token: "t".into(),
-            issued_at: at(0),
-            expires_at: at(10 * 86_400),
-        };
-        assert!(!token.requires_refresh(at(86_399)));
-        assert!(token.requires_refresh(at(86_400)));
+        let token = issued_for(10 * 86_400);
+        assert!(!token.requires_refresh(at(86_400), SignedDuration::ZERO));
+        assert!(token.requires_refresh(at(86_401), SignedDuration::ZERO));
+        assert!(token.requires_refresh(at(86_391), MAX_REFRESH_JITTER));
+    }
+
+    #[test]
+    fn a_token_issued_after_now_is_refreshed_as_the_clock_went_back() {
+        let token = issued_for(3600);
+        assert!(token.requires_refresh(at(-1), SignedDuration::ZERO));
+        assert!(!token.requires_refresh(at(0), SignedDuration::ZERO));
+    }
+
+    #[test]
+    fn a_token_expires_after_its_expiration_timestamp() {
+        let token = issued_for(600);
+        assert!(!token.expired(at(600)));
+        assert!(token.expired(at(601)));
     }
 
     #[test]

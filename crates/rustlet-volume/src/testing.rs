@@ -1043,15 +1043,15 @@ impl VolumeObjects for FakeVolumeObjects {
         let mut state = self.lock();
         let now = state.now;
         if let Some(token) = state.tokens.get(key)
-            && !token.requires_refresh(now)
+            && !token.requires_refresh(now, jiff::SignedDuration::ZERO)
         {
             return Ok(token.clone());
         }
         state.tokens_issued += 1;
         let token = ServiceAccountToken {
             token: format!("token-{}-{}", key.service_account, state.tokens_issued),
-            issued_at: now,
             expires_at: now + jiff::SignedDuration::from_secs(key.expiration_seconds),
+            lifetime: jiff::SignedDuration::from_secs(key.expiration_seconds),
         };
         state.tokens.insert(key.clone(), token.clone());
         Ok(token)

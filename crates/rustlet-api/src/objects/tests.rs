@@ -204,3 +204,79 @@ async fn forgotten_pod_tokens_are_requested_again() {
     assert!(err.to_string().contains("status.token"), "{err}");
     server.await.unwrap();
 }
+
+fn unavailable() -> Response<Body> {
+    reply(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({"kind":"Status","apiVersion":"v1","status":"Failure","reason":"ServiceUnavailable","code":503,"message":"etcd is down"}),
+    )
+}
+
+/// Upstream `TestTokenCachingAndExpiration`: a refresh that fails while the cached token is
+/// still valid serves that token; once it has expired the failure is the caller's.
+#[tokio::test]
+async fn token_caching_and_expiration_a_failed_refresh_serves_the_token_until_it_expires() {
+    let (objects, clock, handle) = objects();
+    let expires = start() + SignedDuration::from_secs(3607);
+    let server = tokio::spawn(async move {
+        pin_mut!(handle);
+        let (_, send) = handle.next_request().await.unwrap();
+        send.send_response(token_reply("t1", expires));
+        for _ in 0..2 {
+            let (_, send) = handle.next_request().await.unwrap();
+            send.send_response(unavailable());
+        }
+    });
+    assert_eq!(
+        objects.service_account_token(&key()).await.unwrap().token,
+        "t1"
+    );
+    // Past 80 %: the refresh is asked for and fails, and the old token still serves.
+    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(3600);
+    assert_eq!(
+        objects.service_account_token(&key()).await.unwrap().token,
+        "t1"
+    );
+    // Expired: the refresh fails and so does the call.
+    *clock.0.lock().unwrap() = expires + SignedDuration::from_secs(1);
+    let err = objects.service_account_token(&key()).await.unwrap_err();
+    assert!(err.to_string().contains("etcd is down"), "{err}");
+    server.await.unwrap();
+}
+
+/// The refresh follows the lifetime the API server issued the token for (the answer's
+/// `spec.expirationSeconds`, which a server's maximum may shorten), not the one asked for.
+#[tokio::test]
+async fn a_token_is_refreshed_at_80_percent_of_the_lifetime_it_was_issued_for() {
+    let (objects, clock, handle) = objects();
+    let expires = start() + SignedDuration::from_secs(600);
+    let server = tokio::spawn(async move {
+        pin_mut!(handle);
+        for token in ["t1", "t2"] {
+            let (_, send) = handle.next_request().await.unwrap();
+            send.send_response(reply(
+                StatusCode::CREATED,
+                &json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest",
+                    "metadata":{},"spec":{"audiences":["vault"],"expirationSeconds":600},
+                    "status":{"token":token,"expirationTimestamp":expires.to_string()}}),
+            ));
+        }
+    });
+    assert_eq!(
+        objects.service_account_token(&key()).await.unwrap().token,
+        "t1"
+    );
+    // 3607 s asked for: 80 % of it would be 2885 s. 80 % of the 600 issued is 480 s, less a
+    // jitter of up to ten seconds.
+    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(469);
+    assert_eq!(
+        objects.service_account_token(&key()).await.unwrap().token,
+        "t1"
+    );
+    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(481);
+    assert_eq!(
+        objects.service_account_token(&key()).await.unwrap().token,
+        "t2"
+    );
+    server.await.unwrap();
+}

@@ -516,6 +516,27 @@ impl PodWorkers {
         });
     }
 
+    /// A worker whose pod is not in the source: `false` when it is forgotten (its pod
+    /// finished, or the worker is gone), else it is told, and terminates the pod (an orphan).
+    fn keep_departed(
+        &self,
+        uid: &PodUid,
+        tx: &watch::Sender<PodSlot>,
+        known: &mut HashSet<PodUid>,
+    ) -> bool {
+        if self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished) || tx.is_closed() {
+            self.shared.static_turns().retain(|_, turns| {
+                turns.retain(|u| u != uid);
+                !turns.is_empty()
+            });
+            self.shared.lifecycles.forget(uid);
+            known.remove(uid);
+            return false;
+        }
+        tx.send_if_modified(|current| std::mem::replace(&mut current.in_source, false));
+        true
+    }
+
     fn is_new_incarnation(&self, uid: &PodUid, pod: &Pod) -> bool {
         self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished)
             && pod.metadata.deletion_timestamp.is_none()
@@ -539,14 +560,19 @@ impl PodWorkers {
         let mut runtime_events = self.shared.runtime.changes();
         let mut tick = tokio::time::interval(self.shared.config.housekeeping_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Issue 29: a pass over the source is O(pods). It runs when the source changed, and on
-        // a housekeeping tick only when it could change something: workers of pods gone from
-        // the source (finished ones are forgotten), a restart, the first sync, or a status
-        // cached since the last housekeeping's retain (which needs this pass's view). A
-        // settled node's tick does no pass.
+        // Issue 29: a full pass over the source is O(pods). It runs on a housekeeping tick only
+        // when it could change something: workers of pods gone from the source (finished ones
+        // are forgotten), a restart, the first sync, or a status cached since the last
+        // housekeeping's retain (which needs the whole source). A settled node's tick does no
+        // pass. A change of the source visits only the pods its change log names (a storm
+        // changes the source thousands of times), unless the log cannot say.
         let mut source_changed = true;
         let mut housekeeping = false;
-        // Workers of pods not in the source after the last pass.
+        // Where the source's change log was read last.
+        let mut cursor = 0u64;
+        // Workers of pods not in the source after the last full pass. (A pod that leaves it
+        // in a partial pass is a change: the retain it makes due brings the next
+        // housekeeping's full pass, which forgets its worker once it finished.)
         let mut gone = 0usize;
         // The source changed since the last retain of the cached statuses.
         let mut retain_due = true;
@@ -559,16 +585,36 @@ impl PodWorkers {
             }
             let additions = self.shared.status.additions();
             let retain = housekeeping && (retain_due || retained_at != Some(additions));
-            let pass = source_changed
-                || restarting
+            let mut full = restarting
                 || retain
                 || (housekeeping && gone > 0)
                 || !self.shared.lifecycles.is_synced();
-            retain_due |= std::mem::take(&mut source_changed);
-            let pods = if pass {
+            let changed = std::mem::take(&mut source_changed);
+            retain_due |= changed;
+            // The pods a partial pass visits (none: a full pass, or no pass).
+            let mut visit: Vec<PodUid> = Vec::new();
+            if full || changed {
+                // Read before the pods: what changes after this is read next time.
+                let changes = self.shared.pods.changes_since(cursor);
+                cursor = changes.cursor();
+                match changes {
+                    PodChanges::Since { uids, .. } if !full => {
+                        let mut seen = HashSet::with_capacity(uids.len());
+                        visit = uids
+                            .into_iter()
+                            .filter(|u| seen.insert(u.clone()))
+                            .collect();
+                    }
+                    _ => full = true,
+                }
+            }
+            let pods = if full {
                 self.shared.pods.pods()
             } else {
-                Vec::new()
+                visit
+                    .iter()
+                    .filter_map(|uid| self.shared.pods.pod(uid))
+                    .collect()
             };
             // Borrowed UIDs, and nothing more for a pod its worker already has in this very
             // version: a storm changes the source thousands of times, each pass is O(pods).
@@ -685,26 +731,21 @@ impl PodWorkers {
             }
             // Pods gone from the source: their workers terminate them (orphans), and finished
             // ones are forgotten.
-            if pass {
+            if full {
                 workers.retain(|uid, tx| {
-                    if present.contains(uid.as_str()) {
-                        return true;
+                    present.contains(uid.as_str()) || {
+                        volumes_changed = true;
+                        self.keep_departed(uid, tx, &mut known)
                     }
-                    volumes_changed = true;
-                    if self.shared.lifecycles.get(uid) == Some(Lifecycle::Finished)
-                        || tx.is_closed()
-                    {
-                        self.shared.static_turns().retain(|_, turns| {
-                            turns.retain(|u| u != uid);
-                            !turns.is_empty()
-                        });
-                        self.shared.lifecycles.forget(uid);
-                        known.remove(uid);
-                        return false;
-                    }
-                    tx.send_if_modified(|current| std::mem::replace(&mut current.in_source, false));
-                    true
                 });
+            } else {
+                for uid in visit.iter().filter(|u| !present.contains(u.as_str())) {
+                    let Some(tx) = workers.get(uid) else { continue };
+                    volumes_changed = true;
+                    if !self.keep_departed(uid, tx, &mut known) {
+                        workers.remove(uid);
+                    }
+                }
             }
             if self.shared.pods.all_sources_ready() && !self.shared.lifecycles.is_synced() {
                 // Before anything counts as gone: what the runtime still runs for pods no
@@ -718,7 +759,7 @@ impl PodWorkers {
             if volumes_changed {
                 self.shared.volumes.pod_updated();
             }
-            if pass {
+            if full {
                 gone = workers.len().saturating_sub(present.len());
             }
             if std::mem::take(&mut housekeeping) {

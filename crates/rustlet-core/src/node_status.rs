@@ -820,7 +820,7 @@ pub fn node_status_patch(old: &Node, new: &Node) -> Option<Value> {
         }
         map
     };
-    let metadata = diff_with_keys(&meta(old), &meta(new), &[]);
+    let metadata = diff_with_keys(&meta(old), meta(new), &[]);
     if !metadata.is_empty() {
         patch.insert("metadata".into(), Value::Object(metadata));
     }
@@ -841,7 +841,7 @@ pub fn node_status_patch(old: &Node, new: &Node) -> Option<Value> {
             None => new_status.remove("addresses"),
         };
     }
-    let mut status = diff_with_keys(&old_status, &new_status, &NODE_STATUS_MERGE_KEYS);
+    let mut status = diff_with_keys(&old_status, new_status, &NODE_STATUS_MERGE_KEYS);
     if replace_addresses {
         let mut items = match new_addresses {
             Some(Value::Array(items)) => items,

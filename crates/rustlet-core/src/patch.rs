@@ -76,7 +76,7 @@ pub fn status_patch(
     old: &PodStatus,
     new: &PodStatus,
 ) -> Option<Value> {
-    let diff = diff_with_keys(&to_object(old), &to_object(new), &MERGE_KEYS);
+    let diff = diff_with_keys(&to_object(old), to_object(new), &MERGE_KEYS);
     if diff.is_empty() {
         return None;
     }
@@ -90,10 +90,11 @@ pub fn status_patch(
 
 /// The two-way strategic merge patch from `old` to `new` (upstream `CreateTwoWayMergePatch`):
 /// the lists named in `keys` (at this top level) merge by their key, every other list is
-/// replaced, objects merge key by key and a removed key becomes `null`.
+/// replaced, objects merge key by key and a removed key becomes `null`. `new` is taken apart
+/// into the patch: what changed moves into it instead of being copied.
 pub fn diff_with_keys(
     old: &Map<String, Value>,
-    new: &Map<String, Value>,
+    new: Map<String, Value>,
     keys: &MergeKeys,
 ) -> Map<String, Value> {
     diff_objects(old, new, Some(keys))
@@ -101,7 +102,7 @@ pub fn diff_with_keys(
 
 fn diff_objects(
     old: &Map<String, Value>,
-    new: &Map<String, Value>,
+    new: Map<String, Value>,
     keys: Option<&MergeKeys>,
 ) -> Map<String, Value> {
     let mut patch = Map::new();
@@ -111,28 +112,28 @@ fn diff_objects(
         }
     }
     for (key, new_value) in new {
-        let Some(old_value) = old.get(key) else {
-            patch.insert(key.clone(), new_value.clone());
+        let Some(old_value) = old.get(&key) else {
+            patch.insert(key, new_value);
             continue;
         };
-        if old_value == new_value {
+        if *old_value == new_value {
             continue;
         }
         match (old_value, new_value) {
             (Value::Object(o), Value::Object(n)) => {
                 let sub = diff_objects(o, n, None);
                 if !sub.is_empty() {
-                    patch.insert(key.clone(), Value::Object(sub));
+                    patch.insert(key, Value::Object(sub));
                 }
             }
-            (Value::Array(o), Value::Array(n)) => match keys.and_then(|k| merge_key(k, key)) {
-                Some(merge_key) => diff_merge_list(&mut patch, key, merge_key, o, n),
+            (Value::Array(o), Value::Array(n)) => match keys.and_then(|k| merge_key(k, &key)) {
+                Some(merge_key) => diff_merge_list(&mut patch, &key, merge_key, o, n),
                 None => {
-                    patch.insert(key.clone(), new_value.clone());
+                    patch.insert(key, Value::Array(n));
                 }
             },
-            _ => {
-                patch.insert(key.clone(), new_value.clone());
+            (_, new_value) => {
+                patch.insert(key, new_value);
             }
         }
     }
@@ -148,38 +149,8 @@ fn diff_merge_list(
     field: &str,
     merge_key: &str,
     old: &[Value],
-    new: &[Value],
+    new: Vec<Value>,
 ) {
-    let mut items = Vec::new();
-    for n in new {
-        let key = key_of(n, merge_key);
-        match old.iter().find(|o| key_of(o, merge_key) == key) {
-            None => items.push(n.clone()),
-            Some(o) if o == n => {}
-            Some(o) => {
-                let (Value::Object(om), Value::Object(nm)) = (o, n) else {
-                    items.push(n.clone());
-                    continue;
-                };
-                let mut sub = diff_objects(om, nm, None);
-                if let Some(k) = key {
-                    sub.insert(merge_key.to_owned(), k.clone());
-                }
-                items.push(Value::Object(sub));
-            }
-        }
-    }
-    for o in old {
-        let key = key_of(o, merge_key);
-        if !new.iter().any(|n| key_of(n, merge_key) == key) {
-            let mut delete = Map::new();
-            if let Some(k) = key {
-                delete.insert(merge_key.to_owned(), k.clone());
-            }
-            delete.insert(PATCH_DIRECTIVE.into(), Value::String("delete".into()));
-            items.push(Value::Object(delete));
-        }
-    }
     let order: Vec<Value> = new
         .iter()
         .filter_map(|n| key_of(n, merge_key))
@@ -190,6 +161,40 @@ fn diff_merge_list(
     let common_old: Vec<&&Value> = old_order.iter().filter(|k| new_keys.contains(k)).collect();
     let common_new: Vec<&&Value> = new_keys.iter().filter(|k| old_order.contains(k)).collect();
     let reordered = common_old != common_new;
+    let deleted: Vec<Value> = old
+        .iter()
+        .filter_map(|o| {
+            let key = key_of(o, merge_key);
+            if new.iter().any(|n| key_of(n, merge_key) == key) {
+                return None;
+            }
+            let mut delete = Map::new();
+            if let Some(k) = key {
+                delete.insert(merge_key.to_owned(), k.clone());
+            }
+            delete.insert(PATCH_DIRECTIVE.into(), Value::String("delete".into()));
+            Some(Value::Object(delete))
+        })
+        .collect();
+    let mut items = Vec::new();
+    for n in new {
+        let key = key_of(&n, merge_key).cloned();
+        match old.iter().find(|o| key_of(o, merge_key) == key.as_ref()) {
+            None => items.push(n),
+            Some(o) if *o == n => {}
+            Some(o) => match (o, n) {
+                (Value::Object(om), Value::Object(nm)) => {
+                    let mut sub = diff_objects(om, nm, None);
+                    if let Some(k) = key {
+                        sub.insert(merge_key.to_owned(), k);
+                    }
+                    items.push(Value::Object(sub));
+                }
+                (_, n) => items.push(n),
+            },
+        }
+    }
+    items.extend(deleted);
     if items.is_empty() && !reordered {
         return;
     }
@@ -498,5 +503,20 @@ mod tests {
             .collect();
         assert_eq!(types, ["Ready", "PodScheduled", "example.com/gate"]);
         assert_eq!(server["conditions"][0]["status"], "False");
+    }
+
+    /// A list with a merge key whose items are not objects (a hostile or broken API copy) is
+    /// sent as its new items.
+    #[test]
+    fn a_merge_keyed_list_of_non_objects_is_sent_as_its_new_items() {
+        let old = serde_json::from_value(json!({"podIPs": ["a"]}));
+        let new = serde_json::from_value(json!({"podIPs": ["b"]}));
+        let (Ok(Value::Object(old)), Ok(Value::Object(new))) = (old, new) else {
+            unreachable!()
+        };
+        assert_eq!(
+            Value::Object(diff_with_keys(&old, new, &MERGE_KEYS)),
+            json!({"$setElementOrder/podIPs": [], "podIPs": ["b"]})
+        );
     }
 }

@@ -9,6 +9,8 @@
 //! * `full_batch/10000_unchanged`: the 10 s batch over 10,000 synced, unchanged pods (target
 //!   < 5 ms, zero API calls), beside upstream's shape of the same work (copy, normalise and
 //!   compare every pod's API status on every tick).
+//! * `status_patch/5_containers_*`: building the strategic merge patch of a pod that started
+//!   and of a readiness change, beside the floor of both statuses as JSON trees, diffed.
 //! * The drain table: 1,000 changed pods through a fake API with 5 ms latency, upstream's shape
 //!   (GET + PATCH, one pod at a time) against ours, in virtual time, with API calls per change.
 
@@ -211,6 +213,74 @@ fn bench_full_batch(c: &mut Criterion) {
     });
 }
 
+/// The patch of a 5-container pod going from `ContainerCreating` to Running (what a storm's
+/// status syncs build) and of a readiness change, beside a floor: both statuses turned into
+/// JSON trees and diffed, without the empty lists dropped or the patch's metadata.
+fn bench_status_patch(c: &mut Criterion) {
+    let running = five_container_status("");
+    let mut creating = running.clone();
+    creating.phase = Some("Pending".into());
+    for status in creating.container_statuses.iter_mut().flatten() {
+        status.ready = false;
+        status.state = Some(k8s_openapi::api::core::v1::ContainerState {
+            waiting: Some(k8s_openapi::api::core::v1::ContainerStateWaiting {
+                reason: Some("ContainerCreating".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    for condition in creating.conditions.iter_mut().flatten() {
+        if condition.type_ != "PodScheduled" {
+            condition.status = "False".into();
+        }
+    }
+    c.bench_function("status_patch/5_containers_pending_to_running", |b| {
+        b.iter(|| {
+            rustlet_core::patch::status_patch(
+                "uid",
+                Some("7"),
+                black_box(&creating),
+                black_box(&running),
+            )
+        })
+    });
+    // A readiness probe failing in one container of a running pod: two conditions and one
+    // container status change.
+    let mut unready = running.clone();
+    for condition in unready.conditions.iter_mut().flatten() {
+        if condition.type_ != "PodScheduled" {
+            condition.status = "False".into();
+        }
+    }
+    if let Some(first) = unready.container_statuses.iter_mut().flatten().next() {
+        first.ready = false;
+    }
+    c.bench_function("status_patch/5_containers_one_unready", |b| {
+        b.iter(|| {
+            rustlet_core::patch::status_patch(
+                "uid",
+                Some("7"),
+                black_box(&running),
+                black_box(&unready),
+            )
+        })
+    });
+    c.bench_function("status_patch/5_containers_floor_trees_and_diff", |b| {
+        b.iter(|| {
+            let tree = |s: &PodStatus| match serde_json::to_value(s) {
+                Ok(serde_json::Value::Object(map)) => map,
+                _ => unreachable!(),
+            };
+            rustlet_core::patch::diff_with_keys(
+                &tree(black_box(&creating)),
+                tree(black_box(&running)),
+                &rustlet_core::patch::MERGE_KEYS,
+            )
+        })
+    });
+}
+
 /// Drains `pods` changed pods through a fake API with 5 ms latency; returns virtual seconds and
 /// API calls per change.
 fn drain(config: StatusManagerConfig, count: usize) -> (f64, f64) {
@@ -274,5 +344,6 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     bench_set_pod_status(&mut c);
     bench_full_batch(&mut c);
+    bench_status_patch(&mut c);
     c.final_summary();
 }

@@ -13,6 +13,8 @@
 //! * `status_patch/floor_*`: the stored pod's whole text parsed and written again (what a
 //!   write that treats the pod as one tree pays before any work of its own), its status alone,
 //!   and the pod decoded from its text and through a `Value` tree.
+//! * `watch/pod_decoded_and_cached`: a written pod as the pod watch delivers it to the pod
+//!   cache, beside decoding it through a `Value` tree.
 //! * `events/local_recorder_event`: one event about a pod into the store, as local mode's
 //!   `LocalEventRecorder` writes it (a storm writes three per container).
 
@@ -195,6 +197,40 @@ fn status_writes(c: &mut Criterion) {
             let value: Value = serde_json::from_str(black_box(&text)).expect("parse");
             let pod: Pod = serde_json::from_value(value).expect("decode");
             black_box(pod);
+        })
+    });
+    group.finish();
+    watch_delivery(c, &store, &pods);
+}
+
+/// What the pod watch pays for each version the store writes: the pod decoded from its text
+/// and put in the pod cache (which gives back its lists' spare room), beside decoding it
+/// through a `Value` tree (exact lists, nothing to give back), as it was before.
+fn watch_delivery(c: &mut Criterion, store: &Store, pods: &[(ObjectRef, Value, Value)]) {
+    use kube::runtime::watcher::Event;
+    use rustlet_api::pod_cache::PodCache;
+    let mut group = c.benchmark_group("watch");
+    let texts: Vec<String> = pods
+        .iter()
+        .map(|(reference, _, _)| store.get(reference).expect("get").to_string())
+        .collect();
+    let cache = PodCache::new();
+    let mut turn = 0usize;
+    group.bench_function("pod_decoded_and_cached", |b| {
+        b.iter(|| {
+            let text = &texts[turn % PODS];
+            turn += 1;
+            let pod: Pod = serde_json::from_str(black_box(text)).expect("decode");
+            cache.apply(Event::Apply(pod));
+        })
+    });
+    group.bench_function("pod_decoded_through_a_value_and_cached", |b| {
+        b.iter(|| {
+            let text = &texts[turn % PODS];
+            turn += 1;
+            let value: Value = serde_json::from_str(black_box(text)).expect("parse");
+            let pod: Pod = serde_json::from_value(value).expect("decode");
+            cache.apply(Event::Apply(pod));
         })
     });
     group.finish();

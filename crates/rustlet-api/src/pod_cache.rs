@@ -54,6 +54,72 @@ pub(crate) fn full_name(pod: &Pod) -> FullName {
     )
 }
 
+/// Gives back the room a decoder left in a pod's lists. A list decoded from JSON text grows by
+/// doubling (serde cannot know its length ahead), so a list of one volume mount holds room for
+/// four; a pod in the cache lives as long as it is the newest version (issue 29: decoding
+/// through a `serde_json::Value` tree gave exact lists but cost twice the time of a decode).
+fn compact(pod: &mut Pod) {
+    fn shrink<T>(list: &mut Option<Vec<T>>) {
+        if let Some(list) = list {
+            list.shrink_to_fit();
+        }
+    }
+    fn container(c: &mut k8s_openapi::api::core::v1::Container) {
+        shrink(&mut c.args);
+        shrink(&mut c.command);
+        shrink(&mut c.env);
+        shrink(&mut c.env_from);
+        shrink(&mut c.ports);
+        shrink(&mut c.resize_policy);
+        shrink(&mut c.restart_policy_rules);
+        shrink(&mut c.volume_devices);
+        shrink(&mut c.volume_mounts);
+    }
+    shrink(&mut pod.metadata.owner_references);
+    shrink(&mut pod.metadata.finalizers);
+    shrink(&mut pod.metadata.managed_fields);
+    if let Some(spec) = &mut pod.spec {
+        spec.containers.shrink_to_fit();
+        spec.containers.iter_mut().for_each(container);
+        shrink(&mut spec.init_containers);
+        spec.init_containers
+            .iter_mut()
+            .flatten()
+            .for_each(container);
+        shrink(&mut spec.ephemeral_containers);
+        shrink(&mut spec.volumes);
+        for volume in spec.volumes.iter_mut().flatten() {
+            if let Some(projected) = &mut volume.projected {
+                shrink(&mut projected.sources);
+            }
+        }
+        shrink(&mut spec.tolerations);
+        shrink(&mut spec.image_pull_secrets);
+        shrink(&mut spec.host_aliases);
+        shrink(&mut spec.readiness_gates);
+        shrink(&mut spec.resource_claims);
+        shrink(&mut spec.scheduling_gates);
+        shrink(&mut spec.topology_spread_constraints);
+    }
+    if let Some(status) = &mut pod.status {
+        shrink(&mut status.conditions);
+        shrink(&mut status.container_statuses);
+        shrink(&mut status.init_container_statuses);
+        shrink(&mut status.ephemeral_container_statuses);
+        shrink(&mut status.pod_ips);
+        shrink(&mut status.host_ips);
+        for statuses in [
+            &mut status.container_statuses,
+            &mut status.init_container_statuses,
+            &mut status.ephemeral_container_statuses,
+        ] {
+            for status in statuses.iter_mut().flatten() {
+                shrink(&mut status.volume_mounts);
+            }
+        }
+    }
+}
+
 /// Upstream's config layer: a pod from the API server has source `api`.
 fn from_api(mut pod: Pod) -> Pod {
     pod.metadata
@@ -67,7 +133,8 @@ fn from_api(mut pod: Pod) -> Pod {
 }
 
 impl Pods {
-    fn insert(&mut self, pod: Pod) {
+    fn insert(&mut self, mut pod: Pod) {
+        compact(&mut pod);
         self.changes.record(PodUid::of(&pod));
         if is_mirror_pod(&pod) {
             self.mirrors.insert(full_name(&pod), Arc::new(pod));

@@ -622,11 +622,10 @@ impl StoredObject {
         serde_json::from_str(&self.json).expect("the store wrote this text from a Value")
     }
 
-    /// The object as `K`. Through a `Value` tree, whose arrays know their lengths: decoded
-    /// straight from the text, every list of `K` would grow by doubling and keep up to
-    /// twice the room it needs (a typed pod is kept for as long as the pod lives).
+    /// The object as `K`, straight from its text. Its lists grow by doubling as they are
+    /// read: a holder that keeps it long gives the room back (the pod cache does).
     pub fn decode<K: serde::de::DeserializeOwned>(&self) -> serde_json::Result<K> {
-        serde_json::from_value(serde_json::from_str(&self.json)?)
+        serde_json::from_str(&self.json)
     }
 
     /// A selectable field's value (`status.phase`); empty when absent or not selectable.

@@ -264,3 +264,71 @@ fn the_change_log_names_each_changed_pod_and_a_relist_says_all() {
     cache.apply(Event::InitDone);
     assert!(matches!(log(&cache, cursor), PodChanges::All { .. }));
 }
+
+/// Issue 29: a pod decoded from text holds its lists with the room doubling left (four volume
+/// mounts' room for one); the cache keeps each list at its length.
+#[test]
+fn a_cached_pod_keeps_no_spare_room_in_its_lists() {
+    let decoded: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-web"},
+        "spec": {
+            "containers": [{
+                "name": "c",
+                "env": [{"name": "A", "value": "1"}],
+                "ports": [{"containerPort": 80}],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "more", "emptyDir": {}}, {"name": "last", "emptyDir": {}}],
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap();
+    let text = serde_json::to_string(&decoded).unwrap();
+    let pod: Pod = serde_json::from_str(&text).unwrap();
+    let spec = pod.spec.as_ref().unwrap();
+    assert!(
+        spec.containers[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .capacity()
+            > 1
+    );
+    assert!(spec.volumes.as_ref().unwrap().capacity() > 3);
+    let cache = PodCache::new();
+    cache.apply(Event::Apply(pod));
+    let cached = cache.pod_by_uid(&PodUid::new("uid-web")).unwrap();
+    let spec = cached.spec.as_ref().unwrap();
+    let container = &spec.containers[0];
+    for (list, capacity) in [
+        ("env", container.env.as_ref().unwrap().capacity()),
+        ("ports", container.ports.as_ref().unwrap().capacity()),
+        (
+            "volumeMounts",
+            container.volume_mounts.as_ref().unwrap().capacity(),
+        ),
+        ("volumes", spec.volumes.as_ref().unwrap().capacity() - 2),
+        (
+            "conditions",
+            cached
+                .status
+                .as_ref()
+                .unwrap()
+                .conditions
+                .as_ref()
+                .unwrap()
+                .capacity(),
+        ),
+    ] {
+        assert_eq!(capacity, 1, "{list}");
+    }
+    assert_eq!(*cached, {
+        let mut original = decoded;
+        original
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(CONFIG_SOURCE_ANNOTATION.into(), "api".into());
+        original
+    });
+}

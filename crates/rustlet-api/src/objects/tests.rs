@@ -25,6 +25,17 @@ impl Clock for ManualClock {
     }
 }
 
+impl ManualClock {
+    fn set(&self, now: Timestamp) {
+        *self.0.lock().unwrap() = now;
+    }
+}
+
+/// The token `objects` serves for [`key`].
+async fn served(objects: &ApiObjects) -> String {
+    objects.service_account_token(&key()).await.unwrap().token
+}
+
 fn start() -> Timestamp {
     "2026-12-02T10:00:00Z".parse().unwrap()
 }
@@ -161,17 +172,11 @@ async fn token_request_is_bound_to_the_pod_cached_and_renewed_at_80_percent() {
     assert_eq!(first.token, "t1");
     assert_eq!(first.expires_at, expires);
     // At 79% of the lifetime the cached token is served without a request.
-    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(3607 * 79 / 100);
-    assert_eq!(
-        objects.service_account_token(&key()).await.unwrap().token,
-        "t1"
-    );
+    clock.set(start() + SignedDuration::from_secs(3607 * 79 / 100));
+    assert_eq!(served(&objects).await, "t1");
     // At 80% a new one is requested.
-    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(3607 * 81 / 100);
-    assert_eq!(
-        objects.service_account_token(&key()).await.unwrap().token,
-        "t2"
-    );
+    clock.set(start() + SignedDuration::from_secs(3607 * 81 / 100));
+    assert_eq!(served(&objects).await, "t2");
     server.await.unwrap();
 }
 
@@ -188,15 +193,9 @@ async fn forgotten_pod_tokens_are_requested_again() {
         let (_, send) = handle.next_request().await.unwrap();
         send.send_response(reply(StatusCode::CREATED, &json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","metadata":{},"status":{"expirationTimestamp":expires.to_string()}})));
     });
-    assert_eq!(
-        objects.service_account_token(&key()).await.unwrap().token,
-        "t1"
-    );
+    assert_eq!(served(&objects).await, "t1");
     objects.forget_tokens_of(&PodUid::new("pod-uid"));
-    assert_eq!(
-        objects.service_account_token(&key()).await.unwrap().token,
-        "t2"
-    );
+    assert_eq!(served(&objects).await, "t2");
     let mut other = key();
     other.audiences = vec!["other".into()];
     let err = objects.service_account_token(&other).await.unwrap_err();
@@ -227,18 +226,12 @@ async fn token_caching_and_expiration_a_failed_refresh_serves_the_token_until_it
             send.send_response(unavailable());
         }
     });
-    assert_eq!(
-        objects.service_account_token(&key()).await.unwrap().token,
-        "t1"
-    );
+    assert_eq!(served(&objects).await, "t1");
     // Past 80 %: the refresh is asked for and fails, and the old token still serves.
-    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(3600);
-    assert_eq!(
-        objects.service_account_token(&key()).await.unwrap().token,
-        "t1"
-    );
+    clock.set(start() + SignedDuration::from_secs(3600));
+    assert_eq!(served(&objects).await, "t1");
     // Expired: the refresh fails and so does the call.
-    *clock.0.lock().unwrap() = expires + SignedDuration::from_secs(1);
+    clock.set(expires + SignedDuration::from_secs(1));
     let err = objects.service_account_token(&key()).await.unwrap_err();
     assert!(err.to_string().contains("etcd is down"), "{err}");
     server.await.unwrap();
@@ -262,21 +255,12 @@ async fn a_token_is_refreshed_at_80_percent_of_the_lifetime_it_was_issued_for() 
             ));
         }
     });
-    assert_eq!(
-        objects.service_account_token(&key()).await.unwrap().token,
-        "t1"
-    );
+    assert_eq!(served(&objects).await, "t1");
     // 3607 s asked for: 80 % of it would be 2885 s. 80 % of the 600 issued is 480 s, less a
     // jitter of up to ten seconds.
-    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(469);
-    assert_eq!(
-        objects.service_account_token(&key()).await.unwrap().token,
-        "t1"
-    );
-    *clock.0.lock().unwrap() = start() + SignedDuration::from_secs(481);
-    assert_eq!(
-        objects.service_account_token(&key()).await.unwrap().token,
-        "t2"
-    );
+    clock.set(start() + SignedDuration::from_secs(469));
+    assert_eq!(served(&objects).await, "t1");
+    clock.set(start() + SignedDuration::from_secs(481));
+    assert_eq!(served(&objects).await, "t2");
     server.await.unwrap();
 }

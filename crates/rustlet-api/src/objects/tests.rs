@@ -264,3 +264,30 @@ async fn a_token_is_refreshed_at_80_percent_of_the_lifetime_it_was_issued_for() 
     assert_eq!(served(&objects).await, "t2");
     server.await.unwrap();
 }
+
+/// Upstream's token manager drops expired tokens from its cache (its minute-long cleanup); here
+/// a new token does: a token of a request no pod asks for any more does not stay behind.
+#[tokio::test]
+async fn a_new_token_drops_the_expired_ones_from_the_cache() {
+    let (objects, clock, handle) = objects();
+    let server = tokio::spawn(async move {
+        pin_mut!(handle);
+        for (token, expires) in [("t1", 600), ("t2", 3600)] {
+            let (_, send) = handle.next_request().await.unwrap();
+            send.send_response(token_reply(
+                token,
+                start() + SignedDuration::from_secs(expires),
+            ));
+        }
+    });
+    assert_eq!(served(&objects).await, "t1");
+    assert_eq!(objects.tokens().len(), 1);
+    clock.set(start() + SignedDuration::from_secs(601));
+    let mut other = key();
+    other.audiences = vec!["other".into()];
+    let token = objects.service_account_token(&other).await.unwrap();
+    assert_eq!(token.token, "t2");
+    let held: Vec<TokenRequestKey> = objects.tokens().keys().cloned().collect();
+    assert_eq!(held, vec![other], "the expired t1 is gone");
+    server.await.unwrap();
+}

@@ -193,12 +193,10 @@ impl VolumeObjects for ApiObjects {
         let now = self.clock.now();
         // Upstream draws a jitter of whole seconds below ten for each check.
         let jitter = SignedDuration::from_secs(fastrand::i64(0..MAX_REFRESH_JITTER.as_secs()));
-        let cached = self.tokens().get(key).cloned();
-        if let Some(cached) = &cached
-            && !cached.requires_refresh(now, jitter)
-        {
-            return Ok(cached.clone());
-        }
+        let cached = match self.tokens().get(key).cloned() {
+            Some(cached) if !cached.requires_refresh(now, jitter) => return Ok(cached),
+            cached => cached,
+        };
         let Backend::Cluster(client) = &self.backend else {
             return Err(ObjectError::token(
                 key,

@@ -200,9 +200,42 @@ struct DeviceAllocator {
     runtime: Arc<dyn Runtime>,
 }
 
+/// The containers of `pod` that ask for a device plugin resource, init containers first, with
+/// their limits (upstream's `allocateContainerResources` skips the other resources).
+fn device_requests<'a>(
+    pod: &'a k8s_openapi::api::core::v1::Pod,
+    is_device_resource: impl Fn(&str) -> bool,
+) -> Vec<(
+    &'a str,
+    &'a std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+)> {
+    let Some(spec) = &pod.spec else {
+        return Vec::new();
+    };
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .filter_map(|container| {
+            let limits = container.resources.as_ref()?.limits.as_ref()?;
+            limits
+                .keys()
+                .any(|resource| is_device_resource(resource))
+                .then_some((container.name.as_str(), limits))
+        })
+        .collect()
+}
+
 #[async_trait::async_trait]
 impl ResourceAllocator for DeviceAllocator {
     async fn allocate(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Result<(), String> {
+        // Issue 29: a pod that asks for no device is admitted without looking at the node's
+        // other pods (upstream updates the allocated devices only before an allocation); that
+        // look is O(pods), and a storm admits every pod in turn.
+        let requests = device_requests(pod, |r| self.manager.is_device_plugin_resource(r));
+        if requests.is_empty() {
+            return Ok(());
+        }
         let uid = PodUid::of(pod);
         if self.runtime.pods_that_may_run().contains(&uid) {
             return Ok(());
@@ -219,20 +252,9 @@ impl ResourceAllocator for DeviceAllocator {
             .filter_map(|p| p.metadata.uid.clone())
             .collect();
         active.insert(uid.as_str().to_owned());
-        let Some(spec) = &pod.spec else {
-            return Ok(());
-        };
-        for container in spec
-            .init_containers
-            .iter()
-            .flatten()
-            .chain(&spec.containers)
-        {
-            let Some(limits) = container.resources.as_ref().and_then(|r| r.limits.as_ref()) else {
-                continue;
-            };
+        for (container, limits) in requests {
             self.manager
-                .allocate(uid.as_str(), &container.name, limits, Some(&active))
+                .allocate(uid.as_str(), container, limits, Some(&active))
                 .await
                 .map_err(|e| e.to_string())?;
         }
@@ -788,6 +810,46 @@ fn admit_handlers(config: &AgentConfig) -> Result<AdmitHandlers> {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// Issue 29: the device allocation admits a pod that asks for no device plugin resource
+    /// without the O(pods) look at the node's other pods; the containers it allocates for are
+    /// those asking for one, init containers first (upstream `Allocate`).
+    #[test]
+    fn device_requests_are_the_containers_asking_for_a_device_plugin_resource_init_first() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {
+                "initContainers": [
+                    {"name": "init", "resources": {"limits": {"example.com/dev": "1"}}},
+                    {"name": "plain-init"}
+                ],
+                "containers": [
+                    {"name": "cpu-only", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+                    {"name": "both", "resources": {"limits": {"memory": "1Gi", "example.com/dev": "2"}}},
+                    {"name": "other-extended", "resources": {"limits": {"example.com/other": "1"}}}
+                ]
+            }
+        }))
+        .unwrap();
+        let is_device = |r: &str| r == "example.com/dev";
+        let asked: Vec<(&str, Vec<&str>)> = device_requests(&pod, is_device)
+            .into_iter()
+            .map(|(name, limits)| (name, limits.keys().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(
+            asked,
+            [
+                ("init", vec!["example.com/dev"]),
+                ("both", vec!["example.com/dev", "memory"]),
+            ]
+        );
+        let mut plain = pod.clone();
+        let spec = plain.spec.as_mut().unwrap();
+        spec.init_containers = None;
+        spec.containers.retain(|c| c.name == "cpu-only");
+        assert!(device_requests(&plain, is_device).is_empty());
+        assert!(device_requests(&k8s_openapi::api::core::v1::Pod::default(), is_device).is_empty());
+    }
 
     async fn get_healthz(addr: SocketAddr) -> Option<String> {
         let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;

@@ -70,6 +70,39 @@ async fn a_burst_is_one_announcement() {
     assert!(timeout(LONG, watch.changed()).await.is_err(), "drained");
 }
 
+/// A burst that goes on is announced [`SETTLE_AT_MOST`] after it began, not when it ends
+/// (issue 29: the manifests of a storm are read while the rest are still being written; with
+/// 50 ms the agent sat idle through the first 50 ms of a 1,000-pod storm).
+#[tokio::test(start_paused = true)]
+async fn a_long_burst_is_announced_once_it_went_on_for_settle_at_most() {
+    let (dir, mut watch) = watched();
+    let path = dir.path().to_owned();
+    let writer = tokio::spawn(async move {
+        for i in 0..100 {
+            std::fs::write(path.join(format!("p{i}.yaml")), "x").unwrap();
+            tokio::time::sleep(SETTLE / 2).await;
+        }
+    });
+    let start = tokio::time::Instant::now();
+    timeout(LONG, watch.changed()).await.expect("announced");
+    let took = start.elapsed();
+    assert!(
+        took >= SETTLE_AT_MOST,
+        "{took:?}: before the cap, in a burst"
+    );
+    assert!(
+        took <= SETTLE_AT_MOST + SETTLE / 2,
+        "{took:?}: the burst held it back"
+    );
+    // What the storm needs: its first manifests read within ~10 ms of the first write.
+    assert!(
+        took <= Duration::from_millis(10) + SETTLE / 2,
+        "{took:?}: a storm's first scan waits too long"
+    );
+    assert!(!writer.is_finished(), "announced while the burst went on");
+    writer.abort();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_removed_directory_ends_the_watch_until_it_is_back() {
     let parent = tempfile::tempdir().unwrap();

@@ -200,15 +200,16 @@ struct DeviceAllocator {
     runtime: Arc<dyn Runtime>,
 }
 
+/// A container's resource limits.
+type Limits =
+    std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
+
 /// The containers of `pod` that ask for a device plugin resource, init containers first, with
 /// their limits (upstream's `allocateContainerResources` skips the other resources).
-fn device_requests<'a>(
-    pod: &'a k8s_openapi::api::core::v1::Pod,
+fn device_requests(
+    pod: &k8s_openapi::api::core::v1::Pod,
     is_device_resource: impl Fn(&str) -> bool,
-) -> Vec<(
-    &'a str,
-    &'a std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-)> {
+) -> Vec<(&str, &Limits)> {
     let Some(spec) = &pod.spec else {
         return Vec::new();
     };

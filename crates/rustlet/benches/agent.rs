@@ -14,8 +14,9 @@
 //!    (the whole, and per pod from its manifest's write to the poll that first saw it
 //!    Running: median and p99; the poll runs every 10 ms, every 100 ms above 200 pods, on a
 //!    fixed grid, and bounds the resolution: each figure is also printed as measured from the
-//!    poll before, which did not see it yet), the agent's CPU time to all Running and over the 10 s after
-//!    (the start's tail: its last status writes go on after the poll saw every pod Running;
+//!    poll before, which did not see it yet), the agent's CPU time to all Running and over
+//!    the 10 s after (the start's tail: its last status writes go on after the poll saw every
+//!    pod Running;
 //!    `-- steady`: also the idle CPU over 60 s from 30 s after, settled), and its
 //!    peak RSS (`VmHWM`). Each run gets a fresh ext4 file
 //!    system on a loop device (`-- shared-fs`: the shared temporary directory instead, where

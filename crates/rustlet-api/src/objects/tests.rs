@@ -36,6 +36,14 @@ async fn served(objects: &ApiObjects) -> String {
     objects.service_account_token(&key()).await.unwrap().token
 }
 
+/// [`key`] for another audience: another token of the same pod.
+fn other_audience() -> TokenRequestKey {
+    TokenRequestKey {
+        audiences: vec!["other".into()],
+        ..key()
+    }
+}
+
 fn start() -> Timestamp {
     "2026-12-02T10:00:00Z".parse().unwrap()
 }
@@ -196,8 +204,7 @@ async fn forgotten_pod_tokens_are_requested_again() {
     assert_eq!(served(&objects).await, "t1");
     objects.forget_tokens_of(&PodUid::new("pod-uid"));
     assert_eq!(served(&objects).await, "t2");
-    let mut other = key();
-    other.audiences = vec!["other".into()];
+    let other = other_audience();
     let err = objects.service_account_token(&other).await.unwrap_err();
     assert!(!err.is_not_found());
     assert!(err.to_string().contains("status.token"), "{err}");
@@ -283,8 +290,7 @@ async fn a_new_token_drops_the_expired_ones_from_the_cache() {
     assert_eq!(served(&objects).await, "t1");
     assert_eq!(objects.tokens().len(), 1);
     clock.set(start() + SignedDuration::from_secs(601));
-    let mut other = key();
-    other.audiences = vec!["other".into()];
+    let other = other_audience();
     let token = objects.service_account_token(&other).await.unwrap();
     assert_eq!(token.token, "t2");
     let held: Vec<TokenRequestKey> = objects.tokens().keys().cloned().collect();

@@ -1273,45 +1273,54 @@ impl Worker {
             .collect()
     }
 
-    fn old_status(&self, pod: &Pod) -> PodStatus {
-        self.shared
-            .status
-            .get_pod_status(&self.uid)
-            .or_else(|| pod.status.clone())
-            .unwrap_or_default()
+    /// `f` of the status the pod had: the status manager's cached one, else the pod's own. Lent,
+    /// not copied (issue 29: in a storm every sync copied it, and again to hand the new one
+    /// over); `f` runs under the cache's read lock, so it only computes.
+    fn with_old_status<R>(&self, pod: &Pod, f: impl FnOnce(&PodStatus) -> R) -> R {
+        self.shared.status.with_pod_status(&self.uid, |cached| {
+            match cached.or(pod.status.as_ref()) {
+                Some(old) => f(old),
+                None => f(&PodStatus::default()),
+            }
+        })
     }
 
+    /// Generates the pod's status and hands it to the status manager; its phase.
     fn set_status(
         &self,
         pod: &Pod,
         runtime: &RuntimePodStatus,
         terminal: bool,
         waiting: &HashMap<String, WaitingReason>,
-    ) -> PodStatus {
-        let old = self.old_status(pod);
-        let probes = self.probe_view(pod, runtime, &old);
-        let evict = past_active_deadline(pod, &old, self.shared.runtime.now());
-        if let Some(eviction) = evict
-            && PodPhase::of(&old) != PodPhase::Failed
-        {
+    ) -> PodPhase {
+        let (status, newly_evicted) = self.with_old_status(pod, |old| {
+            let probes = self.probe_view(pod, runtime, old);
+            let evict = past_active_deadline(pod, old, self.shared.runtime.now());
+            let status = generate_api_status(&StatusInput {
+                pod,
+                runtime,
+                old,
+                pod_is_terminal: terminal,
+                host_ips: &self.shared.config.host_ips,
+                waiting,
+                gates: &self.shared.config.gates,
+                probes: &probes,
+                evict,
+                runtime_supports_rro: self.shared.runtime.supports_recursive_read_only_mounts(),
+            });
+            (
+                status,
+                evict.filter(|_| PodPhase::of(old) != PodPhase::Failed),
+            )
+        });
+        if let Some(eviction) = newly_evicted {
             // Deviation: upstream records it at every status generation past the deadline;
             // once here.
             self.event(pod, EventKind::Normal, eviction.reason, eviction.message);
         }
-        let status = generate_api_status(&StatusInput {
-            pod,
-            runtime,
-            old: &old,
-            pod_is_terminal: terminal,
-            host_ips: &self.shared.config.host_ips,
-            waiting,
-            gates: &self.shared.config.gates,
-            probes: &probes,
-            evict,
-            runtime_supports_rro: self.shared.runtime.supports_recursive_read_only_mounts(),
-        });
-        self.shared.status.set_pod_status(pod, status.clone());
-        status
+        let phase = PodPhase::of(&status);
+        self.shared.status.set_pod_status(pod, status);
+        phase
     }
 
     fn event(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) {
@@ -1414,12 +1423,12 @@ impl Worker {
         let runtime = self.shared.runtime.pod_status(&self.uid).await;
         // W20 step 3: a status that is already terminal ends the pass (a run-once pod whose
         // container the runtime lost is not started again).
-        let status = self.set_status(&first, &runtime, false, &no_waiting);
-        if PodPhase::of(&status).is_terminal() {
+        if self
+            .set_status(&first, &runtime, false, &no_waiting)
+            .is_terminal()
+        {
             return Ok(Synced::Terminal);
         }
-        // The status manager has its own copy.
-        drop(status);
         let wait = self.shared.volumes.wait_for_attach_and_mount(&first);
         // Not kept through the wait (issue 29): the status just written comes back as a newer
         // version, and in a storm every pod waits at once, each keeping a second typed copy.
@@ -1466,8 +1475,10 @@ impl Worker {
             if !actions.create_sandbox {
                 // C12 (or C8 for a pod that never restarts): the pod is done.
                 let runtime = runtime_api.pod_status(&self.uid).await;
-                let status = self.set_status(pod, &runtime, false, &no_waiting);
-                if PodPhase::of(&status).is_terminal() {
+                if self
+                    .set_status(pod, &runtime, false, &no_waiting)
+                    .is_terminal()
+                {
                     return Ok(Synced::Terminal);
                 }
                 return Ok(Synced::Running(runtime_api.next_change(&self.uid)));
@@ -1570,11 +1581,12 @@ impl Worker {
             }
         }
         let runtime = runtime_api.pod_status(&self.uid).await;
-        let status = self.set_status(pod, &runtime, false, &waiting);
-        if PodPhase::of(&status).is_terminal() {
+        if self
+            .set_status(pod, &runtime, false, &waiting)
+            .is_terminal()
+        {
             return Ok(Synced::Terminal);
         }
-        drop(status);
         // An init container that exited before this pass read the runtime again, or a sidecar
         // that runs (upstream: the PLEG's `ContainerStarted`): no change will be announced for
         // it, and the next one waits on it.
@@ -1594,7 +1606,10 @@ impl Worker {
         // A deadline already past that did not end the pod (its API phase is terminal) wakes
         // nothing: the pod ends by the other way.
         let now = runtime_api.now();
-        if let Some(deadline) = active_deadline(pod, &self.old_status(pod)).filter(|d| *d > now) {
+        if let Some(deadline) = self
+            .with_old_status(pod, |old| active_deadline(pod, old))
+            .filter(|d| *d > now)
+        {
             let at = Instant::now() + since(deadline, now);
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }

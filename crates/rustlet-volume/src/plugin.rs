@@ -38,10 +38,19 @@ impl std::fmt::Debug for VolumeHost {
 impl VolumeHost {
     /// `<root>/pods/<uid>`; refused for a UID that is not one path component.
     pub fn pod_dir(&self, pod_uid: &PodUid) -> Result<PathBuf, UnsafePathComponent> {
-        Ok(self
-            .root_dir
-            .join("pods")
-            .join(pod_uid.as_path_component()?))
+        Ok(self.pod_path(pod_uid.as_path_component()?, 0))
+    }
+
+    /// `<root>/pods/<uid>` with room for `more` bytes after it: every path of a pod is built by
+    /// pushes into one allocation (issue 29: each `join` copied the whole path into a new one,
+    /// five times for each directory of each volume of a storm's pods).
+    fn pod_path(&self, uid: &str, more: usize) -> PathBuf {
+        let root = self.root_dir.as_os_str().len();
+        let mut dir = PathBuf::with_capacity(root + "/pods/".len() + uid.len() + more);
+        dir.push(&self.root_dir);
+        dir.push("pods");
+        dir.push(uid);
+        dir
     }
 
     /// `<root>/pods/<uid>/volumes/<escaped plugin>/<inner name>`: where a volume is mounted.
@@ -82,11 +91,25 @@ impl VolumeHost {
         plugin: &str,
         inner_name: &str,
     ) -> Result<PathBuf, UnsafePathComponent> {
-        Ok(self
-            .pod_dir(pod_uid)?
-            .join(kind)
-            .join(escape_plugin_name(plugin))
-            .join(path_component("volume name", inner_name)?))
+        let uid = pod_uid.as_path_component()?;
+        let name = path_component("volume name", inner_name)?;
+        let mut dir = self.pod_path(uid, kind.len() + plugin.len() + name.len() + 3);
+        dir.push(kind);
+        push_escaped_plugin_name(&mut dir, plugin);
+        dir.push(name);
+        Ok(dir)
+    }
+}
+
+/// Pushes [`escape_plugin_name`] of `plugin` onto `dir` as one component, without a `String`
+/// of its own.
+fn push_escaped_plugin_name(dir: &mut PathBuf, plugin: &str) {
+    let mut parts = plugin.split('/');
+    dir.push(parts.next().unwrap_or_default());
+    for part in parts {
+        let text = dir.as_mut_os_string();
+        text.push("~");
+        text.push(part);
     }
 }
 
@@ -500,6 +523,75 @@ pub fn escape_plugin_name(name: &str) -> String {
 /// Upstream `UnescapeQualifiedName`.
 pub fn unescape_plugin_name(name: &str) -> String {
     name.replace('~', "/")
+}
+
+#[cfg(test)]
+mod pod_path_tests {
+    use std::sync::Arc;
+
+    use rustlet_mount::fake::FakeMounter;
+
+    use super::*;
+
+    fn host(root: &str) -> VolumeHost {
+        VolumeHost {
+            root_dir: PathBuf::from(root),
+            mounter: Arc::new(FakeMounter::default()),
+            node_allocatable_memory: None,
+        }
+    }
+
+    /// The same text as `Path::join` of each component (compared as text: `Path` equality
+    /// would not see a doubled separator).
+    #[test]
+    fn a_pods_paths_are_the_joined_components_of_the_kubelets_layout() {
+        let uid = PodUid::new("0a1b-2c3d");
+        let text = |p: &Path| p.to_str().unwrap().to_owned();
+        for root in [
+            "/var/lib/rustlet",
+            "/var/lib/rustlet/",
+            "relative/root",
+            "/",
+        ] {
+            let host = host(root);
+            let pod = Path::new(root).join("pods").join("0a1b-2c3d");
+            assert_eq!(text(&host.pod_dir(&uid).unwrap()), text(&pod));
+            for plugin in [
+                "kubernetes.io/empty-dir",
+                "a/b/c",
+                "plain",
+                "/lead",
+                "trail/",
+            ] {
+                let escaped = escape_plugin_name(plugin);
+                for name in ["disk", "vol.with.dots", "~tilde"] {
+                    for (kind, made) in [
+                        ("volumes", host.pod_volume_dir(&uid, plugin, name)),
+                        ("plugins", host.pod_plugin_dir(&uid, plugin, name)),
+                    ] {
+                        let joined = pod.join(kind).join(&escaped).join(name);
+                        assert_eq!(
+                            text(&made.unwrap()),
+                            text(&joined),
+                            "{root} {plugin} {name}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_pods_paths_refuse_a_uid_or_volume_name_that_is_not_one_component() {
+        let host = host("/root");
+        let good = PodUid::new("u");
+        for bad in ["", ".", "..", "a/b", "a\0b"] {
+            let uid = PodUid::new(bad);
+            assert!(host.pod_dir(&uid).is_err(), "{bad:?}");
+            assert!(host.pod_volume_dir(&uid, "p/q", "v").is_err(), "{bad:?}");
+            assert!(host.pod_plugin_dir(&good, "p/q", bad).is_err(), "{bad:?}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -82,6 +82,14 @@ pub struct StatusManagerConfig {
     /// are finished (their deletion may become due). 1: every full batch looks at every pod,
     /// as upstream's does.
     pub full_scan_every: u32,
+    /// The least time between the starts of two kick batches. A change after a quiet spell is
+    /// synced at once; the changes of a burst that follow it wait for the next batch, one
+    /// interval after that one began, and each pod is written once in it at its latest
+    /// version, however often it changed meanwhile. Zero (the default, upstream's shape): a
+    /// kick batch starts at every signal. Local mode sets it (`statusKickIntervalSeconds`):
+    /// its writes go to the agent's own store, and in a start of many pods they would take a
+    /// third of the CPU the pods need to start.
+    pub kick_interval: Duration,
 }
 
 impl Default for StatusManagerConfig {
@@ -99,6 +107,7 @@ impl Default for StatusManagerConfig {
             gates: FeatureGates::default(),
             // Every 5 minutes with the 10 s period.
             full_scan_every: 30,
+            kick_interval: Duration::ZERO,
         }
     }
 }

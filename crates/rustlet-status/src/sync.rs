@@ -224,12 +224,18 @@ impl Syncer {
     /// pod holds back only itself: the next batch skips pods still in flight and syncs the
     /// others. The select is biased towards the rare branches (completions, the full batch,
     /// due retries) and takes kicks last: a timer branch is ready only when due, so kicks
-    /// never starve it, and it never starves kicks.
+    /// never starve it, and it never starves kicks. With a `kick_interval`, a kick within it of
+    /// the last kick batch's start is held until the interval ends (one batch takes a burst).
     pub(crate) async fn run(mut self, cancel: CancellationToken) {
         let period = self.ctx.config.sync_period;
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut tasks = Tasks::new(self.ctx.config.max_concurrent_syncs.max(1));
+        let interval = self.ctx.config.kick_interval;
+        // When the last kick batch began, and when a kick held back by the interval is due
+        // (while it is, the channel keeps any later kick: the due batch covers its change).
+        let mut last_kick: Option<Instant> = None;
+        let mut kick_due: Option<Instant> = None;
         loop {
             let next_retry = self.next_retry();
             tokio::select! {
@@ -243,8 +249,20 @@ impl Syncer {
                 () = sleep_until_opt(next_retry) => {
                     self.dispatch(BatchKind::Retry, None, &mut tasks);
                 }
-                Some(()) = self.kick_rx.recv() => {
+                () = sleep_until_opt(kick_due) => {
+                    kick_due = None;
+                    last_kick = Some(Instant::now());
                     self.dispatch(BatchKind::Kick, None, &mut tasks);
+                }
+                Some(()) = self.kick_rx.recv(), if kick_due.is_none() => {
+                    let now = Instant::now();
+                    match last_kick.map(|at| at + interval).filter(|due| *due > now) {
+                        Some(due) => kick_due = Some(due),
+                        None => {
+                            last_kick = Some(now);
+                            self.dispatch(BatchKind::Kick, None, &mut tasks);
+                        }
+                    }
                 }
             }
         }

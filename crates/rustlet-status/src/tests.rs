@@ -3,6 +3,7 @@
 mod changed_only;
 mod hardening;
 mod harness;
+mod kick_interval;
 mod past_upstream;
 mod resize;
 mod upstream;

@@ -519,6 +519,7 @@ pub async fn run(config: AgentConfig) -> Result<()> {
             api_qps: config.api_qps,
             api_burst: config.api_burst,
             max_concurrent_syncs: config.status_sync_concurrency,
+            kick_interval: config.status_kick_interval,
             request_timeout: config.api_request_timeout,
             retry: RetryPolicy::default(),
             ..StatusManagerConfig::default()

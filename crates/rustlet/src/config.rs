@@ -167,6 +167,10 @@ pub struct FileConfig {
     event_burst: Option<u32>,
     /// Pods whose status syncs at once (16).
     status_sync_concurrency: Option<usize>,
+    /// The least time between two signal-driven status batches, in seconds (0 allowed): a
+    /// burst's changes are written once, at their latest. Local mode 1, kube mode 0
+    /// (upstream's: a batch at every signal).
+    status_kick_interval_seconds: Option<f64>,
     /// Deadline of each API call of the status manager, in seconds (10).
     api_request_timeout_seconds: Option<f64>,
     /// Kube mode: how often the node Lease is renewed, in seconds (upstream: a quarter of
@@ -427,6 +431,8 @@ pub struct AgentConfig {
     pub event_burst: u32,
     /// Status syncs at once.
     pub status_sync_concurrency: usize,
+    /// The least time between two signal-driven status batches.
+    pub status_kick_interval: Duration,
     /// Deadline of each status API call.
     pub api_request_timeout: Duration,
     /// How often the node Lease is renewed.
@@ -885,6 +891,19 @@ impl AgentConfig {
         if event_burst == 0 {
             return Err(bad("config key eventBurst: must be at least 1"));
         }
+        // Local mode writes statuses to the agent's own store, where a pod start's status
+        // writes would take a third of the CPU the pods need (issue 29): a burst's are written
+        // once a second. Kube mode batches at every signal, as upstream does.
+        let status_kick_interval = match (file.status_kick_interval_seconds, &mode) {
+            (Some(s), _) if s.is_finite() && (0.0..1e7).contains(&s) => Duration::from_secs_f64(s),
+            (Some(s), _) => {
+                return Err(bad(format!(
+                    "config key statusKickIntervalSeconds: {s} is not a number of seconds, 0 or more"
+                )));
+            }
+            (None, Mode::Local(_)) => Duration::from_secs(1),
+            (None, _) => Duration::ZERO,
+        };
         let status_sync_concurrency = file.status_sync_concurrency.unwrap_or(16);
         if status_sync_concurrency == 0 {
             return Err(bad("config key statusSyncConcurrency: must be at least 1"));
@@ -955,6 +974,7 @@ impl AgentConfig {
             event_qps,
             event_burst,
             status_sync_concurrency,
+            status_kick_interval,
             api_request_timeout: seconds(
                 "apiRequestTimeoutSeconds",
                 file.api_request_timeout_seconds,
@@ -1543,6 +1563,39 @@ mod tests {
         assert_eq!(config.api_qps, 5.0);
         assert_eq!((config.event_qps, config.event_burst), (7.0, 9));
         assert_eq!(config.mode, Mode::Local(dir.path().to_owned()));
+    }
+
+    /// Issue 29: `statusKickIntervalSeconds`: 1 s in local mode, 0 in kube mode (a batch at
+    /// every signal, as upstream), 0 allowed, a negative or non-number refused.
+    #[test]
+    fn status_kick_interval_is_a_second_in_local_mode_and_none_in_kube_mode() {
+        let local = |yaml: &str| resolve_file(yaml).map(|c| c.status_kick_interval);
+        assert_eq!(local("{}").unwrap(), Duration::from_secs(1));
+        assert_eq!(
+            local("statusKickIntervalSeconds: 0.25\n").unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            local("statusKickIntervalSeconds: 0\n").unwrap(),
+            Duration::ZERO
+        );
+        for bad in ["-1", ".nan", ".inf"] {
+            let err = local(&format!("statusKickIntervalSeconds: {bad}\n")).unwrap_err();
+            assert!(err.contains("statusKickIntervalSeconds"), "{err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, "").unwrap();
+        let kube = parse(&[
+            "--node-name",
+            "n",
+            "--root-dir",
+            "/r",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ])
+        .unwrap();
+        assert_eq!(kube.status_kick_interval, Duration::ZERO);
     }
 
     /// Item 17: `--read-only-port` / `readOnlyPort` (the kubelet's) set the endpoints' port

@@ -23,16 +23,16 @@ use crate::seams::Clock;
 use crate::sync::BatchKind;
 use crate::testing::{FakePodManager, FakePodStatusClient, Reaction, Verb};
 
-struct Running {
-    manager: Arc<StatusManager>,
-    client: FakePodStatusClient,
+pub(super) struct Running {
+    pub(super) manager: Arc<StatusManager>,
+    pub(super) client: FakePodStatusClient,
     pods: FakePodManager,
-    metrics: StatusMetrics,
-    cancel: CancellationToken,
+    pub(super) metrics: StatusMetrics,
+    pub(super) cancel: CancellationToken,
     handle: JoinHandle<()>,
 }
 
-fn start(config: StatusManagerConfig, pods_in_api: &[Pod]) -> Running {
+pub(super) fn start(config: StatusManagerConfig, pods_in_api: &[Pod]) -> Running {
     let client = FakePodStatusClient::new();
     let pods = FakePodManager::new();
     for pod in pods_in_api {
@@ -60,7 +60,7 @@ fn start(config: StatusManagerConfig, pods_in_api: &[Pod]) -> Running {
 }
 
 impl Running {
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.cancel.cancel();
         self.handle.await.unwrap();
     }
@@ -81,7 +81,7 @@ impl Running {
         self.batches() - before
     }
 
-    fn calls_for(&self, name: &str, verb: Verb) -> usize {
+    pub(super) fn calls_for(&self, name: &str, verb: Verb) -> usize {
         self.client
             .actions()
             .iter()
@@ -90,14 +90,14 @@ impl Running {
     }
 }
 
-fn named(name: &str) -> Pod {
+pub(super) fn named(name: &str) -> Pod {
     let mut pod = test_pod();
     pod.metadata.name = Some(name.into());
     pod.metadata.uid = Some(format!("uid-{name}"));
     pod
 }
 
-fn always_get() -> StatusManagerConfig {
+pub(super) fn always_get() -> StatusManagerConfig {
     StatusManagerConfig {
         read_strategy: ReadStrategy::AlwaysGet,
         ..StatusManagerConfig::default()

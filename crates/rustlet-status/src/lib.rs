@@ -8,7 +8,8 @@
 //!
 //! Mutators ([`StatusManager::set_pod_status`], `set_container_readiness`,
 //! `set_container_startup`, `terminate_pod`) run the core rules under a write lock, store a new
-//! version per pod, and kick the sync task through a capacity-1 channel (bursts coalesce). The
+//! version per pod, and kick the sync task through a capacity-1 channel (bursts coalesce; with a
+//! `kick_interval`, kick batches start at most once per interval). The
 //! single sync task ([`StatusManager::start`]) syncs every pod whose version is newer than the
 //! one it last synced, runs a full batch every 10 s that also reconciles drift and retries
 //! deletions, and retries failures after a jittered exponential backoff. Each sync reads the API

@@ -3,7 +3,7 @@
 //! `GetPodStatus`, `RemoveOrphanedStatuses`, `Start`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
@@ -14,7 +14,7 @@ use rustlet_core::transition::TransitionError;
 use rustlet_core::update::{
     ContainerKind, UpdateContext, UpdateOutcome, UpdateSource, prepare_update,
 };
-use rustlet_core::{FeatureGates, PodUid, VersionedPodStatus};
+use rustlet_core::{FeatureGates, PodPhase, PodUid, VersionedPodStatus};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -83,6 +83,9 @@ pub(crate) struct Shared {
     pub(crate) statuses: RwLock<HashMap<PodUid, Box<VersionedPodStatus>>>,
     /// Capacity-1 "something changed" signal: bursts coalesce into one pending kick.
     kick: mpsc::Sender<()>,
+    /// Set before a kick for a change that must not wait for the sync task's `kick_interval`:
+    /// a terminal phase, a finished pod, a pod being deleted (the deletion waits on it).
+    urgent: AtomicBool,
     pub(crate) pods: Arc<dyn PodManager>,
     pub(crate) latency: Option<Arc<dyn StartupLatencyHook>>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -130,6 +133,11 @@ impl Shared {
 
     fn added(&self) {
         self.additions.fetch_add(1, Ordering::Release);
+    }
+
+    /// Whether a change that must not wait for the kick interval came since the last call.
+    pub(crate) fn take_urgent(&self) -> bool {
+        self.urgent.swap(false, Ordering::AcqRel)
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<PodUid, Box<VersionedPodStatus>>> {
@@ -199,6 +207,7 @@ impl StatusManager {
         let shared = Arc::new(Shared {
             statuses: RwLock::new(HashMap::new()),
             kick,
+            urgent: AtomicBool::new(false),
             pods: deps.pods,
             latency: deps.latency,
             clock: deps.clock,
@@ -330,6 +339,9 @@ impl StatusManager {
                         .inc();
                 }
                 let version = accepted.entry.version;
+                let urgent = accepted.entry.pod_is_finished
+                    || PodPhase::of(&accepted.entry.status).is_terminal()
+                    || pod.metadata.deletion_timestamp.is_some();
                 self.shared.mark_dirty(uid, false);
                 match slot {
                     // In place: the accepted path allocates no entry.
@@ -338,6 +350,10 @@ impl StatusManager {
                         map.insert(PodUid::new(uid), Box::new(accepted.entry));
                         self.shared.added();
                     }
+                }
+                // Before the kick, so that the task taking it sees the flag.
+                if urgent {
+                    self.shared.urgent.store(true, Ordering::Release);
                 }
                 // Never blocks: a pending kick already covers this change.
                 let _ = self.shared.kick.try_send(());

@@ -225,15 +225,15 @@ impl Syncer {
     /// others. The select is biased towards the rare branches (completions, the full batch,
     /// due retries) and takes kicks last: a timer branch is ready only when due, so kicks
     /// never starve it, and it never starves kicks. With a `kick_interval`, a kick within it of
-    /// the last kick batch's start is held until the interval ends (one batch takes a burst).
+    /// the last kick batch's start is held until the interval ends (one batch takes a burst),
+    /// unless it brings a terminal phase, a finished pod or a pod being deleted.
     pub(crate) async fn run(mut self, cancel: CancellationToken) {
         let period = self.ctx.config.sync_period;
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut tasks = Tasks::new(self.ctx.config.max_concurrent_syncs.max(1));
         let interval = self.ctx.config.kick_interval;
-        // When the last kick batch began, and when a kick held back by the interval is due
-        // (while it is, the channel keeps any later kick: the due batch covers its change).
+        // When the last kick batch began, and when a kick held back by the interval is due.
         let mut last_kick: Option<Instant> = None;
         let mut kick_due: Option<Instant> = None;
         loop {
@@ -254,11 +254,15 @@ impl Syncer {
                     last_kick = Some(Instant::now());
                     self.dispatch(BatchKind::Kick, None, &mut tasks);
                 }
-                Some(()) = self.kick_rx.recv(), if kick_due.is_none() => {
+                Some(()) = self.kick_rx.recv() => {
+                    // A terminal phase, a finished or deleted pod is not held back (its
+                    // deletion waits on the write); the batch takes the held-back ones too.
                     let now = Instant::now();
-                    match last_kick.map(|at| at + interval).filter(|due| *due > now) {
+                    let urgent = self.ctx.shared.take_urgent();
+                    match last_kick.map(|at| at + interval).filter(|due| *due > now && !urgent) {
                         Some(due) => kick_due = Some(due),
                         None => {
+                            kick_due = None;
                             last_kick = Some(now);
                             self.dispatch(BatchKind::Kick, None, &mut tasks);
                         }

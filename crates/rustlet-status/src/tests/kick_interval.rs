@@ -92,3 +92,45 @@ async fn a_change_held_back_by_the_kick_interval_is_flushed_on_stop() {
     assert_eq!(written(&r, "b").as_deref(), Some("random-2"));
     r.stop().await;
 }
+
+/// Spec lesson 4 (prioritize terminal transitions): a terminal phase, a finished pod and a pod
+/// being deleted are written at once (a deletion waits on them), and their batch takes what
+/// was held back.
+#[tokio::test(start_paused = true)]
+async fn a_terminal_finished_or_deleted_pod_is_not_held_back_by_the_kick_interval() {
+    let mut deleted = named("d");
+    deleted.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+    let pods = [named("a"), named("b"), named("c"), deleted, named("e")];
+    let r = start(every(Duration::from_secs(60)), &pods);
+    r.manager.set_pod_status(&pods[0], random_status(1));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(patches(&r, "a"), 1);
+    r.manager.set_pod_status(&pods[2], random_status(2));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(patches(&r, "c"), 0, "held back");
+    let succeeded = k8s_openapi::api::core::v1::PodStatus {
+        phase: Some("Succeeded".into()),
+        ..random_status(3)
+    };
+    r.manager.set_pod_status(&pods[1], succeeded);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(patches(&r, "b"), 1, "a terminal phase is written at once");
+    assert_eq!(patches(&r, "c"), 1, "with what was held back");
+    r.manager.set_pod_status(&pods[3], random_status(4));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(
+        patches(&r, "d"),
+        1,
+        "a pod being deleted is written at once"
+    );
+    r.manager.terminate_pod(&pods[4]);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(patches(&r, "e"), 1, "a finished pod is written at once");
+    r.manager.set_pod_status(&pods[0], random_status(5));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(patches(&r, "a"), 1, "and the interval still holds the rest");
+    r.stop().await;
+}

@@ -1323,6 +1323,28 @@ mod tests {
         ])
     }
 
+    /// The configuration of a kube-mode node `n` with root `/r`, `text` as its config file and
+    /// the flags `extra`.
+    fn resolve_kube_file(extra: &[&str], text: &str) -> Result<AgentConfig, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, "").unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, text).unwrap();
+        let mut args = vec![
+            "--node-name",
+            "n",
+            "--root-dir",
+            "/r",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--config",
+            file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        parse(&args)
+    }
+
     fn parse(args: &[&str]) -> Result<AgentConfig, String> {
         let cli = Cli::try_parse_from(std::iter::once("rustlet").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
@@ -1406,23 +1428,8 @@ mod tests {
     /// duration, `0` for none.
     #[test]
     fn streaming_connection_idle_timeout_is_the_kubelets() {
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, "").unwrap();
         let idle = |yaml: &str| {
-            let file = dir.path().join("c.yaml");
-            std::fs::write(&file, yaml).unwrap();
-            let server = parse(&[
-                "--node-name",
-                "n",
-                "--root-dir",
-                "/r",
-                "--kubeconfig",
-                kubeconfig.to_str().unwrap(),
-                "--config",
-                file.to_str().unwrap(),
-            ])
-            .map(|c| c.server)?;
+            let server = resolve_kube_file(&[], yaml).map(|c| c.server)?;
             let KubeletServer::Serve(set) = server else {
                 panic!("kube mode serves by default");
             };
@@ -1449,24 +1456,7 @@ mod tests {
     #[test]
     fn the_kubelet_server_takes_the_kubelets_settings() {
         let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, "").unwrap();
-        let kube = |extra: &[&str], yaml: &str| {
-            let file = dir.path().join("c.yaml");
-            std::fs::write(&file, yaml).unwrap();
-            let mut args = vec![
-                "--node-name",
-                "n",
-                "--root-dir",
-                "/r",
-                "--kubeconfig",
-                kubeconfig.to_str().unwrap(),
-                "--config",
-                file.to_str().unwrap(),
-            ];
-            args.extend_from_slice(extra);
-            parse(&args).map(|c| c.server)
-        };
+        let kube = |extra: &[&str], yaml: &str| resolve_kube_file(extra, yaml).map(|c| c.server);
         let KubeletServer::Serve(default) = kube(&[], "{}").unwrap() else {
             panic!("kube mode serves by default");
         };
@@ -1583,18 +1573,7 @@ mod tests {
             let err = local(&format!("statusKickIntervalSeconds: {bad}\n")).unwrap_err();
             assert!(err.contains("statusKickIntervalSeconds"), "{err}");
         }
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, "").unwrap();
-        let kube = parse(&[
-            "--node-name",
-            "n",
-            "--root-dir",
-            "/r",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-        ])
-        .unwrap();
+        let kube = resolve_kube_file(&[], "{}").unwrap();
         assert_eq!(kube.status_kick_interval, Duration::ZERO);
     }
 
